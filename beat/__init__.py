@@ -1,0 +1,1 @@
+"""Beat: only schedules. Entries derive from the settings and providers config."""

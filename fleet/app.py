@@ -1,0 +1,45 @@
+"""The Celery app: broker, serialization, queues and routing, in one place.
+
+`celery -A fleet.app worker|beat|inspect ...` and the `fleet` CLI both use
+it. Settings come from FLEET_* variables (the CLI exports its flags). The
+task modules are named, not imported, so this module stays free of them.
+"""
+
+from __future__ import annotations
+
+from celery import Celery, signals
+
+from fleet import logs, routing, runtime
+
+settings = runtime.settings()
+
+app = Celery("fleet", include=["tasks.checks", "tasks.controller"])
+app.conf.update(
+    broker_url=settings.broker,
+    result_backend=settings.broker,
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    result_accept_content=["json"],
+    event_serializer="json",
+    task_routes=(routing.route,),
+    task_default_queue=routing.CONTROLLER_QUEUE,
+    task_create_missing_queues=True,
+    result_expires=3600,
+    task_track_started=True,
+    task_send_sent_event=True,
+    worker_send_task_events=True,
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": 3600},
+    beat_scheduler="beat.scheduler:FleetScheduler",
+    timezone="UTC",
+)
+if settings.providers_config:
+    app.conf.task_queues = routing.declare(runtime.providers_config().names())
+
+
+@signals.setup_logging.connect
+def _setup_logging(**_: object) -> None:
+    logs.setup(settings.log_format, settings.log_level)

@@ -1,0 +1,34 @@
+"""The command lines of each role, in one place: `fleet worker|controller|
+beat|up` run them, and the deploy manifests and compose file use the same."""
+
+from __future__ import annotations
+
+import sys
+
+from fleet import routing
+
+CELERY = [sys.executable, "-m", "celery", "-A", "fleet.app"]
+# Provider calls are I/O-bound and share per-process connection pools.
+WORKER_POOL = ["--pool", "threads"]
+
+
+def worker_argv(provider: str, concurrency: int = 4) -> list[str]:
+    return CELERY + [
+        "worker", "-Q", routing.provider_queue(provider), "-n", f"{provider}@%h",
+        *WORKER_POOL, "--concurrency", str(concurrency), "--without-mingle",
+    ]
+
+
+def controller_argv(concurrency: int = 4) -> list[str]:
+    return CELERY + [
+        "worker", "-Q", routing.CONTROLLER_QUEUE, "-n", "controller@%h",
+        *WORKER_POOL, "--concurrency", str(concurrency), "--without-mingle",
+    ]
+
+
+def beat_argv() -> list[str]:
+    return CELERY + ["beat", "--scheduler", "beat.scheduler:FleetScheduler"]
+
+
+def flower_argv(port: int = 5555, address: str = "127.0.0.1") -> list[str]:
+    return CELERY + ["flower", f"--port={port}", f"--address={address}"]

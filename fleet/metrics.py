@@ -1,0 +1,79 @@
+"""Prometheus gauges, read from Redis at every scrape.
+
+Scrape-time collectors never drift and never leak series: a provider that
+was never checked has no series, and one removed from the config disappears.
+Metric and label names live here only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from fleet.results import CheckResult
+
+TARGET_UP = "proxy_operator_provider_target_up"
+CHECK_DURATION = "proxy_operator_provider_check_duration_seconds"
+CHECK_TIMESTAMP = "proxy_operator_provider_check_timestamp_seconds"
+QUEUE_LENGTH = "proxy_operator_provider_queue_length"
+LABELS = ["provider", "target"]
+
+log = logging.getLogger("fleet.metrics")
+
+
+class ProviderTargetCollector(Collector):
+    """The seed's three gauges plus the length of each provider's queue."""
+
+    def __init__(
+        self,
+        read_results: Callable[[], Iterable[CheckResult]],
+        read_queues: Callable[[], Iterable[tuple[str, str, int]]] = lambda: (),
+    ) -> None:
+        self.read_results = read_results
+        self.read_queues = read_queues
+
+    def describe(self):  # static descriptions: no Redis read at registration
+        return [
+            GaugeMetricFamily(TARGET_UP, "", labels=LABELS),
+            GaugeMetricFamily(CHECK_DURATION, "", labels=LABELS),
+            GaugeMetricFamily(CHECK_TIMESTAMP, "", labels=LABELS),
+            GaugeMetricFamily(QUEUE_LENGTH, "", labels=["provider", "queue"]),
+        ]
+
+    def collect(self):
+        up = GaugeMetricFamily(
+            TARGET_UP, "Whether the target passed its latest provider health check (1) or not (0).", labels=LABELS
+        )
+        duration = GaugeMetricFamily(CHECK_DURATION, "Duration of the target's latest provider health check.", labels=LABELS)
+        stamp = GaugeMetricFamily(CHECK_TIMESTAMP, "Unix time of the target's latest provider health check.", labels=LABELS)
+        queues = GaugeMetricFamily(
+            QUEUE_LENGTH, "Messages waiting in the provider's queue (checks not yet taken by a worker).",
+            labels=["provider", "queue"],
+        )
+        try:
+            for r in self.read_results():
+                for t in r.targets:
+                    up.add_metric([r.provider, t.name], 1.0 if t.ready else 0.0)
+                    duration.add_metric([r.provider, t.name], t.latency)
+                    stamp.add_metric([r.provider, t.name], r.checked_at)
+            for provider, queue, n in self.read_queues():
+                queues.add_metric([provider, queue], n)
+        except Exception:  # a Redis outage yields an empty scrape, not a 500
+            log.exception("reading results for /metrics")
+        yield up
+        yield duration
+        yield stamp
+        yield queues
+
+
+def parse_bind(address: str) -> tuple[str, int] | None:
+    """`:8080` → ("0.0.0.0", 8080); `127.0.0.1:9000`; `0` → off."""
+    if address in ("0", ""):
+        return None
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"--metrics-bind-address must be host:port, :port or 0, got {address!r}")
+    return (host or "0.0.0.0"), int(port)

@@ -1,0 +1,67 @@
+"""A provider's check result: the message from worker to controller, the
+value stored in Redis, and what `fleet check`/`fleet get ph` print."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from providers.base import TargetStatus
+
+
+def rfc3339(ts: float) -> str:
+    """Second precision, as metav1.Time serializes."""
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    provider: str
+    type: str
+    supported: bool  # False: the provider has no Checker
+    checked_at: float  # unix seconds, when the check finished
+    targets: tuple[TargetStatus, ...] = ()
+    scheduled_at: float | None = None  # the beat tick that asked for it
+    worker: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "type": self.type,
+            "supported": self.supported,
+            "checkedAt": self.checked_at,
+            "targets": [t.to_dict() for t in self.targets],
+            "scheduledAt": self.scheduled_at,
+            "worker": self.worker,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CheckResult:
+        return cls(
+            provider=d["provider"],
+            type=d.get("type", ""),
+            supported=bool(d.get("supported", False)),
+            checked_at=float(d["checkedAt"]),
+            targets=tuple(TargetStatus.from_dict(t) for t in d.get("targets") or ()),
+            scheduled_at=d.get("scheduledAt"),
+            worker=d.get("worker", ""),
+        )
+
+    @property
+    def all_ready(self) -> bool:
+        return self.supported and bool(self.targets) and all(t.ready for t in self.targets)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The Ready condition of a provider, as status and the CLI show it."""
+
+    status: str  # True | False | Unknown
+    reason: str
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,53 @@
+"""Per-process state, built on first use: settings, the providers config,
+provider instances (only the ones this process is asked for, so a worker
+imports only its own provider's SDK), and the controller."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from fleet.config import ProvidersConfig, load
+from fleet.settings import Settings
+from providers import registry
+from providers.base import Provider
+
+_lock = threading.Lock()
+_providers: dict[str, Provider] = {}
+
+
+@functools.cache
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@functools.cache
+def providers_config() -> ProvidersConfig:
+    path = settings().providers_config
+    if not path:
+        raise RuntimeError("no providers config: set --providers-config or FLEET_PROVIDERS_CONFIG")
+    return load(path)
+
+
+def provider(name: str) -> Provider:
+    with _lock:
+        if name not in _providers:
+            pc = providers_config().get(name)
+            _providers[name] = registry.build(pc.name, pc.type, pc.block)
+        return _providers[name]
+
+
+@functools.cache
+def controller():  # -> fleet.controller.Controller; imported late, see module doc
+    from fleet.controller import Controller
+
+    return Controller.from_settings(settings(), providers_config())
+
+
+def reset() -> None:
+    """Forget everything (tests)."""
+    settings.cache_clear()
+    providers_config.cache_clear()
+    controller.cache_clear()
+    with _lock:
+        _providers.clear()

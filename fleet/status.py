@@ -1,0 +1,180 @@
+"""Pure decisions of the controller: the ProviderHealth status, the Ready
+verdict, transitions worth a log line, overdue detection, merge patches.
+
+No I/O here: the writers (`fleet.kube`, `fleet.store`) apply what these
+return. Semantics follow the seed's `buildStatus` and `logTransitions`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.durations import format_duration
+from fleet.results import CheckResult, Verdict, rfc3339
+from providers.base import TargetStatus
+
+CONDITION_READY = "Ready"
+REASON_ALL_TARGETS_READY = "AllTargetsReady"
+REASON_TARGETS_NOT_READY = "TargetsNotReady"
+REASON_CHECKS_NOT_IMPLEMENTED = "ChecksNotImplemented"
+REASON_NO_TARGETS = "NoTargets"
+# Ours: no result for 2 × interval + timeout (worker gone, queue stuck).
+REASON_CHECK_OVERDUE = "CheckOverdue"
+# Ours: `fleet get ph` for a configured provider never checked yet.
+REASON_NOT_CHECKED = "NotCheckedYet"
+
+MAX_MESSAGE = 1024
+
+
+def truncate(s: str, n: int = MAX_MESSAGE) -> str:
+    """At most n characters (how the API server counts maxLength)."""
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def verdict(result: CheckResult) -> Verdict:
+    """The Ready condition for a fresh result."""
+    targets = result.targets
+    ready = sum(1 for t in targets if t.ready)
+    failing = [f"{t.name}: {t.reason}" for t in targets if not t.ready]
+    if not result.supported:
+        return Verdict("Unknown", REASON_CHECKS_NOT_IMPLEMENTED, f"{result.type} providers have no health check")
+    if not targets:
+        return Verdict("Unknown", REASON_NO_TARGETS, "the provider has nothing to check")
+    if not failing:
+        return Verdict("True", REASON_ALL_TARGETS_READY, f"{ready} of {len(targets)} targets ready")
+    return Verdict("False", REASON_TARGETS_NOT_READY, truncate("; ".join(failing)))
+
+
+def overdue_verdict(last_checked: float | None, queue: str, after: float) -> Verdict:
+    last = rfc3339(last_checked) if last_checked else "never"
+    return Verdict(
+        "Unknown",
+        REASON_CHECK_OVERDUE,
+        f"no check result for more than {format_duration(after)} (last check: {last}); "
+        f"is a worker consuming queue {queue}?",
+    )
+
+
+def is_overdue(last_checked: float | None, first_seen: float | None, now: float, after: float) -> bool:
+    """Overdue when the newest result (or, before any, the moment the
+    controller first expected one) is older than `after`."""
+    since = last_checked if last_checked is not None else first_seen
+    return since is not None and now - since > after
+
+
+def set_condition(conditions: list[dict[str, Any]], v: Verdict, now: str) -> list[dict[str, Any]]:
+    """apimeta.SetStatusCondition: lastTransitionTime moves only when the
+    status changes; reason and message always follow."""
+    out = [dict(c) for c in conditions]
+    for c in out:
+        if c.get("type") == CONDITION_READY:
+            if c.get("status") != v.status:
+                c["lastTransitionTime"] = now
+            c.update(status=v.status, reason=v.reason, message=v.message)
+            return out
+    out.append(
+        {"type": CONDITION_READY, "status": v.status, "reason": v.reason, "message": v.message, "lastTransitionTime": now}
+    )
+    return out
+
+
+def _target(ts: TargetStatus, transition: str) -> dict[str, Any]:
+    t: dict[str, Any] = {"name": ts.name}
+    if ts.address:
+        t["address"] = ts.address
+    t["ready"] = ts.ready
+    if ts.reason:
+        t["reason"] = ts.reason
+    if ts.message:
+        t["message"] = truncate(ts.message)
+    millis = int(ts.latency * 1000)
+    if millis:
+        t["latencyMillis"] = millis
+    t["lastTransitionTime"] = transition
+    if ts.details:
+        t["details"] = dict(ts.details)
+    return t
+
+
+def build_status(prev: dict[str, Any] | None, result: CheckResult) -> dict[str, Any]:
+    """The seed's buildStatus. `prev` is left untouched; every timestamp
+    comes from result.checked_at; a target keeps its lastTransitionTime
+    unless `ready` flipped."""
+    prev = prev or {}
+    now = rfc3339(result.checked_at)
+    before = {t.get("name"): t for t in prev.get("targets") or ()}
+    targets = []
+    for ts in result.targets:
+        b = before.get(ts.name)
+        keep = b is not None and bool(b.get("ready")) == ts.ready and b.get("lastTransitionTime")
+        targets.append(_target(ts, b["lastTransitionTime"] if keep else now))
+    out: dict[str, Any] = {"type": result.type}
+    out["conditions"] = set_condition(prev.get("conditions") or [], verdict(result), now)
+    if targets:
+        out["targets"] = targets
+    if result.supported:
+        out["targetsReady"] = f"{sum(1 for t in result.targets if t.ready)}/{len(result.targets)}"
+    out["lastCheckTime"] = now
+    return out
+
+
+def overdue_status(prev: dict[str, Any] | None, type_name: str, v: Verdict, now: float) -> dict[str, Any]:
+    """Keep the last known targets but never a stale Ready=True."""
+    out = copy.deepcopy(prev or {})
+    out["type"] = out.get("type") or type_name
+    out["conditions"] = set_condition(out.get("conditions") or [], v, rfc3339(now))
+    return out
+
+
+def ready_of(status: dict[str, Any]) -> dict[str, Any] | None:
+    for c in status.get("conditions") or ():
+        if c.get("type") == CONDITION_READY:
+            return c
+    return None
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 patch turning old into new: removed keys become null, lists
+    are replaced whole."""
+    patch: dict[str, Any] = {}
+    for k in old:
+        if k not in new:
+            patch[k] = None
+    for k, v in new.items():
+        if k not in old:
+            patch[k] = v
+        elif isinstance(v, dict) and isinstance(old[k], dict):
+            sub = merge_patch(old[k], v)
+            if sub:
+                patch[k] = sub
+        elif v != old[k]:
+            patch[k] = v
+    return patch
+
+
+@dataclass(frozen=True)
+class Transition:
+    level: int
+    message: str
+    fields: dict[str, Any]
+
+
+def transitions(prev: CheckResult | None, cur: CheckResult) -> list[Transition]:
+    """The seed's rules: down, or down for a new reason → warning; back up →
+    info; ready at first sight → debug; steady → nothing. Judged against
+    the previous stored result, so restarts and replicas don't repeat them."""
+    before = {t.name: t for t in prev.targets} if prev else {}
+    out = []
+    for ts in cur.targets:
+        p = before.get(ts.name)
+        kv: dict[str, Any] = {"provider": cur.provider, "target": ts.name, "address": ts.address, "reason": ts.reason}
+        if not ts.ready and (p is None or p.ready or p.reason != ts.reason):
+            out.append(Transition(logging.WARNING, "provider target not ready", {**kv, "message": ts.message}))
+        elif ts.ready and p is not None and not p.ready:
+            out.append(Transition(logging.INFO, "provider target ready", {**kv, "latencyMillis": int(ts.latency * 1000)}))
+        elif ts.ready and p is None:
+            out.append(Transition(logging.DEBUG, "provider target ready", {**kv, "latencyMillis": int(ts.latency * 1000)}))
+    return out

@@ -1,0 +1,1 @@
+"""Backends that run egress proxies, behind one contract (`providers.base`)."""

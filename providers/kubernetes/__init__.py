@@ -1,0 +1,1 @@
+"""kubernetes provider: Squid pods in a cluster (local dev, CI, quickstart)."""

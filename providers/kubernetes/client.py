@@ -1,0 +1,36 @@
+"""Loading cluster credentials into a private `Configuration` (never the
+client's global default), shared by this provider and the controller's writer.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+__all__ = ["ConfigException", "in_cluster", "load_configuration", "default_kubeconfig"]
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(SERVICE_ACCOUNT_TOKEN)
+
+
+def default_kubeconfig() -> str:
+    # Read at call time: the client reads $KUBECONFIG once, at import.
+    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+
+
+def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> client.Configuration:
+    """Explicit kubeconfig/context first; else in-cluster; else the default
+    kubeconfig. Raises ConfigException (or OSError) when none works."""
+    cfg = client.Configuration()
+    if kubeconfig is None and context is None and in_cluster():
+        config.load_incluster_config(client_configuration=cfg)
+        return cfg
+    config.load_kube_config(
+        config_file=kubeconfig or default_kubeconfig(), context=context, client_configuration=cfg
+    )
+    return cfg

@@ -1,0 +1,165 @@
+"""The kubernetes provider: each proxy is a Squid pod.
+
+Ignores `cloud_init` and all of `placement` (a pod has no cloud-init); the
+Squid config is generated from the port. The client is built lazily on first
+use, so missing credentials are a verdict of the first check, not a crash of
+the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from providers import base
+from providers.base import CreateRequest, Deadline, Instance, State
+from providers.kubernetes.check import MANAGED_SELECTOR, check_apiserver
+from providers.kubernetes.client import load_configuration
+from providers.kubernetes.config import KubernetesConfig
+from providers.kubernetes.errors import classify
+
+SQUID_CONF = """http_port {port}
+http_access allow all
+cache deny all
+"""
+
+
+class KubernetesProvider:
+    def __init__(self, name: str, cfg: KubernetesConfig) -> None:
+        self.name = name
+        self.cfg = cfg
+        self._lock = threading.Lock()
+        self._api: client.ApiClient | None = None
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def api_client(self) -> client.ApiClient:
+        with self._lock:
+            if self._api is None:
+                self._api = client.ApiClient(load_configuration(self.cfg.kubeconfig, self.cfg.context))
+            return self._api
+
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client())
+
+    def _call(self, op: str, pid: str, deadline: Deadline, fn: Any) -> Any:
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
+        try:
+            return fn(self.core(), remaining)
+        except Exception as exc:  # translated at this one boundary
+            raise base.wrap(classify(exc), op, self.name, pid, exc) from exc
+
+    # -- Checker ---------------------------------------------------------------------
+
+    def check(self, deadline: Deadline) -> list[base.TargetStatus]:
+        return check_apiserver(self, deadline)
+
+    # -- Provider ----------------------------------------------------------------------
+
+    def create(self, request: CreateRequest, deadline: Deadline) -> str:
+        ns = request.namespace or "default"
+        pid = f"{ns}/{request.name}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": request.name,
+                "namespace": ns,
+                "labels": {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "squid",
+                        "image": self.cfg.image,
+                        "env": [{"name": "SQUID_CONF", "value": SQUID_CONF.format(port=request.port)}],
+                        "ports": [{"containerPort": request.port, "name": "proxy"}],
+                    }
+                ]
+            },
+        }
+
+        def create(core: client.CoreV1Api, timeout: float) -> None:
+            try:
+                core.create_namespaced_pod(ns, pod, _request_timeout=timeout)
+            except ApiException as exc:
+                if exc.status != 409:  # AlreadyExists: idempotent by name
+                    raise
+
+        self._call("create", pid, deadline, create)
+        return pid
+
+    def get(self, provider_id: str, deadline: Deadline) -> Instance:
+        ns, name = self._parse("get", provider_id)
+        raw = self._call(
+            "get",
+            provider_id,
+            deadline,
+            lambda core, t: core.read_namespaced_pod(name, ns, _request_timeout=t, _preload_content=False),
+        )
+        return _instance(provider_id, _json(raw))
+
+    def delete(self, provider_id: str, deadline: Deadline) -> None:
+        ns, name = self._parse("delete", provider_id)
+
+        def delete(core: client.CoreV1Api, timeout: float) -> None:
+            try:
+                core.delete_namespaced_pod(name, ns, _request_timeout=timeout)
+            except ApiException as exc:
+                if exc.status != 404:  # already gone
+                    raise
+
+        self._call("delete", provider_id, deadline, delete)
+
+    def list_by_tag(self, deadline: Deadline) -> list[Instance]:
+        raw = self._call(
+            "list",
+            "",
+            deadline,
+            lambda core, t: core.list_pod_for_all_namespaces(
+                label_selector=MANAGED_SELECTOR, _request_timeout=t, _preload_content=False
+            ),
+        )
+        pods = _json(raw).get("items") or []
+        return [_instance(f"{p['metadata']['namespace']}/{p['metadata']['name']}", p) for p in pods]
+
+    def _parse(self, op: str, provider_id: str) -> tuple[str, str]:
+        ns, sep, name = provider_id.partition("/")
+        if not sep or not ns or not name or "/" in name:
+            raise base.wrap(base.Permanent, op, self.name, provider_id, "malformed id, want <namespace>/<name>")
+        return ns, name
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    return json.loads(resp.data)
+
+
+def _instance(pid: str, pod: dict[str, Any]) -> Instance:
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase", "")
+    ip = status.get("podIP") or ""
+    if phase == "Running" and ip:
+        state = State.RUNNING
+    elif phase in ("Pending", "Running", ""):
+        state = State.PROVISIONING
+    else:  # Succeeded, Failed, Unknown
+        state = State.TERMINATED
+    created = meta.get("creationTimestamp")
+    try:
+        created_at = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else None
+    except ValueError:
+        created_at = None
+    uid = (meta.get("labels") or {}).get(base.LABEL_UID, "")
+    return Instance(pid, state, ip if state is State.RUNNING else "", uid, created_at)
+
+
+def new(name: str, cfg: KubernetesConfig) -> KubernetesProvider:
+    return KubernetesProvider(name, cfg)

@@ -1,0 +1,52 @@
+"""The one list of provider types: type name → config model and constructor.
+
+Both are named by import path and imported on demand (libcloud's
+`get_driver`), so validating a config never imports an SDK, and a worker for
+one provider never imports another provider's SDK. The config allow-list, the
+`fleet` CLI and the docs all derive from `TYPES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from providers.base import Provider
+
+
+@dataclass(frozen=True)
+class ProviderType:
+    config: str  # "module:Class", a pydantic model of the type's config block
+    factory: str  # "module:function", new(name, block) -> Provider
+    summary: str
+
+
+TYPES: dict[str, ProviderType] = {
+    "kubernetes": ProviderType(
+        "providers.kubernetes.config:KubernetesConfig",
+        "providers.kubernetes.provider:new",
+        "Squid pods in a Kubernetes cluster",
+    ),
+    "fake": ProviderType(
+        "providers.fake:FakeConfig",
+        "providers.fake:new",
+        "scripted verdicts without a backend, for demos, tests and benchmarks",
+    ),
+}
+
+
+def _load(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def config_model(type_name: str) -> Any:
+    """The pydantic model of a type's config block."""
+    return _load(TYPES[type_name].config)
+
+
+def build(name: str, type_name: str, block: Any) -> Provider:
+    """Construct a provider. Must not dial its backend: one dead backend may
+    not stop the process from serving the others."""
+    return _load(TYPES[type_name].factory)(name, block)

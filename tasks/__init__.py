@@ -1,0 +1,1 @@
+"""Celery task definitions: thin wrappers around `fleet` and `providers`."""
