@@ -55,9 +55,12 @@ def check_reason(exc: BaseException, deadline: Deadline) -> str:
             return base.REASON_FORBIDDEN
         if exc.status:
             return base.REASON_API_ERROR
-    if deadline.expired or isinstance(exc, TimeoutError | urllib3.exceptions.TimeoutError):
-        return base.REASON_TIMEOUT
-    if isinstance(exc, urllib3.exceptions.MaxRetryError) and isinstance(exc.reason, urllib3.exceptions.TimeoutError):
+    cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+    # urllib3's NewConnectionError subclasses its ConnectTimeoutError: a refused
+    # connection must not read as a timeout.
+    if isinstance(cause, urllib3.exceptions.NewConnectionError):
+        return base.REASON_UNREACHABLE
+    if deadline.expired or isinstance(cause, TimeoutError | urllib3.exceptions.TimeoutError):
         return base.REASON_TIMEOUT
     return base.REASON_UNREACHABLE
 

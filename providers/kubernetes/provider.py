@@ -41,7 +41,9 @@ class KubernetesProvider:
     def api_client(self) -> client.ApiClient:
         with self._lock:
             if self._api is None:
-                self._api = client.ApiClient(load_configuration(self.cfg.kubeconfig, self.cfg.context))
+                cfg = load_configuration(self.cfg.kubeconfig, self.cfg.context)
+                cfg.retries = 0  # one attempt per call: the deadline is the caller's, retries are the caller's
+                self._api = client.ApiClient(cfg)
             return self._api
 
     def core(self) -> client.CoreV1Api:

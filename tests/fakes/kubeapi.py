@@ -1,0 +1,245 @@
+"""An HTTP-level fake of the Kubernetes API paths fleet uses, for the real
+`kubernetes` client to talk to.
+
+Cluster-scoped custom objects (get, list with an equality label selector,
+create, status subresource merge-patch with a resourceVersion precondition,
+delete) and the cluster-wide pod list the kubernetes Checker makes. Every
+request is recorded; responses can be scripted per path for error cases.
+(The PyPI `kmock` emulator lacks label selectors, status subresources and
+resourceVersion conflicts, hence this small fake.)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
+CUSTOM = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<status>/status)?$")
+
+
+def merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge(out.get(k), v)
+    return out
+
+
+def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: Any
+    content_type: str
+
+
+@dataclass
+class FakeKubeAPI:
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    # (method, path-regex) -> callable(req) -> (code, body) | None; first match wins
+    scripts: list[tuple[str, str, Callable[[Request], tuple[int, Any] | None]]] = field(default_factory=list)
+    conflicts: int = 0  # make the next N status patches fail with 409
+    delay: float = 0.0  # seconds before answering (timeouts)
+    _rv: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- test helpers -------------------------------------------------------------
+
+    def script(self, method: str, path_regex: str, fn: Callable[[Request], tuple[int, Any] | None]) -> None:
+        self.scripts.append((method, path_regex, fn))
+
+    def add(self, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self._store(copy.deepcopy(obj))
+
+    def writes(self, name: str | None = None) -> list[Request]:
+        return [
+            r for r in self.requests
+            if r.method in ("POST", "PATCH", "PUT", "DELETE") and (name is None or r.path.rstrip("/").split("/")[-1] == name
+                                                                    or r.path.endswith(f"/{name}/status"))
+        ]
+
+    def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._rv += 1
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self._rv)
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        self.objects[meta["name"]] = obj
+        return obj
+
+    # --- request handling --------------------------------------------------------------
+
+    def handle(self, req: Request) -> tuple[int, Any]:
+        self.requests.append(req)
+        if self.delay:
+            time.sleep(self.delay)
+        for method, rx, fn in self.scripts:
+            if method == req.method and re.search(rx, req.path):
+                answer = fn(req)
+                if answer is not None:
+                    return answer
+        if req.path == "/api/v1/pods" and req.method == "GET":
+            return 200, self._list_pods(req)
+        pm = PODS.match(req.path)
+        if pm:
+            with self._lock:
+                return self._pod(req, pm.group("ns"), pm.group("name"))
+        m = CUSTOM.match(req.path)
+        if not m:
+            return 404, status_body(404, "NotFound", f"the server could not find the requested resource {req.path}")
+        with self._lock:
+            return self._custom(req, m.group("name"), bool(m.group("status")), m.group("group"), m.group("version"))
+
+    def _list_pods(self, req: Request) -> dict[str, Any]:
+        items = [p for p in self.pods if _selected(p, req.query.get("labelSelector", [""])[0])]
+        limit = int(req.query.get("limit", ["0"])[0] or 0)
+        if limit:
+            items = items[:limit]
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}
+
+    def _pod(self, req: Request, ns: str, name: str | None) -> tuple[int, Any]:
+        """Namespaced pods; a created pod is Running with an IP at once."""
+        found = [p for p in self.pods if p["metadata"]["namespace"] == ns and p["metadata"]["name"] == name]
+        if req.method == "POST" and name is None:
+            pod = copy.deepcopy(req.body)
+            pname = pod["metadata"]["name"]
+            if any(p["metadata"]["namespace"] == ns and p["metadata"]["name"] == pname for p in self.pods):
+                return 409, status_body(409, "AlreadyExists", f'pods "{pname}" already exists')
+            self._rv += 1
+            pod["metadata"].update(namespace=ns, resourceVersion=str(self._rv),
+                                   creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            pod["status"] = {"phase": "Running", "podIP": f"10.0.0.{len(self.pods) + 1}"}
+            self.pods.append(pod)
+            return 201, copy.deepcopy(pod)
+        if not found:
+            return 404, status_body(404, "NotFound", f'pods "{name}" not found')
+        if req.method == "GET":
+            return 200, copy.deepcopy(found[0])
+        if req.method == "DELETE":
+            self.pods.remove(found[0])
+            return 200, copy.deepcopy(found[0])
+        return 405, status_body(405, "MethodNotAllowed", req.method)
+
+    def _custom(self, req: Request, name: str | None, status: bool, group: str, version: str) -> tuple[int, Any]:
+        if name is None:
+            if req.method == "GET":
+                sel = req.query.get("labelSelector", [""])[0]
+                items = [copy.deepcopy(o) for o in self.objects.values() if _selected(o, sel)]
+                return 200, {"apiVersion": f"{group}/{version}", "kind": "List", "metadata": {}, "items": items}
+            if req.method == "POST":
+                obj = req.body
+                n = obj["metadata"]["name"]
+                if n in self.objects:
+                    return 409, status_body(409, "AlreadyExists", f'"{n}" already exists')
+                obj.pop("status", None)  # status is ignored on create with the subresource
+                return 201, copy.deepcopy(self._store(obj))
+            return 405, status_body(405, "MethodNotAllowed", req.method)
+        obj = self.objects.get(name)
+        if obj is None:
+            return 404, status_body(404, "NotFound", f'"{name}" not found')
+        if req.method == "GET":
+            return 200, copy.deepcopy(obj)
+        if req.method == "DELETE":
+            del self.objects[name]
+            return 200, status_body(200, "", "deleted") | {"status": "Success"}
+        if req.method == "PATCH" and status:
+            if req.content_type != "application/merge-patch+json":
+                return 415, status_body(415, "UnsupportedMediaType", req.content_type)
+            want_rv = (req.body.get("metadata") or {}).get("resourceVersion")
+            if self.conflicts > 0 or (want_rv and want_rv != obj["metadata"]["resourceVersion"]):
+                self.conflicts = max(0, self.conflicts - 1)
+                return 409, status_body(409, "Conflict", "the object has been modified; please apply your changes to the latest version")
+            new = copy.deepcopy(obj)
+            new["status"] = merge(obj.get("status") or {}, req.body.get("status") or {})
+            return 200, copy.deepcopy(self._store(new))
+        return 405, status_body(405, "MethodNotAllowed", req.method)
+
+
+def _selected(obj: dict[str, Any], selector: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        k, _, v = term.partition("=")
+        if labels.get(k) != v:
+            return False
+    return True
+
+
+class Server:
+    """Serves a FakeKubeAPI on 127.0.0.1 and writes a kubeconfig for it."""
+
+    def __init__(self, api: FakeKubeAPI) -> None:
+        self.api = api
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _do(self) -> None:
+                parts = urlsplit(self.path)
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                body = json.loads(raw) if raw else None
+                req = Request(self.command, parts.path, parse_qs(parts.query), body, self.headers.get("Content-Type", ""))
+                code, out = outer.api.handle(req)
+                data = json.dumps(out).encode()
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _do
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def kubeconfig(self, path: str, token: str = "test-token") -> str:
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        return path

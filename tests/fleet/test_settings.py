@@ -1,0 +1,88 @@
+"""Process settings: durations, the seed's ValidateSchedule table, env vs flags."""
+
+import pytest
+
+from fleet.durations import format_duration, parse_duration
+from fleet.settings import Settings, SettingsError, validate_schedule
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0", 0), ("15s", 15), ("1m", 60), ("1m30s", 90), ("500ms", 0.5), ("1h", 3600), ("-1m", -60), ("1.5s", 1.5)],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "15", "1x", "s", "1m 2s", "abc"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (10, "10s"), (60, "1m0s"), (90, "1m30s"), (3600, "1h0m0s"), (0.5, "500ms")])
+def test_format_duration_like_go(seconds, text):
+    assert format_duration(seconds) == text
+
+
+# The seed's TestValidateSchedule.
+@pytest.mark.parametrize(
+    ("name", "interval", "timeout", "want_err"),
+    [
+        ("off", 0, 0, False),
+        ("defaults", 60, 15, False),
+        ("shortest interval", 10, 10, False),
+        ("too frequent", 5, 1, True),
+        ("negative interval", -60, 1, True),
+        ("timeout left to derive, short interval", 12, 0, False),
+        ("negative timeout", 60, -1, True),
+        ("timeout longer than interval", 60, 120, True),
+    ],
+)
+def test_validate_schedule(name, interval, timeout, want_err):
+    if want_err:
+        with pytest.raises(SettingsError):
+            validate_schedule(interval, timeout)
+    else:
+        validate_schedule(interval, timeout)
+
+
+def test_schedule_messages_are_the_seeds():
+    with pytest.raises(SettingsError) as err:
+        validate_schedule(5, 1)
+    assert str(err.value) == "--provider-check-interval must be 0 (off) or at least 10s, got 5s"
+    with pytest.raises(SettingsError) as err:
+        validate_schedule(60, 120)
+    assert str(err.value) == "--provider-check-timeout must be at most the interval (1m0s), got 2m0s"
+
+
+# The seed's TestMonitor_setDefaults_timeout.
+@pytest.mark.parametrize(("interval", "timeout", "want"), [(60, 0, 15), (12, 0, 12), (60, 20, 20)])
+def test_timeout_default(interval, timeout, want):
+    assert Settings(provider_check_interval=interval, provider_check_timeout=timeout).check_timeout == want
+
+
+def test_overdue_after_is_two_intervals_plus_timeout():
+    assert Settings(provider_check_interval=60).overdue_after == 135
+
+
+def test_from_env_and_round_trip():
+    env = {"FLEET_PROVIDER_CHECK_INTERVAL": "10s", "FLEET_BROKER_URL": "redis://h:1/2", "FLEET_PROVIDERS_CONFIG": "p.yaml"}
+    s = Settings.from_env(env)
+    assert (s.provider_check_interval, s.broker, s.providers_config) == (10, "redis://h:1/2", "p.yaml")
+    assert Settings.from_env(s.to_env()) == s
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"FLEET_PROVIDER_CHECK_INTERVAL": "soon"}, "--provider-check-interval: invalid duration 'soon'"),
+        ({"FLEET_PROVIDER_CHECK_INTERVAL": "5s"}, "at least 10s, got 5s"),
+        ({"FLEET_LOG_FORMAT": "xml"}, "--log-format must be text or json, got 'xml'"),
+        ({"FLEET_BROKER_URL": "amqp://x"}, "--broker must be a redis:// or rediss:// URL, got 'amqp://x'"),
+    ],
+)
+def test_bad_settings_name_flag_and_value(env, message):
+    with pytest.raises(SettingsError) as err:
+        Settings.from_env(env)
+    assert message in str(err.value)
