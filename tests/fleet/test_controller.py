@@ -1,0 +1,183 @@
+"""The controller against fakeredis and the HTTP-level fake of the
+CustomObjects API, through the real kubernetes client."""
+
+import logging
+
+import fakeredis
+import pytest
+from kubernetes import client
+
+from fleet.config import parse
+from fleet.controller import Controller
+from fleet.kube import LABEL_MANAGED_BY, MANAGED_BY, HealthWriter
+from fleet.results import CheckResult, rfc3339
+from fleet.settings import Settings
+from fleet.store import Store
+from providers.base import TargetStatus
+from providers.kubernetes.client import load_configuration
+
+T0 = 1_789_225_200.0
+PH = "/apis/crawl.example.com/v1alpha1/providerhealths"
+
+
+def res(provider="kvm-home", at=T0, ready=True, reason="Reachable"):
+    return CheckResult(provider, "fake", True, at, (TargetStatus("nas1", "nas1:22", ready, reason),))
+
+
+def config(*names):
+    return parse({"providers": [{"name": n, "type": "fake"} for n in names]})
+
+
+@pytest.fixture
+def redis_client():
+    return fakeredis.FakeRedis()
+
+
+@pytest.fixture
+def make(kubeapi, redis_client):
+    def make(names=("kvm-home", "local"), interval=60.0, writer=True):
+        w = HealthWriter(client.ApiClient(load_configuration(kubeapi.kubeconfig_path))) if writer else None
+        return Controller(Settings(provider_check_interval=interval), config(*names), Store(redis_client), w)
+
+    return make
+
+
+def managed(name, **status):
+    return {"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProviderHealth",
+            "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}, **({"status": status} if status else {})}
+
+
+def test_record_creates_labelled_object_and_patches_status(make, kubeapi):
+    assert make().record(res()) == "patched"
+    obj = kubeapi.objects["kvm-home"]
+    assert obj["metadata"]["labels"] == {LABEL_MANAGED_BY: MANAGED_BY}
+    st = obj["status"]
+    assert (st["targetsReady"], st["lastCheckTime"], st["conditions"][0]["status"]) == ("1/1", rfc3339(T0), "True")
+    methods = [(r.method, r.path) for r in kubeapi.requests]
+    assert methods == [("GET", f"{PH}/kvm-home"), ("POST", PH), ("PATCH", f"{PH}/kvm-home/status")]
+    patch = kubeapi.requests[-1]
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.body["metadata"]["resourceVersion"]  # optimistic concurrency
+
+
+def test_patched_only_when_changed(make, kubeapi):
+    ctl = make()
+    ctl.record(res(at=T0))
+    writes = len(kubeapi.writes())
+    assert ctl.writer.publish("kvm-home", T0, lambda prev: prev) == "unchanged"
+    assert len(kubeapi.writes()) == writes
+    ctl.record(res(at=T0 + 60))
+    assert len(kubeapi.writes()) == writes + 1
+    # the target stayed ready: its transition time is kept
+    assert kubeapi.objects["kvm-home"]["status"]["targets"][0]["lastTransitionTime"] == rfc3339(T0)
+
+
+def test_stale_or_redelivered_result_writes_nothing(make, kubeapi):
+    ctl = make()
+    ctl.record(res(at=T0 + 60))
+    n = len(kubeapi.requests)
+    assert ctl.record(res(at=T0 + 60)) == "stale"  # redelivery
+    assert ctl.record(res(at=T0)) == "stale"  # out of order
+    assert len(kubeapi.requests) == n
+    assert ctl.store.latest("kvm-home").checked_at == T0 + 60
+
+
+def test_older_result_than_the_object_is_not_written(make, kubeapi, redis_client):
+    # another replica already wrote a newer status (and this one's store lost it)
+    kubeapi.add(managed("kvm-home", lastCheckTime=rfc3339(T0 + 120)))
+    assert make().record(res(at=T0)) == "stale"
+    assert kubeapi.writes() == []
+
+
+def test_conflicts_are_retried(make, kubeapi):
+    kubeapi.add(managed("kvm-home"))
+    kubeapi.conflicts = 2
+    assert make().record(res()) == "patched"
+    patches = [r for r in kubeapi.requests if r.method == "PATCH"]
+    assert len(patches) == 3
+    assert kubeapi.objects["kvm-home"]["status"]["lastCheckTime"] == rfc3339(T0)
+
+
+def test_conflict_from_a_concurrent_write_rereads(make, kubeapi):
+    """A write between our GET and PATCH bumps resourceVersion: 409, re-read, retry."""
+    ctl = make()
+    ctl.record(res(at=T0))
+    bumped = {"done": False}
+
+    def sneak(req):
+        if not bumped["done"]:
+            bumped["done"] = True
+            obj = kubeapi.objects["kvm-home"]
+            kubeapi._store(obj)  # someone else's write: new resourceVersion
+        return None
+
+    kubeapi.script("PATCH", "/status$", sneak)
+    assert ctl.record(res(at=T0 + 60)) == "patched"
+    assert len([r for r in kubeapi.requests if r.method == "PATCH"]) == 3  # first, conflicted, retried
+
+
+def test_cleanup_deletes_only_labelled_unconfigured(make, kubeapi):
+    kubeapi.add(managed("kvm-home"))
+    kubeapi.add(managed("retired"))
+    kubeapi.add({"metadata": {"name": "foreign"}})
+    make(names=("kvm-home",)).start()
+    assert sorted(kubeapi.objects) == ["foreign", "kvm-home"]
+    (sel,) = [r.query.get("labelSelector") for r in kubeapi.requests if r.method == "GET" and r.path == PH]
+    assert sel == [f"{LABEL_MANAGED_BY}={MANAGED_BY}"]
+
+
+def test_checks_off_cleans_up_everything_labelled(make, kubeapi, redis_client):
+    kubeapi.add(managed("kvm-home"))
+    kubeapi.add({"metadata": {"name": "foreign"}})
+    ctl = make(interval=0)
+    ctl.store.save_if_newer(res())
+    ctl.start()
+    assert sorted(kubeapi.objects) == ["foreign"]
+    assert ctl.store.latest("kvm-home") is None
+
+
+def test_start_forgets_results_of_unconfigured_providers(make, redis_client):
+    ctl = make(names=("kvm-home",), writer=False)
+    ctl.store.save_if_newer(res("gone"))
+    ctl.store.save_if_newer(res("kvm-home"))
+    ctl.start()
+    assert sorted(ctl.store.all()) == ["kvm-home"]
+
+
+def test_transition_logs_are_not_repeated_by_a_second_replica(make, caplog):
+    a, b = make(writer=False), make(writer=False)  # same Redis, two replicas
+    caplog.set_level(logging.INFO, logger="fleet.controller")
+    a.record(res(at=T0, ready=False, reason="Unreachable"))
+    b.record(res(at=T0, ready=False, reason="Unreachable"))  # the same result again
+    b.record(res(at=T0 + 60, ready=False, reason="Unreachable"))  # steady: quiet
+    a.record(res(at=T0 + 120, ready=True))
+    msgs = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "fleet.controller"]
+    assert msgs == [("WARNING", "provider target not ready"), ("INFO", "provider target ready")]
+
+
+def test_standalone_stores_without_a_cluster(make):
+    ctl = make(writer=False)
+    assert ctl.record(res()) == "stored"
+    assert ctl.store.latest("kvm-home") == res()
+
+
+def test_overdue_sweep(make, kubeapi, caplog):
+    ctl = make(names=("kvm-home", "local"))
+    ctl.record(res("kvm-home", at=T0))
+    ctl.store.first_seen("local", now=T0)
+    caplog.set_level(logging.WARNING, logger="fleet.controller")
+    assert ctl.sweep_overdue(now=T0 + 100) == []  # within 2 × 60s + 15s
+    later = T0 + 136
+    assert ctl.sweep_overdue(now=later) == ["kvm-home", "local"]
+    for name in ("kvm-home", "local"):
+        cond = kubeapi.objects[name]["status"]["conditions"][0]
+        assert (cond["status"], cond["reason"]) == ("Unknown", "CheckOverdue")
+        assert f"provider.{name}" in cond["message"]
+    assert "last check: never" in kubeapi.objects["local"]["status"]["conditions"][0]["message"]
+    writes = len(kubeapi.writes())
+    assert ctl.sweep_overdue(now=later + 60) == ["kvm-home", "local"]
+    assert len(kubeapi.writes()) == writes, "a steady overdue status is not rewritten"
+    assert [r.getMessage() for r in caplog.records].count("provider check overdue") == 2  # once each
+    # a fresh result brings it back
+    ctl.record(res("kvm-home", at=later + 61))
+    assert kubeapi.objects["kvm-home"]["status"]["conditions"][0]["status"] == "True"
