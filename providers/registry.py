@@ -28,6 +28,11 @@ TYPES: dict[str, ProviderType] = {
         "providers.kubernetes.provider:new",
         "Squid pods in a Kubernetes cluster",
     ),
+    "kvm": ProviderType(
+        "providers.kvm.config:KvmConfig",
+        "providers.kvm.provider:new",
+        "libvirt VMs on your own hypervisors over SSH",
+    ),
     "fake": ProviderType(
         "providers.fake:FakeConfig",
         "providers.fake:new",
