@@ -124,3 +124,21 @@ def test_rotated_key_and_known_hosts_are_read_on_the_next_dial(lab, checked, tmp
     assert st.reason == check.REASON_SSH_HANDSHAKE_FAILED and "authenticat" in st.message.lower()
     shutil.copy(lab.key_file, key)  # the Secret is rotated to the authorized key
     assert checked(None, provider=p).ready
+
+
+def test_insecure_ignore_host_key_connects_and_warns_at_every_connect(lab, caplog):
+    cfg = KvmConfig.model_validate(
+        {"sshKeyFile": str(lab.key_file), "insecureIgnoreHostKey": True,
+         "hosts": [{"name": "lab", "address": lab.address, "user": lab.user, "pool": TEST_POOL,
+                    "socket": lab.socket, "uri": TEST_URI}]}
+    )
+    p = new("kvm-lab", cfg)
+    try:
+        for _ in range(2):
+            assert p.check(Deadline.after(10))[0].ready
+            host = p.cfg.hosts[0]
+            p.pool.drop(host.name, p.pool.get(host, Deadline.after(5)), "test")
+        warnings = [r for r in caplog.records if r.levelname == "WARNING" and "NOT verified" in r.getMessage()]
+        assert len(warnings) == 2
+    finally:
+        p.close()
