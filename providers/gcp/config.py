@@ -1,0 +1,74 @@
+"""The `gcp:` block of a provider entry.
+
+Credentials are deliberately absent: they come from Application Default
+Credentials (workload identity in a cluster, `gcloud auth application-default
+login` on a laptop), never from a key-file path in this file.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+
+from providers.blocks import Block
+
+DEFAULT_NETWORK = "default"
+DEFAULT_NETWORK_TAG = "proxy-operator"
+DEFAULT_DISK_SIZE_GB = 10
+
+# Project ids: 6-30 characters, lowercase letters, digits and hyphens; old
+# "domain:project" ids keep their colon. The id ends up in every URL path, so
+# a slash or space is never valid.
+_PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+# GCE resource names (networks, tags): RFC 1035 labels.
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class GcpConfig(Block):
+    project: str = Field(min_length=1)
+    # A network name (global/networks/<name>) or a full/partial URL of one.
+    network: str = Field(default=DEFAULT_NETWORK, min_length=1)
+    # Put on every VM; the firewall rule for the proxy port targets it.
+    networkTag: str = Field(default=DEFAULT_NETWORK_TAG)
+    diskSizeGb: int = Field(default=DEFAULT_DISK_SIZE_GB, ge=10, le=65536)
+    # A private or regional endpoint, e.g. https://compute-private.example.internal
+    # (tests point it at a local server). Unset: compute.googleapis.com.
+    apiEndpoint: str | None = Field(default=None, min_length=1)
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, v: str) -> str:
+        if not _PROJECT.match(v):
+            raise ValueError("not a GCP project id (lowercase letters, digits and hyphens, 6-30 characters)")
+        return v
+
+    @field_validator("networkTag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        if v and not _NAME.match(v):  # empty: no tag
+            raise ValueError("not a GCE network tag (a lowercase RFC 1035 label, at most 63 characters)")
+        return v
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: str) -> str:
+        if "/" not in v and not _NAME.match(v):
+            raise ValueError("not a GCE network name (a lowercase RFC 1035 label) or a network URL")
+        if any(c.isspace() for c in v):
+            raise ValueError("must not contain whitespace")
+        return v
+
+    @field_validator("apiEndpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if any(c.isspace() for c in v) or v.endswith("/"):
+            raise ValueError("a host[:port] or an http(s)://host[:port] URL, without a trailing slash or path")
+        rest = v.split("://", 1)[1] if "://" in v else v
+        if "://" in v and not v.startswith(("http://", "https://")):
+            raise ValueError("the scheme must be http or https")
+        if not rest or "/" in rest:
+            raise ValueError("a host[:port] or an http(s)://host[:port] URL, without a trailing slash or path")
+        return v

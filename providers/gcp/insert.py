@@ -1,0 +1,82 @@
+"""Building the `instances.insert` body from a CreateRequest (pure).
+
+One NIC on the configured network with an ephemeral external NAT IP, one
+boot disk that is deleted with the VM, the GC labels, the network tag the
+firewall rule targets, and the cloud-init as `user-data` metadata: all in
+the single insert call, so no instance ever exists without its marks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from google.cloud import compute_v1
+
+from providers import base
+from providers.base import CreateRequest
+from providers.gcp.config import GcpConfig
+
+USER_DATA_KEY = "user-data"
+NAT_NAME = "External NAT"
+_ZONE = re.compile(r"^[a-z]+(-[a-z0-9]+)+$")  # europe-west1-b
+# GCE label values: lowercase letters, digits, '-' and '_', at most 63.
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{1,63}$")
+
+
+def placement_problem(req: CreateRequest) -> str | None:
+    """Why this request can never be satisfied, or None. Checked before any
+    API call; the CRD can't validate placement, so this is the user's only
+    feedback and names the field and the value."""
+    p = req.placement
+    for field, value in (("zone", p.zone), ("machineType", p.machine_type), ("image", p.image)):
+        if not value.strip():
+            return f"placement.{field} is required by gcp (got {value!r})"
+    if not _ZONE.match(p.zone):
+        return f"placement.zone must be a GCE zone such as europe-west1-b (got {p.zone!r})"
+    if any(c.isspace() for c in p.machine_type + p.image):
+        bad = ("machineType", p.machine_type) if any(c.isspace() for c in p.machine_type) else ("image", p.image)
+        return f"placement.{bad[0]} must not contain whitespace (got {bad[1]!r})"
+    if not _LABEL_VALUE.match(req.uid):
+        return f"uid is not a valid GCE label value (got {req.uid!r})"
+    return None
+
+
+def machine_type_url(zone: str, machine_type: str) -> str:
+    """`e2-small` → `zones/<zone>/machineTypes/e2-small`; a URL is kept."""
+    return machine_type if "/" in machine_type else f"zones/{zone}/machineTypes/{machine_type}"
+
+
+def network_url(network: str) -> str:
+    """`default` → `global/networks/default`; a URL is kept."""
+    return network if "/" in network else f"global/networks/{network}"
+
+
+def build_instance(req: CreateRequest, cfg: GcpConfig) -> compute_v1.Instance:
+    p = req.placement
+    inst = compute_v1.Instance(
+        name=req.name,
+        description=f"egress proxy {req.namespace}/{req.proxy_name}".rstrip("/ "),
+        machine_type=machine_type_url(p.zone, p.machine_type),
+        labels={base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid},
+        network_interfaces=[
+            compute_v1.NetworkInterface(
+                network=network_url(cfg.network),
+                access_configs=[compute_v1.AccessConfig(name=NAT_NAME, type_="ONE_TO_ONE_NAT")],
+            )
+        ],
+        disks=[
+            compute_v1.AttachedDisk(
+                boot=True,
+                auto_delete=True,
+                type_="PERSISTENT",
+                initialize_params=compute_v1.AttachedDiskInitializeParams(
+                    source_image=p.image, disk_size_gb=cfg.diskSizeGb
+                ),
+            )
+        ],
+    )
+    if cfg.networkTag:
+        inst.tags = compute_v1.Tags(items=[cfg.networkTag])
+    if req.cloud_init:
+        inst.metadata = compute_v1.Metadata(items=[compute_v1.Items(key=USER_DATA_KEY, value=req.cloud_init)])
+    return inst
