@@ -3,16 +3,20 @@ and libvirtd on loopback, see lab.py) for tests marked integration."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-from providers.kvm.config import KvmConfig
-from providers.kvm.conn import HostPool
-from providers.kvm.provider import KvmProvider
 from tests.providers.kvm import lab as labmod
-from tests.providers.kvm.fakes import FakeDialer
+
+# Without the kvm extra (paramiko, libvirt-python) there is nothing to test here.
+if importlib.util.find_spec("libvirt") is None or importlib.util.find_spec("paramiko") is None:
+    collect_ignore_glob = ["test_*.py"]
 
 
-def make_config(hosts: list[dict], **kw) -> KvmConfig:
+def make_config(hosts: list[dict], **kw):
+    from providers.kvm.config import KvmConfig
+
     data = {"sshKeyFile": "/nonexistent/key", "knownHostsFile": "/nonexistent/known_hosts", "hosts": hosts}
     data.update(kw)
     return KvmConfig.model_validate(data)
@@ -24,6 +28,10 @@ def fake_host(name: str, **kw) -> dict:
 
 @pytest.fixture
 def fake_provider_factory():
+    from providers.kvm.conn import HostPool
+    from providers.kvm.provider import KvmProvider
+    from tests.providers.kvm.fakes import FakeDialer
+
     made: list[KvmProvider] = []
 
     def build(names: list[str], dialer: FakeDialer | None = None, **kw) -> tuple[KvmProvider, FakeDialer]:
