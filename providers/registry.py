@@ -33,6 +33,11 @@ TYPES: dict[str, ProviderType] = {
         "providers.kvm.provider:new",
         "libvirt VMs on your own hypervisors over SSH",
     ),
+    "gcp": ProviderType(
+        "providers.gcp.config:GcpConfig",
+        "providers.gcp.provider:new",
+        "Compute Engine VMs with an ephemeral external IP",
+    ),
     "fake": ProviderType(
         "providers.fake:FakeConfig",
         "providers.fake:new",

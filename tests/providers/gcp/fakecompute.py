@@ -49,6 +49,7 @@ class Script:
     body: Any = None
     delay: float = 0.0
     times: int = 1  # -1: forever
+    query: dict[str, str] | None = None  # and these query parameters
 
 
 @dataclass
@@ -72,8 +73,17 @@ class FakeCompute:
 
     # -- helpers for tests --------------------------------------------------------
 
-    def script(self, method: str, path: str, status: int = 200, body: Any = None, delay: float = 0.0, times: int = 1):
-        self.scripts.append(Script(method, path, status, body, delay, times))
+    def script(
+        self,
+        method: str,
+        path: str,
+        status: int = 200,
+        body: Any = None,
+        delay: float = 0.0,
+        times: int = 1,
+        query: dict[str, str] | None = None,
+    ) -> None:
+        self.scripts.append(Script(method, path, status, body, delay, times, query))
 
     def api_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path.startswith("/compute/")]
@@ -111,7 +121,16 @@ class FakeCompute:
     def handle(self, method: str, path: str, query: dict[str, str], body: Any, headers: dict[str, str]):
         with self.lock:
             self.requests.append(Recorded(method, path, query, body, headers))
-            script = next((s for s in self.scripts if s.method == method and re.search(s.path, path)), None)
+            script = next(
+                (
+                    s
+                    for s in self.scripts
+                    if s.method == method
+                    and re.search(s.path, path)
+                    and all(query.get(k) == v for k, v in (s.query or {}).items())
+                ),
+                None,
+            )
             if script is not None and script.times > 0:
                 script.times -= 1
                 if script.times == 0:
