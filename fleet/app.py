@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from celery import Celery, signals
 
-from fleet import logs, routing, runtime
+from fleet import brokerfix, logs, routing, runtime
 
 settings = runtime.settings()
+brokerfix.install()
 
 app = Celery("fleet", include=["tasks.checks", "tasks.controller"])
 app.conf.update(

@@ -1,0 +1,169 @@
+"""Real servers for the integration tests: redis-server on a free loopback
+port, and fleet's own processes started with the same command lines as
+production (`fleet.commands`). Everything is torn down after use."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+from celery import Celery
+
+from fleet import commands
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 30, what: str = "condition", interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while time.monotonic() < deadline:
+        try:
+            value = cond()
+            if value:
+                return value
+        except Exception as exc:  # keep polling until the deadline
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+class RedisServer:
+    def __init__(self, workdir: Path) -> None:
+        self.binary = shutil.which("redis-server")
+        if not self.binary:
+            pytest.fail("redis-server is not installed: run `make test`, which installs it")
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_for(lambda: redis.Redis(port=self.port).ping(), 10, "redis-server to answer")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    srv = RedisServer(tmp_path)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+class Stack:
+    """fleet processes against one broker, with a providers file and env."""
+
+    def __init__(self, tmp: Path, broker: str, providers: list[dict], env: dict[str, str]) -> None:
+        self.tmp = tmp
+        self.config_path = tmp / "providers.yaml"
+        self.config_path.write_text(yaml.safe_dump({"providers": providers}))
+        self.env = {
+            **os.environ,
+            "FLEET_PROVIDERS_CONFIG": str(self.config_path),
+            "FLEET_BROKER_URL": broker,
+            "FLEET_PROVIDER_CHECK_INTERVAL": "10s",
+            "FLEET_PROVIDER_CHECK_TIMEOUT": "5s",
+            "FLEET_METRICS_BIND_ADDRESS": "0",
+            "FLEET_LOG_LEVEL": "info",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.broker = broker
+        self.sender = Celery("fleet-test", broker=broker, set_as_current=False)
+        self.sender.conf.update(task_serializer="json", accept_content=["json"])
+
+    def start(self, role: str, argv: list[str]) -> subprocess.Popen:
+        with open(self.tmp / f"{role.replace(':', '-')}.log", "ab") as log:
+            p = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[role] = p
+        return p
+
+    def worker(self, provider: str) -> subprocess.Popen:
+        return self.start(f"worker:{provider}", commands.worker_argv(provider))
+
+    def controller(self) -> subprocess.Popen:
+        return self.start("controller", commands.controller_argv())
+
+    def beat(self) -> subprocess.Popen:
+        return self.start("beat", commands.beat_argv())
+
+    def log(self, role: str) -> str:
+        path = self.tmp / f"{role.replace(':', '-')}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def kill(self, role: str, sig: int = signal.SIGKILL) -> None:
+        p = self.procs.pop(role)
+        os.killpg(p.pid, sig)
+        p.wait(10)
+
+    def wait_ready(self, *roles: str, timeout: float = 40) -> None:
+        for role in roles:
+            wait_for(lambda role=role: "ready." in self.log(role), timeout, f"{role} to be ready:\n{self.log(role)[-2000:]}")
+
+    def send_check(self, provider: str, timeout: float = 5.0) -> None:
+        from beat.schedule import check_options
+
+        self.sender.send_task(
+            "fleet.check_provider",
+            kwargs={"provider": provider, "timeout": timeout, "scheduled_at": time.time()},
+            **check_options(provider, 10.0),
+        )
+
+    def fleet(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=self.env, capture_output=True, text=True,
+                              timeout=60)
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.fixture
+def make_stack(tmp_path):
+    stacks: list[Stack] = []
+
+    def make(broker: str, providers: list[dict], **env: str) -> Stack:
+        s = Stack(tmp_path, broker, providers, env)
+        stacks.append(s)
+        return s
+
+    yield make
+    for s in stacks:
+        s.stop()
