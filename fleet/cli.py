@@ -22,7 +22,7 @@ import yaml
 
 from fleet import commands, logs, routing
 from fleet.config import ConfigError, ProvidersConfig, load
-from fleet.durations import format_duration, parse_duration
+from fleet.durations import parse_duration
 from fleet.results import CheckResult, Verdict, rfc3339
 from fleet.settings import OPTIONS, Settings, SettingsError, env_name
 from fleet.status import REASON_NOT_CHECKED, is_overdue, overdue_verdict, verdict

@@ -4,7 +4,7 @@ value stored in Redis, and what `fleet check`/`fleet get ph` print."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from providers.base import TargetStatus
@@ -12,7 +12,7 @@ from providers.base import TargetStatus
 
 def rfc3339(ts: float) -> str:
     """Second precision, as metav1.Time serializes."""
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(text: str) -> float:

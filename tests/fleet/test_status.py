@@ -41,7 +41,10 @@ CASES = [
         result(up("nas1"), down("nas2", "Timeout")),
         "False", "TargetsNotReady", "nas2: Timeout", "1/2", [T0, T1],
     ),
-    ("no checker", None, result(type_="gcp", supported=False), "Unknown", "ChecksNotImplemented", "gcp providers have no health check", None, []),
+    (
+        "no checker", None, result(type_="gcp", supported=False),
+        "Unknown", "ChecksNotImplemented", "gcp providers have no health check", None, [],
+    ),
     ("nothing to check", None, result(), "Unknown", "NoTargets", "the provider has nothing to check", "0/0", []),
 ]
 

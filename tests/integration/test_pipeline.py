@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from fleet.store import SEEN_KEY, Store
+from fleet.store import Store
 from tests.integration.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.integration
