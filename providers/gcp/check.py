@@ -52,9 +52,7 @@ def check_project(p: GcpProvider, deadline: Deadline) -> list[TargetStatus]:
         if remaining <= 0:
             raise TimeoutError("deadline passed before the request")
         client = p.compute.instances()
-        pager = client.aggregated_list(
-            request=list_request(p.cfg.project, max_results=1), timeout=remaining, retry=None
-        )
+        pager = client.aggregated_list(request=list_request(p.cfg.project, max_results=1), timeout=remaining, retry=None)
         first = next(iter(pager.pages))  # the answer already fetched; never the next page
     except Exception as exc:  # never raises: a failure is a verdict
         latency = time.monotonic() - start

@@ -69,9 +69,7 @@ def build_instance(req: CreateRequest, cfg: GcpConfig) -> compute_v1.Instance:
                 boot=True,
                 auto_delete=True,
                 type_="PERSISTENT",
-                initialize_params=compute_v1.AttachedDiskInitializeParams(
-                    source_image=p.image, disk_size_gb=cfg.diskSizeGb
-                ),
+                initialize_params=compute_v1.AttachedDiskInitializeParams(source_image=p.image, disk_size_gb=cfg.diskSizeGb),
             )
         ],
     )

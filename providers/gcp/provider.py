@@ -234,9 +234,7 @@ class GcpProvider:
 
         def delete(t: float) -> compute_v1.Operation | None:
             try:
-                return self.compute.instances().delete_unary(
-                    project=self.cfg.project, zone=zone, instance=name, timeout=t, retry=None
-                )
+                return self.compute.instances().delete_unary(project=self.cfg.project, zone=zone, instance=name, timeout=t, retry=None)
             except gexc.NotFound:  # already gone
                 return None
 
@@ -262,9 +260,7 @@ class GcpProvider:
                 "list",
                 "",
                 deadline,
-                lambda t: self.compute.instances().aggregated_list(
-                    request=request, timeout=t, retry=_read_retry(deadline)
-                ),
+                lambda t: self.compute.instances().aggregated_list(request=request, timeout=t, retry=_read_retry(deadline)),
             )
             page = read_page(next(iter(resp.pages)))  # one page per call: each gets the time left
             pages += 1

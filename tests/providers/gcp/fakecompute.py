@@ -98,9 +98,7 @@ class FakeCompute:
             "status": "RUNNING",
             "creationTimestamp": CREATED,
             "labels": {"proxy-operator-managed": "true", "proxy-operator-uid": f"uid-{name}"},
-            "networkInterfaces": [
-                {"network": "global/networks/default", "accessConfigs": [{"natIP": f"203.0.113.{n % 250}"}]}
-            ],
+            "networkInterfaces": [{"network": "global/networks/default", "accessConfigs": [{"natIP": f"203.0.113.{n % 250}"}]}],
         }
         inst.update(fields)
         with self.lock:
@@ -125,9 +123,7 @@ class FakeCompute:
                 (
                     s
                     for s in self.scripts
-                    if s.method == method
-                    and re.search(s.path, path)
-                    and all(query.get(k) == v for k, v in (s.query or {}).items())
+                    if s.method == method and re.search(s.path, path) and all(query.get(k) == v for k, v in (s.query or {}).items())
                 ),
                 None,
             )
@@ -289,9 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = {k: v[-1] for k, v in parse_qs(raw.decode()).items()}
         else:
             body = None
-        status, answer = self.fake.handle(
-            self.command, url.path, query, body, {k.lower(): v for k, v in self.headers.items()}
-        )
+        status, answer = self.fake.handle(self.command, url.path, query, body, {k.lower(): v for k, v in self.headers.items()})
         data = b"" if answer is None else (answer if isinstance(answer, bytes) else json.dumps(answer).encode())
         try:
             self.send_response(status)

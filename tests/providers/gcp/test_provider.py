@@ -267,18 +267,12 @@ def test_get_retries_503_within_the_deadline(fake, provider):
 # -- asynchronous insert failures ---------------------------------------------------
 
 QUOTA_ERROR = {
-    "error": {
-        "errors": [{"code": "QUOTA_EXCEEDED", "message": "Quota 'CPUS' exceeded. Limit: 8.0 in region europe-west1."}]
-    },
+    "error": {"errors": [{"code": "QUOTA_EXCEEDED", "message": "Quota 'CPUS' exceeded. Limit: 8.0 in region europe-west1."}]},
     "httpErrorStatusCode": 403,
     "httpErrorMessage": "FORBIDDEN",
 }
 IMAGE_ERROR = {
-    "error": {
-        "errors": [
-            {"code": "RESOURCE_NOT_FOUND", "message": "The resource 'projects/x/global/images/nope' was not found"}
-        ]
-    },
+    "error": {"errors": [{"code": "RESOURCE_NOT_FOUND", "message": "The resource 'projects/x/global/images/nope' was not found"}]},
     "httpErrorStatusCode": 404,
     "httpErrorMessage": "NOT FOUND",
 }

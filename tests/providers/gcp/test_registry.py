@@ -34,9 +34,7 @@ def test_building_touches_nothing(fake, monkeypatch):
 
 def providers_file(tmp_path, url: str) -> str:
     path = tmp_path / "providers.yaml"
-    path.write_text(
-        f"providers:\n- name: gcp-eu\n  type: gcp\n  gcp:\n    project: {PROJECT}\n    apiEndpoint: {url}\n"
-    )
+    path.write_text(f"providers:\n- name: gcp-eu\n  type: gcp\n  gcp:\n    project: {PROJECT}\n    apiEndpoint: {url}\n")
     return str(path)
 
 
