@@ -7,6 +7,7 @@ replicas and restarts behave the same. All decisions are in `fleet.status`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -56,6 +57,7 @@ class Controller:
             self.writer.cleanup(keep)
 
     def record(self, result: CheckResult) -> str:
+        result = dataclasses.replace(result, recorded_at=time.time())
         stored, prev = self.store.save_if_newer(result)
         if not stored:
             log.debug("dropped a result no newer than the stored one", extra=kv(provider=result.provider))

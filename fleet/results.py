@@ -28,6 +28,7 @@ class CheckResult:
     targets: tuple[TargetStatus, ...] = ()
     scheduled_at: float | None = None  # the beat tick that asked for it
     worker: str = ""
+    recorded_at: float | None = None  # when the controller stored it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +39,7 @@ class CheckResult:
             "targets": [t.to_dict() for t in self.targets],
             "scheduledAt": self.scheduled_at,
             "worker": self.worker,
+            "recordedAt": self.recorded_at,
         }
 
     @classmethod
@@ -50,6 +52,7 @@ class CheckResult:
             targets=tuple(TargetStatus.from_dict(t) for t in d.get("targets") or ()),
             scheduled_at=d.get("scheduledAt"),
             worker=d.get("worker", ""),
+            recorded_at=d.get("recordedAt"),
         )
 
     @property

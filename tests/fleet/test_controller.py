@@ -1,6 +1,7 @@
 """The controller against fakeredis and the HTTP-level fake of the
 CustomObjects API, through the real kubernetes client."""
 
+import dataclasses
 import logging
 
 import fakeredis
@@ -158,7 +159,9 @@ def test_transition_logs_are_not_repeated_by_a_second_replica(make, caplog):
 def test_standalone_stores_without_a_cluster(make):
     ctl = make(writer=False)
     assert ctl.record(res()) == "stored"
-    assert ctl.store.latest("kvm-home") == res()
+    stored = ctl.store.latest("kvm-home")
+    assert stored.recorded_at >= stored.checked_at
+    assert dataclasses.replace(stored, recorded_at=None) == res()
 
 
 def test_overdue_sweep(make, kubeapi, caplog):
