@@ -23,15 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet import commands, routing  # noqa: E402
-from fleet.store import Store  # noqa: E402
-from tests.fakes.kubeapi import FakeKubeAPI, Server  # noqa: E402
-from tests.integration.conftest import RedisServer, Stack, wait_for  # noqa: E402
+from fleet import commands, routing
+from fleet.store import Store
+from tests.fakes.kubeapi import FakeKubeAPI, Server
+from tests.integration.conftest import RedisServer, Stack, wait_for
 
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def peak_rss_mib(pid: int) -> float:

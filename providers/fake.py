@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import Field
 
@@ -30,8 +30,8 @@ class FakeTarget(Block):
 class FakeConfig(Block):
     targets: list[FakeTarget] = Field(default_factory=list)
     # Adds this many generated ready targets t0000, t0001, … (benchmarks).
-    targetCount: int = Field(default=0, ge=0, le=10000)  # noqa: N815 - config key
-    latencyMs: int = Field(default=0, ge=0)  # noqa: N815 - config key
+    targetCount: int = Field(default=0, ge=0, le=10000)
+    latencyMs: int = Field(default=0, ge=0)
     # A provider of this type that has no Checker: Ready=Unknown/ChecksNotImplemented.
     checks: bool = True
 
@@ -71,7 +71,7 @@ class FakeProvider:
         with self._lock:
             if pid not in self._instances:
                 self._instances[pid] = Instance(
-                    pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(timezone.utc)
+                    pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC)
                 )
         return pid
 

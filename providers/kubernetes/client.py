@@ -9,7 +9,7 @@ import os
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-__all__ = ["ConfigException", "in_cluster", "load_configuration", "default_kubeconfig"]
+__all__ = ["ConfigException", "default_kubeconfig", "in_cluster", "load_configuration"]
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from fleet import status
-from fleet.results import CheckResult
 from fleet.kube import GROUP, KIND, PLURAL, VERSION
+from fleet.results import CheckResult
 from providers.base import TargetStatus
 
 ROOT = Path(__file__).resolve().parents[2]
