@@ -7,7 +7,6 @@
 PY ?= python3
 PIP_EXTRAS ?= test,kvm,gcp
 APT_PACKAGES := $(shell grep -v '^\#' ci/apt-packages.txt)
-DEMO_PORT ?= 6399
 
 .PHONY: deps test unit lint demo bench
 
@@ -28,7 +27,7 @@ unit:
 	$(PY) -m pytest -q -m 'not integration'
 
 demo: deps
-	bash deploy/examples/demo.sh $(DEMO_PORT)
+	$(PY) deploy/examples/demo.py
 
 bench: deps
 	$(PY) benchmarks/round.py
