@@ -95,7 +95,7 @@ def main() -> int:
             time.sleep(1)
         print("\n$ fleet get ph")
         print(fleet(env, "get", "ph"))
-        print("$ curl -s http://%s/metrics | grep provider_target_up" % metrics)
+        print(f"$ curl -s http://{metrics}/metrics | grep provider_target_up")
         body = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
         print("\n".join(line for line in body.splitlines() if line.startswith("proxy_operator_provider_target_up")))
         print("\nRun it yourself: redis-server & then  fleet up -c deploy/examples/providers.yaml  and  fleet get ph")
