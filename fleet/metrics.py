@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -19,7 +20,21 @@ TARGET_UP = "proxy_operator_provider_target_up"
 CHECK_DURATION = "proxy_operator_provider_check_duration_seconds"
 CHECK_TIMESTAMP = "proxy_operator_provider_check_timestamp_seconds"
 QUEUE_LENGTH = "proxy_operator_provider_queue_length"
+WORKERS = "proxy_operator_provider_workers"
+CHECK_OVERDUE = "proxy_operator_provider_check_overdue"
+CHECK_INTERVAL = "proxy_operator_provider_check_interval_seconds"
 LABELS = ["provider", "target"]
+
+
+@dataclass(frozen=True)
+class ProviderGauges:
+    """Per configured provider, beyond its targets' verdicts."""
+
+    provider: str
+    queue: str
+    queue_length: int
+    workers: int  # live heartbeats of workers consuming the queue
+    overdue: bool
 
 log = logging.getLogger("fleet.metrics")
 
@@ -30,10 +45,12 @@ class ProviderTargetCollector(Collector):
     def __init__(
         self,
         read_results: Callable[[], Iterable[CheckResult]],
-        read_queues: Callable[[], Iterable[tuple[str, str, int]]] = lambda: (),
+        read_providers: Callable[[], Iterable[ProviderGauges]] = lambda: (),
+        interval: float | None = None,
     ) -> None:
         self.read_results = read_results
-        self.read_queues = read_queues
+        self.read_providers = read_providers
+        self.interval = interval
 
     def describe(self):  # static descriptions: no Redis read at registration
         return [
@@ -41,6 +58,9 @@ class ProviderTargetCollector(Collector):
             GaugeMetricFamily(CHECK_DURATION, "", labels=LABELS),
             GaugeMetricFamily(CHECK_TIMESTAMP, "", labels=LABELS),
             GaugeMetricFamily(QUEUE_LENGTH, "", labels=["provider", "queue"]),
+            GaugeMetricFamily(WORKERS, "", labels=["provider"]),
+            GaugeMetricFamily(CHECK_OVERDUE, "", labels=["provider"]),
+            GaugeMetricFamily(CHECK_INTERVAL, ""),
         ]
 
     def collect(self):
@@ -53,20 +73,28 @@ class ProviderTargetCollector(Collector):
             QUEUE_LENGTH, "Messages waiting in the provider's queue (checks not yet taken by a worker).",
             labels=["provider", "queue"],
         )
+        workers = GaugeMetricFamily(
+            WORKERS, "Workers consuming the provider's queue, by their heartbeats in Redis.", labels=["provider"]
+        )
+        overdue = GaugeMetricFamily(
+            CHECK_OVERDUE, "1 when the provider has had no check result for 2 x interval + timeout (CheckOverdue).",
+            labels=["provider"],
+        )
         try:
             for r in self.read_results():
                 for t in r.targets:
                     up.add_metric([r.provider, t.name], 1.0 if t.ready else 0.0)
                     duration.add_metric([r.provider, t.name], t.latency)
                     stamp.add_metric([r.provider, t.name], r.checked_at)
-            for provider, queue, n in self.read_queues():
-                queues.add_metric([provider, queue], n)
+            for g in self.read_providers():
+                queues.add_metric([g.provider, g.queue], g.queue_length)
+                workers.add_metric([g.provider], g.workers)
+                overdue.add_metric([g.provider], 1.0 if g.overdue else 0.0)
         except Exception:  # a Redis outage yields an empty scrape, not a 500
             log.exception("reading results for /metrics")
-        yield up
-        yield duration
-        yield stamp
-        yield queues
+        yield from (up, duration, stamp, queues, workers, overdue)
+        if self.interval is not None:
+            yield GaugeMetricFamily(CHECK_INTERVAL, "The configured --provider-check-interval.", value=self.interval)
 
 
 def parse_bind(address: str) -> tuple[str, int] | None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from fleet import heartbeat, status
 from fleet.controller import Controller
 from fleet.logs import kv
-from fleet.metrics import ProviderTargetCollector, parse_bind
+from fleet.metrics import ProviderGauges, ProviderTargetCollector, parse_bind
 from fleet.routing import provider_queue
+from fleet.store import SEEN_KEY
 
 log = logging.getLogger("fleet.metrics")
 
@@ -20,10 +23,22 @@ def collector_for(ctl: Controller) -> ProviderTargetCollector:
     def results():
         return [r for name, r in ctl.store.all().items() if name in configured]
 
-    def queues():
-        return [(n, provider_queue(n), ctl.store.queue_length(provider_queue(n))) for n in ctl.config.names()]
+    def providers():
+        now = time.time()
+        live = heartbeat.live_workers(ctl.store.r)
+        latest = ctl.store.all()
+        out = []
+        for n in ctl.config.names():
+            seen = ctl.store.r.get(SEEN_KEY + n)
+            last = latest[n].checked_at if n in latest else None
+            overdue = ctl.settings.checks_enabled and status.is_overdue(
+                last, float(seen) if seen else None, now, ctl.settings.overdue_after
+            )
+            q = provider_queue(n)
+            out.append(ProviderGauges(n, q, ctl.store.queue_length(q), len(live.get(n, ())), overdue))
+        return out
 
-    return ProviderTargetCollector(results, queues)
+    return ProviderTargetCollector(results, providers, ctl.settings.provider_check_interval)
 
 
 def serve_metrics(ctl: Controller) -> object | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fleet import routing, runtime
+from celery import signals
+
+from fleet import heartbeat, routing, runtime
 from fleet.app import app
 from fleet.checking import run_check
 
@@ -14,3 +16,12 @@ def check_provider(self, provider: str, timeout: float, scheduled_at: float | No
     pc = runtime.providers_config().get(provider)
     result = run_check(pc.name, pc.type, lambda: runtime.provider(provider), timeout, scheduled_at, self.request.hostname or "")
     return result.to_dict()
+
+
+@signals.worker_ready.connect
+def _start_heartbeat(sender: object = None, **_: object) -> None:
+    """Announce which providers this worker serves (see fleet.heartbeat)."""
+    queues = getattr(getattr(sender, "task_consumer", None), "queues", None) or []
+    providers = [p for q in queues if (p := routing.provider_of_queue(q.name))]
+    if providers:
+        heartbeat.start(runtime.settings().broker, providers, getattr(sender, "hostname", "") or "")

@@ -9,16 +9,16 @@ from providers.base import TargetStatus
 CHECKED = 1757602800.0
 
 
-def scrape(results, queues=()):
+def scrape(results, providers=(), interval=None):
     reg = CollectorRegistry()
-    reg.register(metrics.ProviderTargetCollector(lambda: results, lambda: queues))
+    reg.register(metrics.ProviderTargetCollector(lambda: results, lambda: providers, interval))
     return generate_latest(reg).decode()
 
 
 def test_scrape():
     r = CheckResult("kvm-home", "kvm", True, CHECKED, (
         TargetStatus("nas1", ready=True, latency=0.084), TargetStatus("nas2", ready=False, latency=15.0)))
-    text = scrape([r], [("kvm-home", "provider.kvm-home", 3)])
+    text = scrape([r], [metrics.ProviderGauges("kvm-home", "provider.kvm-home", 3, 2, True)], 60.0)
     expected = """\
 # HELP proxy_operator_provider_target_up Whether the target passed its latest provider health check (1) or not (0).
 # TYPE proxy_operator_provider_target_up gauge
@@ -35,6 +35,15 @@ proxy_operator_provider_check_timestamp_seconds{provider="kvm-home",target="nas2
 # HELP proxy_operator_provider_queue_length Messages waiting in the provider's queue (checks not yet taken by a worker).
 # TYPE proxy_operator_provider_queue_length gauge
 proxy_operator_provider_queue_length{provider="kvm-home",queue="provider.kvm-home"} 3.0
+# HELP proxy_operator_provider_workers Workers consuming the provider's queue, by their heartbeats in Redis.
+# TYPE proxy_operator_provider_workers gauge
+proxy_operator_provider_workers{provider="kvm-home"} 2.0
+# HELP proxy_operator_provider_check_overdue 1 when the provider has had no check result for 2 x interval + timeout (CheckOverdue).
+# TYPE proxy_operator_provider_check_overdue gauge
+proxy_operator_provider_check_overdue{provider="kvm-home"} 1.0
+# HELP proxy_operator_provider_check_interval_seconds The configured --provider-check-interval.
+# TYPE proxy_operator_provider_check_interval_seconds gauge
+proxy_operator_provider_check_interval_seconds 60.0
 """
     assert text == expected
 
@@ -64,3 +73,15 @@ def test_parse_bind():
     assert metrics.parse_bind(":8080") == ("0.0.0.0", 8080)
     assert metrics.parse_bind("127.0.0.1:9") == ("127.0.0.1", 9)
     assert metrics.parse_bind("0") is None
+
+
+def test_heartbeats_count_live_workers():
+    import fakeredis
+
+    from fleet import heartbeat
+
+    r = fakeredis.FakeRedis()
+    heartbeat.beat_once(r, ["a", "b"], "w1@h")
+    heartbeat.beat_once(r, ["a"], "w2@h")
+    assert heartbeat.live_workers(r) == {"a": ["w1@h", "w2@h"], "b": ["w1@h"]}
+    assert 0 < r.ttl(f"{heartbeat.KEY}a:w1@h") <= heartbeat.TTL

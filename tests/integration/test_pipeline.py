@@ -74,6 +74,11 @@ def test_full_round_from_beat_tick_to_status_and_metrics(redis_server, make_stac
     assert 'proxy_operator_provider_check_duration_seconds{provider="lab-ok",target="edge-1"} 0.03' in body
     assert 'target="x"' not in body  # never checked: no series
     assert 'proxy_operator_provider_queue_length{provider="orphan",queue="provider.orphan"}' in body
+    assert 'proxy_operator_provider_workers{provider="lab-ok"} 1.0' in body  # heartbeats
+    assert 'proxy_operator_provider_workers{provider="orphan"} 0.0' in body
+    assert 'proxy_operator_provider_check_overdue{provider="orphan"} 1.0' in body
+    assert 'proxy_operator_provider_check_overdue{provider="lab-ok"} 0.0' in body
+    assert "proxy_operator_provider_check_interval_seconds 10.0" in body
 
     # fleet get ph reads the same from Redis, no cluster needed
     out = stack.fleet("get", "ph", "-o", "json")
