@@ -1,0 +1,233 @@
+"""The Prometheus alert rules in deploy/prometheus: promtool accepts them and
+their unit tests pass, every alert is tested firing and not firing, has a
+runbook that says what to look at, and the PrometheusRule is the plain rules
+file, generated."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleet import metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+PROM = ROOT / "deploy/prometheus"
+RULES_FILE = PROM / "rules.yaml"
+TESTS_FILE = PROM / "tests.yaml"
+RUNBOOKS = ROOT / "docs/runbooks"
+
+REQUIRED = {
+    "ProviderTargetDown",
+    "ProviderChecksStale",
+    "ProviderCheckOverdue",
+    "ProviderQueueBacklog",
+    "NoWorkerForProvider",
+    "ControllerDown",
+}
+CONTROLLER_JOB = "fleet-controller-metrics"
+
+RULES: dict[str, Any] = yaml.safe_load(RULES_FILE.read_text())
+ALERTS: dict[str, dict[str, Any]] = {r["alert"]: r for g in RULES["groups"] for r in g["rules"] if "alert" in r}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("fleet_prometheus_generate", PROM / "generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    path = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
+    if path is None:
+        pytest.fail(
+            "promtool not found (looked on PATH and at /usr/bin/promtool). It comes from the Debian package "
+            "`prometheus`, listed in ci/apt-packages.txt: run `make deps` or `apt-get install prometheus`."
+        )
+    return path
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+# --- promtool --------------------------------------------------------------------
+
+
+def test_promtool_check_rules(promtool):
+    out = _run([promtool, "check", "rules", str(RULES_FILE)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in out.stdout
+
+
+def test_promtool_unit_tests_pass(promtool):
+    out = _run([promtool, "test", "rules", str(TESTS_FILE)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_the_prometheusrule_spec_passes_promtool_too(promtool, tmp_path):
+    doc = yaml.safe_load((PROM / "prometheusrule.yaml").read_text())
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc["spec"]))
+    out = _run([promtool, "check", "rules", str(spec)])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --- what the rules must contain -------------------------------------------------
+
+
+def test_the_required_alerts_exist():
+    assert set(ALERTS) >= REQUIRED, REQUIRED - set(ALERTS)
+
+
+def test_every_alert_is_tested_firing_and_not_firing():
+    cases = [c for t in yaml.safe_load(TESTS_FILE.read_text())["tests"] for c in t.get("alert_rule_test", [])]
+    firing = {c["alertname"] for c in cases if c.get("exp_alerts")}
+    quiet = {c["alertname"] for c in cases if not c.get("exp_alerts")}
+    assert set(ALERTS) - firing == set(), "never tested firing"
+    assert set(ALERTS) - quiet == set(), "never tested not firing (exp_alerts: [])"
+
+
+@pytest.mark.parametrize("name", sorted(ALERTS))
+def test_labels_and_annotations(name):
+    rule = ALERTS[name]
+    assert rule["labels"]["severity"] in ("warning", "critical")
+    ann = rule["annotations"]
+    assert ann["summary"] and ann["description"]
+    assert ann["runbook_url"] == f"docs/runbooks/{name}.md"
+    if name != "ControllerDown":
+        assert "{{ $labels.provider }}" in ann["summary"], "a provider alert names its provider"
+
+
+def test_severities():
+    critical = {n for n, r in ALERTS.items() if r["labels"]["severity"] == "critical"}
+    assert critical == {"ControllerDown", "NoWorkerForProvider"}
+
+
+def test_rules_use_only_exported_metric_names():
+    exported = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
+    used = {m for r in ALERTS.values() for m in re.findall(r"proxy_operator_\w+", r["expr"])}
+    assert used and used <= exported, used - exported
+
+
+# --- runbooks --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(ALERTS))
+def test_every_alert_has_a_runbook(name):
+    page = ROOT / ALERTS[name]["annotations"]["runbook_url"]
+    assert page.is_file(), f"{page.relative_to(ROOT)} is missing"
+    text = page.read_text()
+    assert text.startswith(f"# {name}\n")
+    assert "## Look first" in text
+
+
+def test_every_runbook_belongs_to_an_alert():
+    pages = {p.stem for p in RUNBOOKS.glob("*.md")} - {"README"}
+    assert pages == set(ALERTS)
+    index = (RUNBOOKS / "README.md").read_text()
+    for name in ALERTS:
+        assert f"[{name}]({name}.md)" in index
+
+
+def test_runbooks_name_the_first_commands():
+    for cmd in ("fleet get ph", "kubectl get ph", "celery -A fleet.app inspect active_queues"):
+        assert any(cmd in (RUNBOOKS / f"{n}.md").read_text() for n in ALERTS), cmd
+    down = (RUNBOOKS / "ProviderTargetDown.md").read_text()
+    assert "fleet get ph" in down and "kubectl get ph" in down
+
+
+def test_the_target_down_runbook_explains_every_reason():
+    """Every failure reason a provider or fleet can report has a row."""
+    reasons = set()
+    for path in (ROOT / "providers").rglob("*.py"):
+        reasons |= set(re.findall(r'^REASON_\w+ = "(\w+)"', path.read_text(), re.M))
+    reasons = (reasons - {"Reachable"}) | {"CheckOverdue"}
+    assert {"Timeout", "Unreachable", "Unauthorized", "Forbidden", "APIError", "CheckerError", "PoolNotFound"} <= reasons
+    rows = set(re.findall(r"^\| `(\w+)` \|", (RUNBOOKS / "ProviderTargetDown.md").read_text(), re.M))
+    assert reasons - rows == set(), "reasons without a row in docs/runbooks/ProviderTargetDown.md"
+
+
+def test_relative_links_in_runbooks_resolve():
+    for page in RUNBOOKS.glob("*.md"):
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+
+
+# --- one source: the PrometheusRule is generated ------------------------------------
+
+
+def test_the_prometheusrule_holds_the_same_groups():
+    doc = yaml.safe_load((PROM / "prometheusrule.yaml").read_text())
+    assert (doc["apiVersion"], doc["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert doc["metadata"]["namespace"] == "fleet-system"
+    assert doc["spec"] == RULES
+
+
+def test_the_prometheusrule_is_freshly_generated():
+    gen = _generator()
+    assert (PROM / "prometheusrule.yaml").read_text() == gen.render(gen.load_rules()), (
+        "prometheusrule.yaml is stale: run python deploy/prometheus/generate.py"
+    )
+    assert gen.main(["--check"]) == 0
+
+
+def test_absolute_runbook_links_on_request():
+    gen = _generator()
+    rules = gen.with_runbook_base(gen.load_rules(), "https://git.example/fleet/blob/main/")
+    urls = {r["alert"]: r["annotations"]["runbook_url"] for g in rules["groups"] for r in g["rules"]}
+    assert urls["ControllerDown"] == "https://git.example/fleet/blob/main/docs/runbooks/ControllerDown.md"
+
+
+# --- the scrape job ControllerDown watches is the one the ServiceMonitor makes -------
+
+
+def _deploy_objects() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((ROOT / "deploy").rglob("*.yaml")):
+        if PROM in path.parents or path.name == "kustomization.yaml":
+            continue
+        out += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and "kind" in d]
+    return out
+
+
+def test_controller_down_watches_the_servicemonitor_job():
+    """The Prometheus Operator names the job after the Service (or its
+    `jobLabel`), unless a relabeling sets it: a mismatch makes ControllerDown
+    fire forever (`absent`)."""
+    assert f'up{{job="{CONTROLLER_JOB}"}}' in ALERTS["ControllerDown"]["expr"]
+    objects = _deploy_objects()
+    monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    if not monitors:
+        pytest.skip("no ServiceMonitor in deploy/")
+    for sm in monitors:
+        spec = sm["spec"]
+        wanted = spec["selector"].get("matchLabels", {})
+        services = [
+            o for o in objects
+            if o["kind"] == "Service" and wanted.items() <= o["metadata"].get("labels", {}).items()
+        ]
+        for ep in spec["endpoints"]:
+            set_by_relabel = [r.get("replacement") for r in ep.get("relabelings", []) if r.get("targetLabel") == "job"]
+            if set_by_relabel:
+                jobs = {set_by_relabel[-1]}
+            elif services:
+                label = spec.get("jobLabel")
+                jobs = {s["metadata"].get("labels", {}).get(label) or s["metadata"]["name"] for s in services}
+            else:
+                pytest.skip(f"ServiceMonitor {sm['metadata']['name']} selects no Service in deploy/ yet")
+            assert jobs == {CONTROLLER_JOB}, (
+                f"ServiceMonitor {sm['metadata']['name']} makes job={sorted(jobs)}, ControllerDown watches job={CONTROLLER_JOB!r}: "
+                f"add `relabelings: [{{targetLabel: job, replacement: {CONTROLLER_JOB}}}]` to its endpoint, "
+                "or change the job in deploy/prometheus/rules.yaml and run deploy/prometheus/generate.py"
+            )
