@@ -257,6 +257,37 @@ def cmd_beat(args: argparse.Namespace) -> int:
     return _exec(commands.beat_argv(), _prepare(args))
 
 
+def cmd_flower(args: argparse.Namespace) -> int:
+    """Flower for a deployment: refuses to start open (see deploy/manager/flower.yaml)."""
+    if not (os.environ.get("FLOWER_BASIC_AUTH") or os.environ.get("FLOWER_AUTH")):
+        raise BadInput("refusing to start Flower without authentication: set FLOWER_BASIC_AUTH (user:password) or FLOWER_AUTH (OAuth)")
+    return _exec(commands.flower_argv(args.port, args.address), _prepare(args, need_config=False))
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from fleet import probe
+
+    if args.mode == "live" and not args.provider:
+        raise BadInput("probe live needs -p/--provider NAME")
+    return probe.run(args.mode, settings_from(args).broker, args.provider, _duration(args.timeout, "--timeout"))
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from fleet import render as rendering
+
+    settings = settings_from(args)
+    config = config_from(settings)
+    assert config is not None and settings.providers_config
+    with open(settings.providers_config, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        objects = rendering.render(config, text, image=args.image or rendering.IMAGE, namespace=args.namespace or rendering.NAMESPACE)
+    except rendering.RenderError as exc:
+        raise BadInput(str(exc)) from None
+    print(json.dumps(objects, indent=2) if args.output == "json" else rendering.to_yaml(objects).rstrip())
+    return EXIT_OK
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     env = _prepare(args)
     settings = settings_from(args)
@@ -335,6 +366,23 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("beat", parents=[common], help="run the scheduler (exactly one)")
     s.set_defaults(fn=cmd_beat)
+
+    s = sub.add_parser("flower", parents=[common], help="run Flower, only with FLOWER_BASIC_AUTH or FLOWER_AUTH set")
+    s.add_argument("--port", type=int, default=5555)
+    s.add_argument("--address", default="0.0.0.0")
+    s.set_defaults(fn=cmd_flower)
+
+    s = sub.add_parser("probe", parents=[common], help="exec probe: ready (broker answers) or live (heartbeat fresh)")
+    s.add_argument("mode", choices=("ready", "live"))
+    s.add_argument("-p", "--provider", help="live: the provider this worker serves")
+    s.add_argument("--timeout", default="3s", help="broker timeout (default 3s)")
+    s.set_defaults(fn=cmd_probe)
+
+    s = sub.add_parser("render", parents=[common], help="print the worker Deployments of the providers file")
+    s.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    s.add_argument("--image", default=None, help="container image of the workers")
+    s.add_argument("--namespace", default=None, help="namespace of the workers (default fleet-system)")
+    s.set_defaults(fn=cmd_render)
 
     s = sub.add_parser("up", parents=[common], help="run the whole stack in the foreground")
     s.add_argument("--no-flower", dest="flower", action="store_false")

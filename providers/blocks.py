@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a provider's worker needs from where it runs: `fleet render`
+    turns it into that worker's mounts, environment and RBAC, and nothing
+    else gets them.
+
+    - `files`: absolute paths the provider reads at run time (keys, known
+      hosts, kubeconfigs); mounted read-only from the provider's own Secret,
+      marked optional so the worker starts (and reports why) without it.
+    - `env`: plain, non-secret environment variables.
+    - `in_cluster`: it talks to the cluster it runs in with its pod's
+      ServiceAccount token; `cluster_rules` are that account's RBAC rules.
+    """
+
+    files: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    in_cluster: bool = False
+    cluster_rules: tuple[dict[str, Any], ...] = ()
 
 
 class Block(BaseModel):
@@ -17,3 +38,7 @@ class Block(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     secret_fields: ClassVar[tuple[str, ...]] = ()
+
+    def runtime(self) -> Runtime:
+        """What this provider's worker needs mounted or granted; nothing by default."""
+        return Runtime()

@@ -11,7 +11,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from providers.blocks import Block
+from providers.blocks import Block, Runtime
 
 DEFAULT_NETWORK = "default"
 DEFAULT_NETWORK_TAG = "proxy-operator"
@@ -24,6 +24,13 @@ _PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 # GCE resource names (networks, tags): RFC 1035 labels.
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
+# Where a deployment may put Application Default Credentials as a file: the
+# Cloud SDK's config directory, which ADC reads after GOOGLE_APPLICATION_CREDENTIALS
+# and before the metadata server. A missing file falls through to the
+# metadata server (Workload Identity), so one optional mount serves both.
+ADC_DIR = "/var/run/secrets/fleet/gcloud"
+ADC_FILE = ADC_DIR + "/application_default_credentials.json"
+
 
 class GcpConfig(Block):
     project: str = Field(min_length=1)
@@ -35,6 +42,11 @@ class GcpConfig(Block):
     # A private or regional endpoint, e.g. https://compute-private.example.internal
     # (tests point it at a local server). Unset: compute.googleapis.com.
     apiEndpoint: str | None = Field(default=None, min_length=1)
+
+    def runtime(self) -> Runtime:
+        """ADC: an optional key file in the Cloud SDK's config directory, or
+        the platform's workload identity when it is absent."""
+        return Runtime(files=(ADC_FILE,), env=(("CLOUDSDK_CONFIG", ADC_DIR),))
 
     @field_validator("project")
     @classmethod

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from providers.blocks import Block
+from providers.blocks import Block, Runtime
 
 DEFAULT_SOCKET = "/var/run/libvirt/libvirt-sock"
 DEFAULT_URI = "qemu:///system"
@@ -153,6 +153,11 @@ class KvmConfig(Block):
                 raise ValueError(f"duplicate host name {h.name!r}")
             seen.add(h.name)
         return v
+
+    def runtime(self) -> Runtime:
+        """The SSH key and known_hosts file, shared by every host: mounted
+        from the provider's Secret. libvirt's client library is in the image."""
+        return Runtime(files=tuple(f for f in (self.sshKeyFile, self.knownHostsFile) if f))
 
     def host(self, name: str) -> KvmHost | None:
         for h in self.hosts:

@@ -1,0 +1,59 @@
+"""Fixtures of the deploy tests: deploy/ rendered like `kubectl kustomize`,
+and `fleet render` on a config with one provider of each real type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.config import load
+from fleet.render import render as render_workers
+from tests.deploy import kustomize
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+THREE = """\
+providers:
+  - name: kvm-home
+    type: kvm
+    kvm:
+      sshKeyFile: /etc/fleet/kvm-home/id_ed25519
+      knownHostsFile: /etc/fleet/kvm-home/known_hosts
+      hosts:
+        - {name: nas1, address: "nas1.example.net:22", user: fleet}
+  - name: gcp-eu
+    type: gcp
+    gcp:
+      project: egress-proxies-eu
+  - name: cluster
+    type: kubernetes
+    kubernetes: {}
+"""
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def pod(deployment: dict[str, Any]) -> dict[str, Any]:
+    return deployment["spec"]["template"]["spec"]
+
+
+@pytest.fixture(scope="session")
+def rendered() -> list[dict[str, Any]]:
+    return kustomize.render(DEPLOY)
+
+
+@pytest.fixture(scope="session")
+def three_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("render") / "providers.yaml"
+    path.write_text(THREE)
+    return path
+
+
+@pytest.fixture(scope="session")
+def workers(three_path: Path) -> list[dict[str, Any]]:
+    return render_workers(load(str(three_path)), three_path.read_text())

@@ -1,0 +1,173 @@
+"""`fleet render`: one worker Deployment per configured provider, each with
+its queue and worker name from the one command line, its own ServiceAccount,
+RBAC only where it talks to this cluster, and only its own credentials,
+mounted optional."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from fleet import cli, commands
+from fleet.config import load
+from fleet.render import (
+    CONFIG_HASH_ANNOTATION,
+    NODE_ANNOTATION,
+    QUEUE_ANNOTATION,
+    RenderError,
+    credentials_secret,
+    render,
+)
+from tests.deploy.conftest import THREE, by_kind, pod
+from tests.deploy.test_manifests import validate
+
+NAMES = ["kvm-home", "gcp-eu", "cluster"]
+
+
+def secret_volumes(d: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in pod(d)["volumes"] if "secret" in v]
+
+
+def mounts(d: dict[str, Any]) -> dict[str, str]:
+    (c,) = pod(d)["containers"]
+    return {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+
+
+def test_three_providers_three_worker_deployments(workers):
+    deployments = by_kind(workers, "Deployment")
+    assert sorted(deployments) == sorted(f"fleet-worker-{n}" for n in NAMES)
+    validate(workers)
+    for name in NAMES:
+        d = deployments[f"fleet-worker-{name}"]
+        (c,) = pod(d)["containers"]
+        args = cli.parser().parse_args(c["command"][1:])
+        assert c["command"][0] == "fleet" and args.fn is cli.cmd_worker and args.provider == name
+        argv = commands.worker_argv(args.provider, args.concurrency)
+        assert argv[argv.index("-Q") + 1] == d["metadata"]["annotations"][QUEUE_ANNOTATION] == f"provider.{name}"
+        assert argv[argv.index("-n") + 1] == d["metadata"]["annotations"][NODE_ANNOTATION] == f"{name}@%h"
+        assert pod(d)["serviceAccountName"] == f"fleet-worker-{name}"
+        assert c["readinessProbe"]["exec"]["command"] == ["fleet", "probe", "ready"]
+        assert c["livenessProbe"]["exec"]["command"] == ["fleet", "probe", "live", "-p", name]
+        assert cli.parser().parse_args(c["livenessProbe"]["exec"]["command"][1:]).fn is cli.cmd_probe
+
+
+def test_each_worker_mounts_only_its_own_credentials_optionally(workers):
+    deployments = by_kind(workers, "Deployment")
+    for name in NAMES:
+        d = deployments[f"fleet-worker-{name}"]
+        for v in secret_volumes(d):
+            assert v["secret"]["secretName"] == credentials_secret(name)
+            assert v["secret"]["optional"] is True
+        (c,) = pod(d)["containers"]
+        assert all(m.get("readOnly") for m in c["volumeMounts"] if m["mountPath"] != "/tmp")
+
+    kvm = deployments["fleet-worker-kvm-home"]
+    (vol,) = secret_volumes(kvm)
+    assert vol["secret"]["items"] == [{"key": "id_ed25519", "path": "id_ed25519"}, {"key": "known_hosts", "path": "known_hosts"}]
+    assert mounts(kvm)[vol["name"]] == "/etc/fleet/kvm-home"
+
+    gcp = deployments["fleet-worker-gcp-eu"]
+    (vol,) = secret_volumes(gcp)
+    assert vol["secret"]["items"] == [{"key": "application_default_credentials.json", "path": "application_default_credentials.json"}]
+    (c,) = pod(gcp)["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["CLOUDSDK_CONFIG"] == mounts(gcp)[vol["name"]]
+
+    assert secret_volumes(deployments["fleet-worker-cluster"]) == []
+    # nobody else's variables either
+    for name in ("kvm-home", "cluster"):
+        (c,) = pod(deployments[f"fleet-worker-{name}"])["containers"]
+        assert "CLOUDSDK_CONFIG" not in {e["name"] for e in c["env"]}
+
+
+def test_only_the_kubernetes_worker_gets_a_token_and_pod_rights(workers):
+    accounts = by_kind(workers, "ServiceAccount")
+    deployments = by_kind(workers, "Deployment")
+    for name in NAMES:
+        sa = f"fleet-worker-{name}"
+        in_cluster = name == "cluster"
+        assert accounts[sa]["automountServiceAccountToken"] is in_cluster
+        assert pod(deployments[sa])["automountServiceAccountToken"] is in_cluster
+    (binding,) = by_kind(workers, "ClusterRoleBinding").values()
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fleet-worker-cluster", "namespace": "fleet-system"}]
+    (role,) = by_kind(workers, "ClusterRole").values()
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list"]}]
+
+
+def test_the_config_map_is_the_file_and_its_hash_rolls_the_workers(workers, three_path, tmp_path):
+    (cm,) = by_kind(workers, "ConfigMap").values()
+    assert cm["data"]["providers.yaml"] == THREE
+    hashes = {d["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] for d in by_kind(workers, "Deployment").values()}
+    assert len(hashes) == 1
+    changed = tmp_path / "p.yaml"
+    changed.write_text(THREE + "# edited\n")
+    again = render(load(str(changed)), changed.read_text())
+    rolled = {d["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] for d in by_kind(again, "Deployment").values()}
+    assert rolled.isdisjoint(hashes)
+
+
+def test_a_kubeconfig_is_mounted_instead_of_a_token(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("providers:\n  - name: other\n    type: kubernetes\n    kubernetes: {kubeconfig: /etc/fleet/other/kubeconfig}\n")
+    objs = render(load(str(path)), path.read_text())
+    validate(objs)
+    assert by_kind(objs, "ClusterRole") == {}
+    (d,) = by_kind(objs, "Deployment").values()
+    assert pod(d)["automountServiceAccountToken"] is False
+    (vol,) = secret_volumes(d)
+    assert vol["secret"]["items"] == [{"key": "kubeconfig", "path": "kubeconfig"}]
+
+
+def test_a_fake_provider_gets_nothing(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("providers:\n  - name: demo\n    type: fake\n    fake: {}\n")
+    objs = render(load(str(path)), path.read_text())
+    assert [o["kind"] for o in objs] == ["ConfigMap", "ServiceAccount", "Deployment"]
+    (d,) = by_kind(objs, "Deployment").values()
+    assert secret_volumes(d) == [] and pod(d)["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize(
+    ("key_file", "problem"),
+    [
+        ("id_ed25519", "absolute"),
+        ("/etc/fleet/../x/id", "absolute, normalised"),
+        ("/tmp/keys/id", "hidden by the mount"),
+        ("/etc/id", "hidden by the mount"),
+        ("/etc/fleet/config/id", "hidden by the mount"),
+    ],
+)
+def test_unmountable_credential_paths_are_refused(tmp_path, key_file, problem):
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "providers:\n  - name: kvm\n    type: kvm\n    kvm:\n"
+        f"      sshKeyFile: {key_file}\n      insecureIgnoreHostKey: true\n"
+        "      hosts: [{name: h, address: 'h.example.net:22', user: u}]\n"
+    )
+    with pytest.raises(RenderError, match=problem):
+        render(load(str(path)), path.read_text())
+
+
+def test_cli_prints_yaml_or_json(three_path, capsys):
+    assert cli.main(["render", "-c", str(three_path), "--image", "reg.example/fleet:1", "--namespace", "proxies"]) == 0
+    objs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert len(by_kind(objs, "Deployment")) == 3
+    for d in by_kind(objs, "Deployment").values():
+        assert d["metadata"]["namespace"] == "proxies"
+        assert pod(d)["containers"][0]["image"] == "reg.example/fleet:1"
+    assert cli.main(["render", "-c", str(three_path), "-o", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == len(objs)
+
+
+def test_cli_reports_an_unmountable_config_as_bad_input(tmp_path, capsys):
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "providers:\n  - name: kvm\n    type: kvm\n    kvm:\n      sshKeyFile: key\n      insecureIgnoreHostKey: true\n"
+        "      hosts: [{name: h, address: 'h.example.net:22', user: u}]\n"
+    )
+    assert cli.main(["render", "-c", str(path)]) == cli.EXIT_BAD_INPUT
+    assert "credential file 'key' must be an absolute" in capsys.readouterr().err
