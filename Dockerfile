@@ -1,0 +1,45 @@
+# syntax=docker/dockerfile:1
+# One image for every fleet process; the role is the command:
+#   fleet worker -p NAME | fleet controller | fleet beat | fleet flower | fleet probe ...
+# Runs as uid 10001 with a read-only root filesystem (only /tmp is written),
+# as deploy/ and docker-compose.yml run it.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# --- build: compile libvirt-python against libvirt-dev, install into a venv ---
+FROM ${PYTHON_IMAGE} AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libvirt-dev \
+ && rm -rf /var/lib/apt/lists/*
+RUN python -m venv /opt/fleet
+ENV PATH=/opt/fleet/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY fleet ./fleet
+COPY providers ./providers
+COPY tasks ./tasks
+COPY beat ./beat
+RUN pip install '.[kvm,gcp,flower]' \
+ && python -m compileall -q /opt/fleet
+
+# --- run: the venv plus libvirt's client library, nothing to build with ---
+FROM ${PYTHON_IMAGE}
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libvirt0 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 fleet \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin fleet
+COPY --from=build /opt/fleet /opt/fleet
+# HOME=/tmp: the only writable place. No .pyc writes on a read-only root.
+# WORKDIR is read-only on purpose: `python -m celery` puts the working
+# directory on sys.path, and it must not be a writable one.
+ENV PATH=/opt/fleet/bin:$PATH \
+    HOME=/tmp \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    FLEET_PROVIDERS_CONFIG=/etc/fleet/config/providers.yaml
+WORKDIR /opt/fleet
+USER 10001:10001
+# controller /metrics, Flower
+EXPOSE 8080 5555
+CMD ["fleet", "--help"]
