@@ -1,11 +1,23 @@
-"""The controller's /metrics endpoint."""
+"""The controller's /metrics endpoint, and its probes on the same port.
+
+`/readyz` answers 200 only while Redis answers PING (the gauges read Redis at
+scrape time and turn an outage into an empty scrape, so /metrics itself
+cannot tell); `/livez` answers while the process serves. HTTP probes rather
+than an exec'd `fleet probe`, which would count against the controller's
+128Mi memory limit.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from fleet import heartbeat, status
 from fleet.controller import Controller
@@ -41,6 +53,35 @@ def collector_for(ctl: Controller) -> ProviderTargetCollector:
     return ProviderTargetCollector(results, providers, ctl.settings.provider_check_interval)
 
 
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def with_probes(metrics: WSGIApp, ping: Callable[[], object]) -> WSGIApp:
+    """`/readyz` (ping succeeds) and `/livez` in front of the metrics app."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/livez":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        if path == "/readyz":
+            try:
+                ping()
+            except Exception as exc:  # any failure to reach Redis is "not ready"
+                start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+                return [f"broker unreachable: {type(exc).__name__}\n".encode()]
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        return metrics(environ, start_response)
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: no access log
+        pass
+
+
 def serve_metrics(ctl: Controller) -> object | None:
     bind = parse_bind(ctl.settings.metrics_bind_address)
     if bind is None:
@@ -48,6 +89,8 @@ def serve_metrics(ctl: Controller) -> object | None:
         return None
     registry = CollectorRegistry()
     registry.register(collector_for(ctl))
-    server = start_http_server(bind[1], addr=bind[0], registry=registry)
+    app = with_probes(make_wsgi_app(registry), ctl.store.r.ping)
+    server = make_server(bind[0], bind[1], app, ThreadingWSGIServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="fleet-metrics", daemon=True).start()
     log.info("serving /metrics", extra=kv(address=f"{bind[0]}:{bind[1]}"))
     return server

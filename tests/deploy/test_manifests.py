@@ -168,9 +168,9 @@ def test_commands_and_exec_probes_are_real_fleet_invocations(rendered):
 def test_probes_say_something_true(rendered):
     deployments = by_kind(rendered, "Deployment")
     (ctl,) = pod(deployments["fleet-controller"])["containers"]
-    # Ready only while /metrics (read from Redis) answers; alive while it serves.
-    assert ctl["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
-    assert ctl["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
+    # Ready only while Redis answers; alive while it serves (fleet/serving.py).
+    assert ctl["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert ctl["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
     (beat,) = pod(deployments["fleet-beat"])["containers"]
     assert beat["readinessProbe"]["exec"]["command"] == ["fleet", "probe", "ready"]
     (flower,) = pod(deployments["fleet-flower"])["containers"]

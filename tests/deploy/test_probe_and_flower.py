@@ -10,6 +10,7 @@ import fakeredis
 import pytest
 
 from fleet import cli, commands, heartbeat, probe
+from fleet.serving import with_probes
 
 UNREACHABLE = "redis://127.0.0.1:1/0"
 
@@ -78,3 +79,26 @@ def test_flower_with_basic_auth_runs_the_one_flower_command(monkeypatch):
     ((argv, env),) = started
     assert argv == commands.flower_argv(5555, "0.0.0.0")
     assert "ops:secret" not in " ".join(argv) and env["FLOWER_BASIC_AUTH"] == "ops:secret"
+
+
+def _get(app, path: str) -> tuple[str, bytes]:
+    seen = []
+    body = b"".join(app({"PATH_INFO": path}, lambda status, headers: seen.append(status)))
+    return seen[0], body
+
+
+def test_controller_probes_on_the_metrics_port():
+    def metrics(environ, start_response):
+        start_response("200 OK", [])
+        return [b"# metrics\n"]
+
+    def down():
+        raise ConnectionError("Error 111 connecting to redis:6379")
+
+    up = with_probes(metrics, lambda: True)
+    assert _get(up, "/readyz")[0].startswith("200")
+    assert _get(up, "/metrics") == ("200 OK", b"# metrics\n")
+    broken = with_probes(metrics, down)
+    status, body = _get(broken, "/readyz")
+    assert status.startswith("503") and b"broker unreachable" in body
+    assert _get(broken, "/livez")[0].startswith("200"), "a Redis outage never fails liveness"
