@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from celery import Celery, signals
 
-from fleet import brokerfix, logs, routing, runtime
+from fleet import brokerfix, inspection, logs, routing, runtime, tracing
 
 settings = runtime.settings()
 brokerfix.install()
+assert inspection.provider_status  # registers `celery inspect provider_status|provider_config`
 
 app = Celery("fleet", include=["tasks.checks", "tasks.controller"])
 app.conf.update(
@@ -44,3 +45,16 @@ if settings.providers_config:
 @signals.setup_logging.connect
 def _setup_logging(**_: object) -> None:
     logs.setup(settings.log_format, settings.log_level)
+
+
+@signals.worker_init.connect
+@signals.worker_process_init.connect
+def _trace_worker(**_: object) -> None:
+    tracing.setup("fleet-worker")
+    tracing.instrument_celery()
+
+
+@signals.beat_init.connect
+def _trace_beat(**_: object) -> None:
+    tracing.setup("fleet-beat")
+    tracing.instrument_celery()

@@ -8,12 +8,15 @@ import functools
 import threading
 
 from fleet.config import ProvidersConfig, load
+from fleet.results import CheckResult
 from fleet.settings import Settings
 from providers import registry
 from providers.base import Provider
 
 _lock = threading.Lock()
 _providers: dict[str, Provider] = {}
+# This process's latest result per provider, for `celery inspect provider_status`.
+_last: dict[str, CheckResult] = {}
 
 
 @functools.cache
@@ -44,6 +47,20 @@ def controller():  # -> fleet.controller.Controller; imported late, see module d
     return Controller.from_settings(settings(), providers_config())
 
 
+def remember(result: CheckResult) -> None:
+    _last[result.provider] = result
+
+
+def last_result(name: str) -> CheckResult | None:
+    return _last.get(name)
+
+
+def built(name: str) -> Provider | None:
+    """The provider instance if this process has built it (no side effects)."""
+    with _lock:
+        return _providers.get(name)
+
+
 def reset() -> None:
     """Forget everything (tests)."""
     settings.cache_clear()
@@ -51,3 +68,4 @@ def reset() -> None:
     controller.cache_clear()
     with _lock:
         _providers.clear()
+    _last.clear()

@@ -7,6 +7,7 @@ from celery import signals
 from fleet import heartbeat, routing, runtime
 from fleet.app import app
 from fleet.checking import run_check
+from fleet.tracing import span
 
 
 @app.task(name=routing.CHECK_PROVIDER, bind=True)
@@ -14,7 +15,11 @@ def check_provider(self, provider: str, timeout: float, scheduled_at: float | No
     """Check one provider under `timeout`; the result goes on to
     `fleet.record_check` (linked by the sender)."""
     pc = runtime.providers_config().get(provider)
-    result = run_check(pc.name, pc.type, lambda: runtime.provider(provider), timeout, scheduled_at, self.request.hostname or "")
+    with span("provider.check", **{"provider.name": pc.name, "provider.type": pc.type}) as s:
+        result = run_check(pc.name, pc.type, lambda: runtime.provider(provider), timeout, scheduled_at, self.request.hostname or "")
+        s.set_attribute("provider.targets", len(result.targets))
+        s.set_attribute("provider.targets_not_ready", sum(not t.ready for t in result.targets))
+    runtime.remember(result)
     return result.to_dict()
 
 

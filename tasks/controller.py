@@ -13,13 +13,18 @@ from celery import signals
 from fleet import routing, runtime
 from fleet.app import app
 from fleet.results import CheckResult
+from fleet.tracing import span
 
 log = logging.getLogger("fleet.controller")
 
 
 @app.task(name=routing.RECORD_CHECK, acks_late=True, ignore_result=True)
 def record_check(result: dict) -> str:
-    return runtime.controller().record(CheckResult.from_dict(result))
+    res = CheckResult.from_dict(result)
+    with span("fleet.record", **{"provider.name": res.provider}) as s:
+        outcome = runtime.controller().record(res)
+        s.set_attribute("fleet.outcome", outcome)
+    return outcome
 
 
 @app.task(name=routing.SWEEP_OVERDUE, acks_late=True, ignore_result=True)

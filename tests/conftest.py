@@ -11,3 +11,26 @@ def kubeapi(tmp_path):
         api.server = server
         api.kubeconfig_path = server.kubeconfig(str(tmp_path / "kubeconfig"))
         yield api
+
+
+_EXPORTER = None
+
+
+@pytest.fixture
+def spans():
+    """Finished spans of the test, from an in-memory exporter installed as the
+    global tracer provider once per test process."""
+    global _EXPORTER
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    if _EXPORTER is None:
+        _EXPORTER = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()

@@ -96,7 +96,8 @@ def main() -> int:
         print("\n$ fleet get ph")
         print(fleet(env, "get", "ph"))
         print(f"$ curl -s http://{metrics}/metrics | grep provider_target_up")
-        body = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+        with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as resp:
+            body = resp.read().decode()
         print("\n".join(line for line in body.splitlines() if line.startswith("proxy_operator_provider_target_up")))
         print("\nRun it yourself: redis-server & then  fleet up -c deploy/examples/providers.yaml  and  fleet get ph")
     shutil.rmtree(tmp_path, ignore_errors=True)

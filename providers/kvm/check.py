@@ -11,6 +11,7 @@ write to it. `check_reason` is pure and table-tested.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable
@@ -88,7 +89,7 @@ def check_hosts(hosts: list[KvmHost], probe: Probe, deadline: Deadline) -> list[
         out[i] = check_host(host, probe, deadline)
 
     threads = [
-        threading.Thread(target=run, args=(i, h), name=f"kvm-check-{h.name}", daemon=True)
+        threading.Thread(target=contextvars.copy_context().run, args=(run, i, h), name=f"kvm-check-{h.name}", daemon=True)
         for i, h in enumerate(hosts)
     ]
     for t in threads:

@@ -24,6 +24,7 @@ Secret needs no restart). Nothing here logs key material.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import shlex
@@ -44,6 +45,7 @@ from paramiko.message import Message
 from providers.base import Deadline
 from providers.kvm.config import KvmHost
 from providers.kvm.errors import DeadlineError, DialError, ProbeBusyError, Stage, is_libvirt_error, is_transport_error
+from providers.kvm.tracing import dial_span, traced
 
 log = logging.getLogger("providers.kvm")
 
@@ -77,7 +79,8 @@ def run_until(deadline: Deadline, fn: Callable[[], T], on_abandon: Callable[[], 
         finally:
             done.set()
 
-    threading.Thread(target=runner, name="kvm-rpc", daemon=True).start()
+    ctx = contextvars.copy_context()  # the caller's span, for the RPC spans
+    threading.Thread(target=ctx.run, args=(runner,), name="kvm-rpc", daemon=True).start()
     if not done.wait(deadline.remaining()):
         if on_abandon is not None:
             on_abandon()
@@ -390,6 +393,10 @@ class SSHDialer:
         self.material = material
 
     def __call__(self, host: KvmHost, deadline: Deadline) -> HostClient:
+        with dial_span(host.name, host.address):
+            return self._dial(host, deadline)
+
+    def _dial(self, host: KvmHost, deadline: Deadline) -> HostClient:
         material = self.material.load()
         transport = dial_ssh(host, material, deadline)
         bridge: Bridge | None = None
@@ -419,6 +426,7 @@ class _Entry:
         self.client: Client | None = None
         self.probing = False  # a probe's fn is running, perhaps abandoned
         self.dials = 0
+        self.connected_since: float | None = None  # wall clock, for `celery inspect provider_status`
 
 
 class HostPool:
@@ -436,6 +444,22 @@ class HostPool:
 
     def dials(self, name: str) -> int:
         return self._entry(name).dials
+
+    def state(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """Per host: connected or not, since when, whether an abandoned probe
+        still holds its slot, and how many dials so far. Reads only."""
+        out = {}
+        for name in names:
+            e = self._entry(name)
+            with e.guard:
+                since = e.connected_since
+                out[name] = {
+                    "connected": e.client is not None,
+                    "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)) if since else None,
+                    "probeWaiting": e.probing,
+                    "dials": e.dials,
+                }
+        return out
 
     def get(self, host: KvmHost, deadline: Deadline) -> Client:
         """The host's live connection, dialing if needed. A free slot is taken
@@ -457,6 +481,7 @@ class HostPool:
             log.debug("kvm host %s: connected in %.1f ms", host.name, (time.monotonic() - start) * 1000)
             with e.guard:
                 e.client = client
+                e.connected_since = time.time()
             return client
         finally:
             e.slot.release()
@@ -468,6 +493,7 @@ class HostPool:
             if e.client is not client:
                 return
             e.client = None
+            e.connected_since = None
         log.info("kvm host %s: libvirt connection dropped (%s)", name, why)
         client.close()
 
@@ -489,7 +515,7 @@ class HostPool:
         try:
             return run_until(
                 deadline,
-                lambda: fn(client.conn),
+                lambda: fn(traced(client.conn, host.name)),
                 on_abandon=lambda: self.drop(host.name, client, "deadline passed during an operation"),
             )
         except DeadlineError:
@@ -517,7 +543,7 @@ class HostPool:
 
         def job() -> T:
             try:
-                return fn(client.conn)
+                return fn(traced(client.conn, host.name))
             finally:
                 with e.guard:
                     e.probing = False

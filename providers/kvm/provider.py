@@ -105,6 +105,10 @@ class KvmProvider:
     def check(self, deadline: Deadline) -> list[TargetStatus]:
         return check_hosts(list(self.cfg.hosts), self.pool.probe, deadline)
 
+    def connection_state(self) -> dict[str, dict[str, Any]]:
+        """For `celery inspect provider_status`: the pool's view of each host."""
+        return self.pool.state([h.name for h in self.cfg.hosts])
+
     # -- Create --------------------------------------------------------------------------
 
     def create(self, request: CreateRequest, deadline: Deadline) -> str:

@@ -1,24 +1,30 @@
 from datetime import timedelta
 
-from beat.schedule import build_schedule
+from beat.schedule import ROUND, SWEEP, build_schedule
 from fleet.config import parse
+from fleet.dispatch import check_options
 from fleet.settings import Settings
 
 CFG = parse({"providers": [{"name": "a", "type": "fake"}, {"name": "b", "type": "fake"}]})
 
 
-def test_one_check_per_provider_and_a_sweep():
+def test_a_round_and_a_sweep_every_interval():
     s = build_schedule(Settings(provider_check_interval=30), CFG)
-    assert sorted(s) == ["check:a", "check:b", "sweep-overdue"]
-    a = s["check:a"]
-    assert a["task"] == "fleet.check_provider"
-    assert a["schedule"] == timedelta(seconds=30)
-    assert a["kwargs"]["provider"] == "a" and a["kwargs"]["timeout"] == 15
-    assert callable(a["kwargs"]["scheduled_at"])
-    assert a["options"]["queue"] == "provider.a" and a["options"]["expires"] == 30
-    assert a["options"]["link"]["task"] == "fleet.record_check"
-    assert s["sweep-overdue"]["options"]["queue"] == "fleet.controller"
+    assert sorted(s) == [ROUND, SWEEP]
+    r = s[ROUND]
+    assert r["schedule"] == timedelta(seconds=30)
+    assert r["kwargs"] == {"providers": ["a", "b"], "timeout": 15}
+    assert r["options"]["expires"] == 30
+    assert s[SWEEP]["task"] == "fleet.sweep_overdue"
+    assert s[SWEEP]["options"]["queue"] == "fleet.controller"
 
 
 def test_checks_off_schedules_nothing():
     assert build_schedule(Settings(provider_check_interval=0), CFG) == {}
+
+
+def test_check_message_options():
+    o = check_options("a", 30)
+    assert o["queue"] == "provider.a" and o["expires"] == 30
+    assert o["link"]["task"] == "fleet.record_check"
+    assert o["link"]["options"]["queue"] == "fleet.controller"

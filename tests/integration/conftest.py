@@ -131,13 +131,9 @@ class Stack:
             wait_for(lambda role=role: "ready." in self.log(role), timeout, f"{role} to be ready:\n{self.log(role)[-2000:]}")
 
     def send_check(self, provider: str, timeout: float = 5.0) -> None:
-        from beat.schedule import check_options
+        from fleet.dispatch import send_check
 
-        self.sender.send_task(
-            "fleet.check_provider",
-            kwargs={"provider": provider, "timeout": timeout, "scheduled_at": time.time()},
-            **check_options(provider, 10.0),
-        )
+        send_check(self.sender, provider, timeout, 10.0)
 
     def fleet(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=self.env, capture_output=True, text=True,

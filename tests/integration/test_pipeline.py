@@ -66,7 +66,8 @@ def test_full_round_from_beat_tick_to_status_and_metrics(redis_server, make_stac
     # one status write per provider for that round
     assert len([r for r in kubeapi.requests if r.method == "PATCH" and r.path.endswith("/lab-ok/status")]) == 1
 
-    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+        body = resp.read().decode()
     assert 'proxy_operator_provider_target_up{provider="lab-ok",target="edge-1"} 1.0' in body
     assert 'proxy_operator_provider_target_up{provider="lab-bad",target="edge-4"} 0.0' in body
     assert f'proxy_operator_provider_check_timestamp_seconds{{provider="lab-ok",target="edge-2"}} {ok.checked_at!r}' \
