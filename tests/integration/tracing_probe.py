@@ -36,10 +36,14 @@ with (
     ),
 ):
     dispatch.send_round(app, names, 5.0, 10.0)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(store.all()) < len(names):
+    deadline = time.monotonic() + 60
+
+    def recorded() -> int:
+        return sum(s.name == "fleet.record" for s in exporter.get_finished_spans())
+
+    while time.monotonic() < deadline and recorded() < len(names):
         time.sleep(0.05)
-    time.sleep(0.5)  # let the record spans end
+    time.sleep(0.2)  # the celery run spans end just after ours
     dump = [
         {
             "name": s.name,
