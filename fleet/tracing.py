@@ -68,13 +68,17 @@ def setup(service: str) -> bool:
 
 
 def instrument_celery() -> None:
-    """Propagate trace context through task messages (idempotent)."""
+    """Propagate trace context through task messages, and give the Google
+    SDK's HTTP calls (made with `requests`) client spans under the current
+    provider span (idempotent)."""
     global _instrumented
     if _instrumented:
         return
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.requests import RequestsInstrumentor
 
     CeleryInstrumentor().instrument()
+    RequestsInstrumentor().instrument()
     _instrumented = True
 
 

@@ -64,3 +64,4 @@ def test_checks_are_not_wrapped():
 )
 def test_exporter_only_from_otel_variables(env, want):
     assert tracing.exporter_configured(env) is want
+
