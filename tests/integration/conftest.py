@@ -20,6 +20,7 @@ import yaml
 from celery import Celery
 
 from fleet import commands
+from tests.procs import die_with_parent
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +59,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
         )
         wait_for(lambda: redis.Redis(port=self.port).ping(), 10, "redis-server to answer")
 
@@ -104,7 +105,8 @@ class Stack:
 
     def start(self, role: str, argv: list[str]) -> subprocess.Popen:
         with open(self.tmp / f"{role.replace(':', '-')}.log", "ab") as log:
-            p = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            p = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                 preexec_fn=die_with_parent)
         self.procs[role] = p
         return p
 

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.procs import die_with_parent
+
 SSHD = "/usr/sbin/sshd"
 LIBVIRTD = "/usr/sbin/libvirtd"
 TEST_URI = "test:///default"
@@ -130,7 +132,8 @@ LogLevel ERROR
         Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation dir
         log = self.root / "sshd.log"
         with log.open("w") as out:
-            proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(conf)], stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=die_with_parent)
         self.procs.append(proc)
 
         def up() -> bool:
@@ -168,6 +171,7 @@ log_outputs = "3:stderr"
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
+                preexec_fn=die_with_parent,
             )
         self.procs.append(proc)
 
