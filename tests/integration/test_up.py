@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,6 +21,11 @@ pytestmark = pytest.mark.integration
 def children(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
     return [int(x) for x in out.stdout.split()]
+
+
+def alive(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"  # a zombie has exited
 
 
 def test_up_runs_everything_and_ctrl_c_stops_it(redis_server, tmp_path):
@@ -41,8 +47,7 @@ def test_up_runs_everything_and_ctrl_c_stops_it(redis_server, tmp_path):
         assert len(kids) == 4  # two workers, controller, beat
         up.send_signal(signal.SIGINT)
         assert up.wait(30) == 0
-        wait_for(lambda: not any(os.path.exists(f"/proc/{k}") and open(f"/proc/{k}/stat").read().split()[2] != "Z"
-                                 for k in kids), 10, "every child to exit")
+        wait_for(lambda: not any(alive(k) for k in kids), 10, "every child to exit")
     finally:
         if up.poll() is None:
             up.kill()
