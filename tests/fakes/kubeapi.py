@@ -19,9 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.http import LoopbackServer
 
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
 CUSTOM = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<status>/status)?$")
@@ -187,7 +189,7 @@ def _selected(obj: dict[str, Any], selector: str) -> bool:
     return True
 
 
-class Server:
+class Server(LoopbackServer):
     """Serves a FakeKubeAPI on 127.0.0.1 and writes a kubeconfig for it."""
 
     def __init__(self, api: FakeKubeAPI) -> None:
@@ -225,18 +227,7 @@ class Server:
 
             do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _do
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, "fake-kube-api")
 
     def kubeconfig(self, path: str, token: str = "test-token") -> str:
         cfg = {

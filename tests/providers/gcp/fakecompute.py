@@ -23,9 +23,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.http import LoopbackServer
 
 METADATA_SA = r"/computeMetadata/v1/instance/service-accounts/[^/]+"
 MANAGED_FILTER = "labels.proxy-operator-managed = true"
@@ -304,25 +306,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class Server:
+class Server(LoopbackServer):
     """`with Server(fake) as s: s.url`"""
 
     def __init__(self, fake: FakeCompute) -> None:
-        handler = type("Handler", (_Handler,), {"fake": fake})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="fake-compute", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        super().__init__(type("Handler", (_Handler,), {"fake": fake}), "fake-compute")
