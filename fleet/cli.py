@@ -25,7 +25,7 @@ from fleet.config import ConfigError, ProvidersConfig, load
 from fleet.durations import parse_duration
 from fleet.results import CheckResult, Verdict, rfc3339
 from fleet.settings import OPTIONS, Settings, SettingsError, env_name
-from fleet.status import REASON_NOT_CHECKED, is_overdue, overdue_verdict, verdict
+from fleet.status import current_verdict, verdict
 
 EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -168,7 +168,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    from fleet.store import SEEN_KEY, Store
+    from fleet.store import Store
 
     if args.resource not in ("ph", "providerhealth", "providerhealths"):
         raise BadInput(f"unknown resource {args.resource!r}: fleet get knows ph (providerhealth)")
@@ -190,15 +190,8 @@ def cmd_get(args: argparse.Namespace) -> int:
     rows = []
     for name in names:
         r = stored.get(name)
-        seen_raw = store.r.get(SEEN_KEY + name)
-        seen = float(seen_raw) if seen_raw else None
-        queue = routing.provider_queue(name)
-        if is_overdue(r.checked_at if r else None, seen, now, settings.overdue_after) and settings.checks_enabled:
-            v = overdue_verdict(r.checked_at if r else None, queue, settings.overdue_after)
-        elif r is None:
-            v = Verdict("Unknown", REASON_NOT_CHECKED, f"no result yet; is a worker consuming queue {queue}?")
-        else:
-            v = verdict(r)
+        v = current_verdict(r, store.seen(name), now, settings.overdue_after, routing.provider_queue(name),
+                            settings.checks_enabled)
         rows.append(summary(r, v, name, types.get(name, "")))
     print(render(rows, args.output, now))
     return EXIT_OK

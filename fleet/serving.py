@@ -24,7 +24,6 @@ from fleet.controller import Controller
 from fleet.logs import kv
 from fleet.metrics import ProviderGauges, ProviderTargetCollector, parse_bind
 from fleet.routing import provider_queue
-from fleet.store import SEEN_KEY
 
 log = logging.getLogger("fleet.metrics")
 
@@ -41,12 +40,10 @@ def collector_for(ctl: Controller) -> ProviderTargetCollector:
         latest = ctl.store.all()
         out = []
         for n in ctl.config.names():
-            seen = ctl.store.r.get(SEEN_KEY + n)
-            last = latest[n].checked_at if n in latest else None
-            overdue = ctl.settings.checks_enabled and status.is_overdue(
-                last, float(seen) if seen else None, now, ctl.settings.overdue_after
-            )
             q = provider_queue(n)
+            v = status.current_verdict(latest.get(n), ctl.store.seen(n), now, ctl.settings.overdue_after, q,
+                                       ctl.settings.checks_enabled)
+            overdue = v.reason == status.REASON_CHECK_OVERDUE
             out.append(ProviderGauges(n, q, ctl.store.queue_length(q), len(live.get(n, ())), overdue))
         return out
 

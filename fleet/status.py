@@ -65,6 +65,19 @@ def is_overdue(last_checked: float | None, first_seen: float | None, now: float,
     return since is not None and now - since > after
 
 
+def current_verdict(
+    result: CheckResult | None, seen: float | None, now: float, after: float, queue: str, checks_enabled: bool = True
+) -> Verdict:
+    """The Ready verdict as of `now`, for readers of the store (`fleet get
+    ph`, the overdue gauge): overdue beats the last result."""
+    last = result.checked_at if result else None
+    if checks_enabled and is_overdue(last, seen, now, after):
+        return overdue_verdict(last, queue, after)
+    if result is None:
+        return Verdict("Unknown", REASON_NOT_CHECKED, f"no result yet; is a worker consuming queue {queue}?")
+    return verdict(result)
+
+
 def set_condition(conditions: list[dict[str, Any]], v: Verdict, now: str) -> list[dict[str, Any]]:
     """apimeta.SetStatusCondition: lastTransitionTime moves only when the
     status changes; reason and message always follow."""

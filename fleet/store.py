@@ -71,6 +71,11 @@ class Store:
         self.r.set(key, repr(now), nx=True)
         return float(self.r.get(key) or now)
 
+    def seen(self, provider: str) -> float | None:
+        """When a result was first expected, without setting it."""
+        raw = self.r.get(SEEN_KEY + provider)
+        return float(raw) if raw else None
+
     def forget(self, keep: set[str]) -> list[str]:
         """Drop results and marks of providers no longer configured."""
         gone = []

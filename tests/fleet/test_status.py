@@ -161,3 +161,19 @@ def test_down_at_first_sight_warns_with_message():
     assert t.level == logging.WARNING
     assert t.fields == {"provider": "kvm-home", "target": "nas1", "address": "nas1:22", "reason": "PoolNotFound",
                         "message": "nas1 is down"}
+
+
+@pytest.mark.parametrize(
+    ("has_result", "seen", "now", "enabled", "want"),
+    [
+        (True, None, T1 + 10, True, "AllTargetsReady"),
+        (True, None, T1 + 200, True, "CheckOverdue"),
+        (True, None, T1 + 200, False, "AllTargetsReady"),  # checks off: nothing is overdue
+        (False, None, T1, True, "NotCheckedYet"),
+        (False, T1 - 200, T1, True, "CheckOverdue"),
+    ],
+)
+def test_current_verdict(has_result, seen, now, enabled, want):
+    r = result(up("nas1")) if has_result else None
+    v = status.current_verdict(r, seen, now, 135, "provider.kvm-home", enabled)
+    assert v.reason == want
