@@ -23,9 +23,9 @@ import yaml
 from fleet import commands, logs, routing
 from fleet.config import ConfigError, ProvidersConfig, load
 from fleet.durations import parse_duration
-from fleet.results import CheckResult, Verdict, rfc3339
+from fleet.results import CheckResult, Verdict, parse_rfc3339, rfc3339
 from fleet.settings import OPTIONS, Settings, SettingsError, env_name
-from fleet.status import current_verdict, verdict
+from fleet.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE, current_verdict, verdict
 
 EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -87,8 +87,6 @@ def summary(result: CheckResult | None, v: Verdict, name: str = "", type_name: s
 def _age(iso: str | None, now: float) -> str:
     if not iso:
         return "<none>"
-    from fleet.results import parse_rfc3339
-
     secs = max(0, int(now - parse_rfc3339(iso)))
     if secs < 120:
         return f"{secs}s"
@@ -109,7 +107,7 @@ def render(rows: list[dict[str, Any]], fmt: str, now: float) -> str:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     lines = ["   ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
     for r in rows:
-        if r["reason"] not in ("AllTargetsReady",) and r["message"] and not r["targets"]:
+        if r["reason"] != REASON_ALL_TARGETS_READY and r["message"] and not r["targets"]:
             lines.append(f"  {r['provider']}: {r['message']}")
         for t in r["targets"]:
             state = "ready" if t["ready"] else "NOT READY"
@@ -120,7 +118,7 @@ def render(rows: list[dict[str, Any]], fmt: str, now: float) -> str:
             if t["details"]:
                 line += " [" + ", ".join(f"{k}={v}" for k, v in sorted(t["details"].items())) + "]"
             lines.append(line)
-        if r["reason"] == "CheckOverdue" and r["targets"]:
+        if r["reason"] == REASON_CHECK_OVERDUE and r["targets"]:
             lines.append(f"  {r['provider']}: {r['message']}")
     return "\n".join(lines)
 
