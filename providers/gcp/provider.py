@@ -164,13 +164,7 @@ class GcpProvider:
         if op is None:
             log.debug("instance already exists", extra=self._fields(id=pid))
             return pid
-        failed = operation_failure(op)
-        if failed is not None:
-            self.log_api_error("create", pid, failed)
-            raise base.wrap(classify(failed), "create", self.name, pid, failed) from failed
-        if op_status(op) != DONE:
-            self.inserts.put(pid, PendingOperation(zone, op.name))
-        log.debug("insert accepted", extra=self._fields(id=pid, operation=op.name, status=op_status(op)))
+        self._accepted("create", pid, zone, op, self.inserts)
         return pid
 
     def get(self, provider_id: str, deadline: Deadline) -> Instance:
@@ -242,13 +236,18 @@ class GcpProvider:
         if op is None:
             log.debug("instance already gone", extra=self._fields(id=provider_id))
             return
+        self._accepted("delete", provider_id, zone, op, self.deletes)
+
+    def _accepted(self, op_name: str, pid: str, zone: str, op: Any, pending: Any) -> None:
+        """An operation the API accepted: raise its error if it already failed,
+        remember it while it runs (so get/delete can consult it)."""
         failed = operation_failure(op)
         if failed is not None:
-            self.log_api_error("delete", provider_id, failed)
-            raise base.wrap(classify(failed), "delete", self.name, provider_id, failed) from failed
+            self.log_api_error(op_name, pid, failed)
+            raise base.wrap(classify(failed), op_name, self.name, pid, failed) from failed
         if op_status(op) != DONE:
-            self.deletes.put(provider_id, PendingOperation(zone, op.name))
-        log.debug("delete accepted", extra=self._fields(id=provider_id, operation=op.name, status=op_status(op)))
+            pending.put(pid, PendingOperation(zone, op.name))
+        log.debug(f"{op_name} accepted", extra=self._fields(id=pid, operation=op.name, status=op_status(op)))
 
     def list_by_tag(self, deadline: Deadline) -> list[Instance]:
         request = list_request(self.cfg.project)

@@ -100,6 +100,15 @@ class KvmProvider:
             return value if value in choices else None
         return next(iter(choices)) if len(choices) == 1 else None
 
+    def _catalogue_entry(self, pid: str, field: str, value: str, key: str, choices: dict[str, Any]) -> str:
+        """The catalogue key a placement field names; Permanent when it names none."""
+        picked = self._pick(field, value, choices)
+        if picked is None:
+            raise self._permanent(
+                "create", pid, f"placement.{field} {value!r} is not in kvm.{key} (have: {', '.join(choices) or 'none'})"
+            )
+        return picked
+
     # -- Checker -----------------------------------------------------------------------
 
     def check(self, deadline: Deadline) -> list[TargetStatus]:
@@ -122,21 +131,8 @@ class KvmProvider:
                 f"placement.zone {pl.zone!r} is not a configured host "
                 f"(have: {', '.join(h.name for h in self.cfg.hosts)})",
             )
-        mt = self._pick("machineType", pl.machine_type, self.cfg.machineTypes)
-        if mt is None:
-            raise self._permanent(
-                "create",
-                pid,
-                f"placement.machineType {pl.machine_type!r} is not in "
-                f"kvm.machineTypes (have: {', '.join(self.cfg.machineTypes) or 'none'})",
-            )
-        img = self._pick("image", pl.image, self.cfg.images)
-        if img is None:
-            raise self._permanent(
-                "create",
-                pid,
-                f"placement.image {pl.image!r} is not in kvm.images (have: {', '.join(self.cfg.images) or 'none'})",
-            )
+        mt = self._catalogue_entry(pid, "machineType", pl.machine_type, "machineTypes", self.cfg.machineTypes)
+        img = self._catalogue_entry(pid, "image", pl.image, "images", self.cfg.images)
         host = self.cfg.host(host_name)
         assert host is not None
         log.info(
