@@ -1,24 +1,37 @@
 # The two commands a newcomer needs on a fresh Debian 12 machine (as root):
 #   make demo   installs, starts a local Redis and the whole stack, shows results
 #   make test   installs, runs lint, import contracts and the whole suite
+# Everything Python runs from a project virtual environment (.venv/), because
+# Debian's python3 refuses `pip install` outside one (PEP 668). Afterwards:
+#   . .venv/bin/activate     (or: export PATH="$PWD/.venv/bin:$PATH")  → `fleet` on the PATH
+# PY=/other/venv/bin/python uses an existing environment instead; its bin/ holds the tools.
 # The integration tests start (and stop) their own servers: redis-server,
 # celery workers, beat, sshd/libvirtd — on loopback, in temporary directories.
 
-PY ?= python3
+SYSTEM_PYTHON ?= python3
+VENV ?= .venv
+PY ?= $(VENV)/bin/python
+BIN := $(dir $(PY))
 PIP_EXTRAS ?= test,kvm,gcp
 APT_PACKAGES := $(shell grep -v '^\#' ci/apt-packages.txt)
 
-.PHONY: deps test unit lint demo bench
+.PHONY: deps apt venv test unit lint demo bench
 
-deps:
+apt:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); \
 	fi
+
+venv: apt
+	@[ -x "$(PY)" ] || $(SYSTEM_PYTHON) -m venv "$(VENV)"
+	@[ -x "$(PY)" ] || { echo "make: $(PY) is not an executable Python (set PY= or VENV=)" >&2; exit 2; }
+
+deps: venv
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[$(PIP_EXTRAS)]'
 
 lint:
 	$(PY) -m ruff check .
-	lint-imports
+	$(BIN)lint-imports
 
 test: deps lint
 	$(PY) -m pytest -q -p no:cacheprovider

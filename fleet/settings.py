@@ -8,6 +8,7 @@ Celery processes it starts, which read them back with `Settings.from_env`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -16,6 +17,11 @@ from fleet.durations import format_duration, parse_duration
 MIN_INTERVAL = 10.0
 DEFAULT_TIMEOUT = 15.0
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+DEFAULT_INSTALLATION = "default"
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class SettingsError(ValueError):
@@ -53,6 +59,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("metrics-bind-address", "host:port of the controller's /metrics; 0 turns it off. Default :8080."),
     Option("kubeconfig", "Kubeconfig for the controller's ProviderHealth writes (default: in-cluster, $KUBECONFIG, ~/.kube/config)."),
     Option("kube-context", "Context in that kubeconfig."),
+    Option(
+        "installation",
+        "This fleet's identity, a DNS-1123 label carried as a label on everything it creates, so fleets sharing a cluster, "
+        "project or hypervisor never touch each other's. Default: the pod's namespace, else 'default'.",
+    ),
     Option("log-format", "text (key=value) or json."),
     Option("log-level", "debug, info, warning or error."),
 )
@@ -74,12 +85,18 @@ class Settings:
     metrics_bind_address: str = ":8080"
     kubeconfig: str | None = None
     kube_context: str | None = None
+    installation: str | None = None
     log_format: str = "text"
     log_level: str = "info"
 
     @property
     def check_timeout(self) -> float:
         return self.provider_check_timeout or min(DEFAULT_TIMEOUT, self.provider_check_interval)
+
+    @property
+    def installation_id(self) -> str:
+        """The installation label's value: the flag, else the namespace this pod runs in."""
+        return self.installation or current_namespace() or DEFAULT_INSTALLATION
 
     @property
     def checks_enabled(self) -> bool:
@@ -130,8 +147,25 @@ class Settings:
             raise SettingsError(f"--log-format must be text or json, got {self.log_format!r}")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise SettingsError(f"--log-level must be debug, info, warning or error, got {self.log_level!r}")
+        if self.installation is not None and not _DNS1123_LABEL.fullmatch(self.installation):
+            raise SettingsError(
+                f"--installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {self.installation!r}"
+            )
         if not self.broker.startswith(("redis://", "rediss://", "unix://")):
             raise SettingsError(f"--broker must be a redis:// or rediss:// URL, got {self.broker!r}")
+
+
+def current_namespace() -> str | None:
+    """The namespace of this pod: $POD_NAMESPACE (downward API), else the
+    service account's namespace file; None outside a cluster."""
+    ns = os.environ.get("POD_NAMESPACE")
+    if ns:
+        return ns
+    try:
+        with open(NAMESPACE_FILE, encoding="utf-8") as f:
+            return f.read(64).strip() or None
+    except OSError:
+        return None
 
 
 def validate_schedule(interval: float, timeout: float) -> None:
