@@ -2,16 +2,23 @@
 publish ProviderHealth; sweep for overdue providers; clean up at start.
 
 Stateless between messages (the previous verdict comes from Redis), so
-replicas and restarts behave the same. All decisions are in `fleet.status`.
+replicas and restarts behave the same. Status decisions are in
+`fleet.status`; which results are accepted is `drop_reason`. Results of
+providers this controller does not track are dropped before they reach Redis
+or the cluster (a removed provider's worker that still runs must not
+recreate its object), and counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
-from fleet import status
+from fleet import kube, metrics, status
 from fleet.config import ProvidersConfig
 from fleet.kube import HealthWriter, cluster_configuration
 from fleet.logs import kv
@@ -23,6 +30,16 @@ from fleet.store import Store
 log = logging.getLogger("fleet.controller")
 
 OVERDUE_KEY = "fleet:overdue:"
+DROPPED = "dropped"  # record's outcome for a result of a provider not tracked
+
+
+def drop_reason(provider: str, configured: set[str], checks_enabled: bool) -> str | None:
+    """Why a result of `provider` must not be recorded, or None to record it."""
+    if provider not in configured:
+        return metrics.DROP_UNCONFIGURED
+    if not checks_enabled:
+        return metrics.DROP_CHECKS_OFF
+    return None
 
 
 class Controller:
@@ -34,20 +51,28 @@ class Controller:
         self.store = store
         self.writer = writer
         self.mode = mode
+        self.counters = metrics.ControllerCounters(kinds=(kube.KIND,))
+        self._configured = set(config.names())
+        self._reported: set[str] = set()  # providers whose dropped results this process has logged
+        self._lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings, config: ProvidersConfig) -> Controller:
         from kubernetes import client
 
         cfg, mode = cluster_configuration(settings)
-        writer = HealthWriter(client.ApiClient(cfg)) if cfg is not None else None
+        writer = HealthWriter(client.ApiClient(cfg), settings.installation_id) if cfg is not None else None
         return cls(settings, config, Store.from_url(settings.broker), writer, mode)
+
+    def tracked(self) -> set[str]:
+        """Providers whose results are recorded and whose objects are kept."""
+        return set(self._configured) if self.settings.checks_enabled else set()
 
     def start(self) -> None:
         """At process start: say the mode; delete what belongs to providers
         no longer configured (everything, with checks off)."""
-        log.info(self.mode or "controller starting")
-        keep = set(self.config.names()) if self.settings.checks_enabled else set()
+        log.info(self.mode or "controller starting", extra=kv(installation=self.settings.installation_id))
+        keep = self.tracked()
         if not self.settings.checks_enabled:
             log.info("provider checks are off (--provider-check-interval=0)")
         gone = self.store.forget(keep)
@@ -56,7 +81,27 @@ class Controller:
         if self.writer is not None:
             self.writer.cleanup(keep)
 
+    def _drop(self, provider: str, reason: str) -> str:
+        self.counters.dropped(reason)
+        with self._lock:
+            first = provider not in self._reported
+            self._reported.add(provider)
+        log.log(logging.WARNING if first else logging.DEBUG, "dropped a result of a provider this controller does not track",
+                extra=kv(provider=provider, reason=reason))
+        return DROPPED
+
+    def _publish(self, name: str, checked_at: float | None, build: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
+        if self.writer is None:
+            return "stored"
+        outcome = self.writer.publish(name, checked_at, build)
+        if outcome == kube.FOREIGN:
+            self.counters.skipped_foreign(kube.KIND)
+        return outcome
+
     def record(self, result: CheckResult) -> str:
+        reason = drop_reason(result.provider, self._configured, self.settings.checks_enabled)
+        if reason is not None:
+            return self._drop(result.provider, reason)
         result = dataclasses.replace(result, recorded_at=time.time())
         stored, prev = self.store.save_if_newer(result)
         if not stored:
@@ -65,12 +110,13 @@ class Controller:
         self.store.r.delete(OVERDUE_KEY + result.provider)
         for t in status.transitions(prev, result):
             log.log(t.level, t.message, extra=kv(**t.fields))
-        if self.writer is None:
-            return "stored"
-        return self.writer.publish(result.provider, result.checked_at, lambda prev: status.build_status(prev, result))
+        return self._publish(result.provider, result.checked_at, lambda prev: status.build_status(prev, result))
 
     def sweep_overdue(self, now: float | None = None) -> list[str]:
-        """Mark providers without a fresh result CheckOverdue."""
+        """Mark providers without a fresh result CheckOverdue (none with checks
+        off: a late sweep message must not recreate what start-up deleted)."""
+        if not self.settings.checks_enabled:
+            return []
         now = time.time() if now is None else now
         after = self.settings.overdue_after
         overdue = []
@@ -84,6 +130,5 @@ class Controller:
             v = status.overdue_verdict(checked, provider_queue(pc.name), after)
             if self.store.r.set(OVERDUE_KEY + pc.name, "1", nx=True):
                 log.warning("provider check overdue", extra=kv(provider=pc.name, message=v.message))
-            if self.writer is not None:
-                self.writer.publish(pc.name, None, lambda prev, pc=pc, v=v: status.overdue_status(prev, pc.type, v, now))
+            self._publish(pc.name, None, lambda prev, pc=pc, v=v: status.overdue_status(prev, pc.type, v, now))
         return overdue

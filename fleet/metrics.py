@@ -1,8 +1,11 @@
-"""Prometheus gauges, read from Redis at every scrape.
+"""Prometheus gauges, read from Redis at every scrape, and the controller's
+event counters.
 
 Scrape-time collectors never drift and never leak series: a provider that
 was never checked has no series, and one removed from the config disappears.
-Metric and label names live here only.
+Counters count what this controller process did (Prometheus' rate() handles
+the reset at a restart); their label values are fixed sets, each series
+present from the start at 0. Metric and label names live here only.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -24,6 +28,14 @@ WORKERS = "proxy_operator_provider_workers"
 CHECK_OVERDUE = "proxy_operator_provider_check_overdue"
 CHECK_INTERVAL = "proxy_operator_provider_check_interval_seconds"
 LABELS = ["provider", "target"]
+FOREIGN_SKIPPED = "proxy_operator_foreign_objects_skipped_total"
+RESULTS_DROPPED = "proxy_operator_results_dropped_total"
+
+# Why a check result was dropped before it was stored or written (the
+# `reason` label). Message validation will add invalid, future, too_large.
+DROP_UNCONFIGURED = "unconfigured"  # its provider is not in this controller's config
+DROP_CHECKS_OFF = "checks_off"  # configured, but --provider-check-interval=0
+DROP_REASONS = (DROP_UNCONFIGURED, DROP_CHECKS_OFF)
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,41 @@ class ProviderGauges:
     overdue: bool
 
 log = logging.getLogger("fleet.metrics")
+
+
+class ControllerCounters:
+    """Events of one controller process; `collectors()` go into its /metrics
+    registry (nothing is registered globally, so tests build as many as they like)."""
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        self.kinds = tuple(kinds)
+        self.foreign_skipped = Counter(
+            FOREIGN_SKIPPED,
+            "Writes skipped because the object of that name lacks this installation's labels "
+            "(unlabelled, or another installation's).",
+            ["kind"], registry=None,
+        )
+        self.results_dropped = Counter(
+            RESULTS_DROPPED, "Check results the controller dropped without storing or writing them, by reason.",
+            ["reason"], registry=None,
+        )
+        for kind in self.kinds:
+            self.foreign_skipped.labels(kind=kind)
+        for reason in DROP_REASONS:
+            self.results_dropped.labels(reason=reason)
+
+    def skipped_foreign(self, kind: str) -> None:
+        if kind not in self.kinds:
+            raise ValueError(f"unknown kind {kind!r} (known: {', '.join(self.kinds)})")
+        self.foreign_skipped.labels(kind=kind).inc()
+
+    def dropped(self, reason: str) -> None:
+        if reason not in DROP_REASONS:
+            raise ValueError(f"unknown drop reason {reason!r} (known: {', '.join(DROP_REASONS)})")
+        self.results_dropped.labels(reason=reason).inc()
+
+    def collectors(self) -> tuple[Collector, ...]:
+        return (self.foreign_skipped, self.results_dropped)
 
 
 class ProviderTargetCollector(Collector):

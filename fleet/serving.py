@@ -79,14 +79,21 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+def registry_for(ctl: Controller) -> CollectorRegistry:
+    """What the controller's /metrics serves: the Redis-read gauges and its counters."""
+    registry = CollectorRegistry()
+    registry.register(collector_for(ctl))
+    for c in ctl.counters.collectors():
+        registry.register(c)
+    return registry
+
+
 def serve_metrics(ctl: Controller) -> object | None:
     bind = parse_bind(ctl.settings.metrics_bind_address)
     if bind is None:
         log.info("metrics endpoint off")
         return None
-    registry = CollectorRegistry()
-    registry.register(collector_for(ctl))
-    app = with_probes(make_wsgi_app(registry), ctl.store.r.ping)
+    app = with_probes(make_wsgi_app(registry_for(ctl)), ctl.store.r.ping)
     server = make_server(bind[0], bind[1], app, ThreadingWSGIServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="fleet-metrics", daemon=True).start()
     log.info("serving /metrics", extra=kv(address=f"{bind[0]}:{bind[1]}"))

@@ -4,7 +4,12 @@
 Cluster-scoped custom objects (get, list with an equality label selector,
 create, status subresource merge-patch with a resourceVersion precondition,
 delete) and the cluster-wide pod list the kubernetes Checker makes. Every
-request is recorded; responses can be scripted per path for error cases.
+request is recorded, with its `fieldManager`; writes keep
+`metadata.managedFields` as the API server does (manager = fieldManager, else
+the User-Agent's product, e.g. `OpenAPI-Generator`). Missing RBAC (`deny`:
+403 for a verb on a resource) and a missing CRD (`remove_crd`: 404 for every
+request on it) answer like the API server; other responses can be scripted
+per path.
 (The PyPI `kmock` emulator lacks label selectors, status subresources and
 resourceVersion conflicts, hence this small fake.)
 """
@@ -53,6 +58,25 @@ class Request:
     query: dict[str, list[str]]
     body: Any
     content_type: str
+    user_agent: str = ""
+
+    @property
+    def field_manager(self) -> str | None:
+        return (self.query.get("fieldManager") or [None])[0]
+
+    @property
+    def manager(self) -> str:
+        """The manager the API server records: fieldManager, else the User-Agent's product."""
+        return self.field_manager or self.user_agent.split("/", 1)[0]
+
+
+def verb_of(method: str, name: str | None, query: dict[str, list[str]]) -> str:
+    """The RBAC verb of a request."""
+    if method == "GET":
+        return "get" if name else ("watch" if query.get("watch", ["false"])[0] in ("1", "true") else "list")
+    if method == "DELETE":
+        return "delete" if name else "deletecollection"
+    return {"POST": "create", "PATCH": "patch", "PUT": "update"}.get(method, method.lower())
 
 
 @dataclass
@@ -63,6 +87,9 @@ class FakeKubeAPI:
     # (method, path-regex) -> callable(req) -> (code, body) | None; first match wins
     scripts: list[tuple[str, str, Callable[[Request], tuple[int, Any] | None]]] = field(default_factory=list)
     conflicts: int = 0  # make the next N status patches fail with 409
+    denied: set[tuple[str, str]] = field(default_factory=set)  # (verb, resource as RBAC names it) answered 403
+    missing: set[str] = field(default_factory=set)  # custom resource plurals not served (CRD missing): 404
+    user: str = "system:serviceaccount:fleet-system:fleet-controller"
     delay: float = 0.0  # seconds before answering (timeouts)
     _rv: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -71,6 +98,17 @@ class FakeKubeAPI:
 
     def script(self, method: str, path_regex: str, fn: Callable[[Request], tuple[int, Any] | None]) -> None:
         self.scripts.append((method, path_regex, fn))
+
+    def deny(self, verb: str, resource: str = "providerhealths") -> None:
+        """RBAC without `verb` on `resource` (e.g. "providerhealths/status")."""
+        self.denied.add((verb, resource))
+
+    def remove_crd(self, plural: str = "providerhealths") -> None:
+        self.missing.add(plural)
+
+    def managers(self, name: str) -> set[tuple[str, str]]:
+        """(manager, subresource or '') pairs recorded in the object's managedFields."""
+        return {(f["manager"], f.get("subresource", "")) for f in self.objects[name]["metadata"].get("managedFields", [])}
 
     def add(self, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -112,8 +150,32 @@ class FakeKubeAPI:
         m = CUSTOM.match(req.path)
         if not m:
             return 404, status_body(404, "NotFound", f"the server could not find the requested resource {req.path}")
+        refused = self._refused(req, m)
+        if refused is not None:
+            return refused
         with self._lock:
             return self._custom(req, m.group("name"), bool(m.group("status")), m.group("group"), m.group("version"))
+
+    def _refused(self, req: Request, m: re.Match[str]) -> tuple[int, Any] | None:
+        """403 for a denied verb (authorization runs before routing), then 404 for a missing CRD."""
+        plural, name, group = m.group("plural"), m.group("name"), m.group("group")
+        verb = verb_of(req.method, name, req.query)
+        resource = plural + ("/status" if m.group("status") else "")
+        if (verb, resource) in self.denied:
+            what = f'{plural}.{group} "{name}"' if name else f"{plural}.{group}"
+            return 403, status_body(403, "Forbidden", f'{what} is forbidden: User "{self.user}" cannot {verb} resource '
+                                                      f'"{resource}" in API group "{group}" at the cluster scope')
+        if plural in self.missing:
+            return 404, status_body(404, "NotFound", "the server could not find the requested resource")
+        return None
+
+    def _manage(self, obj: dict[str, Any], req: Request, subresource: str) -> None:
+        """Record the writer in managedFields, one entry per manager and subresource."""
+        entries = [f for f in obj["metadata"].get("managedFields", [])
+                   if (f["manager"], f.get("subresource", "")) != (req.manager, subresource)]
+        entry = {"manager": req.manager, "operation": "Update", "apiVersion": obj.get("apiVersion", ""),
+                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "fieldsType": "FieldsV1"}
+        obj["metadata"]["managedFields"] = [*entries, entry | ({"subresource": subresource} if subresource else {})]
 
     def _list_pods(self, req: Request) -> dict[str, Any]:
         items = [p for p in self.pods if _selected(p, req.query.get("labelSelector", [""])[0])]
@@ -157,6 +219,8 @@ class FakeKubeAPI:
                 if n in self.objects:
                     return 409, status_body(409, "AlreadyExists", f'"{n}" already exists')
                 obj.pop("status", None)  # status is ignored on create with the subresource
+                obj.setdefault("metadata", {}).pop("managedFields", None)
+                self._manage(obj, req, "")
                 return 201, copy.deepcopy(self._store(obj))
             return 405, status_body(405, "MethodNotAllowed", req.method)
         obj = self.objects.get(name)
@@ -176,6 +240,7 @@ class FakeKubeAPI:
                 return 409, status_body(409, "Conflict", "the object has been modified; please apply your changes to the latest version")
             new = copy.deepcopy(obj)
             new["status"] = merge(obj.get("status") or {}, req.body.get("status") or {})
+            self._manage(new, req, "status")
             return 200, copy.deepcopy(self._store(new))
         return 405, status_body(405, "MethodNotAllowed", req.method)
 
@@ -213,7 +278,8 @@ class Server(LoopbackServer):
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
                 body = json.loads(raw) if raw else None
-                req = Request(self.command, parts.path, parse_qs(parts.query), body, self.headers.get("Content-Type", ""))
+                req = Request(self.command, parts.path, parse_qs(parts.query), body, self.headers.get("Content-Type", ""),
+                              self.headers.get("User-Agent", ""))
                 code, out = outer.api.handle(req)
                 data = json.dumps(out).encode()
                 try:

@@ -10,7 +10,7 @@ from kubernetes import client
 
 from fleet.config import parse
 from fleet.controller import Controller
-from fleet.kube import LABEL_MANAGED_BY, MANAGED_BY, HealthWriter
+from fleet.kube import HealthWriter, labels_for, selector_for
 from fleet.results import CheckResult, rfc3339
 from fleet.settings import Settings
 from fleet.store import Store
@@ -18,6 +18,7 @@ from providers.base import TargetStatus
 from providers.kubernetes.client import load_configuration
 
 T0 = 1_789_225_200.0
+INSTALLATION = "fleet-test"
 PH = "/apis/crawl.example.com/v1alpha1/providerhealths"
 
 
@@ -36,22 +37,25 @@ def redis_client():
 
 @pytest.fixture
 def make(kubeapi, redis_client):
-    def make(names=("kvm-home", "local"), interval=60.0, writer=True):
-        w = HealthWriter(client.ApiClient(load_configuration(kubeapi.kubeconfig_path))) if writer else None
-        return Controller(Settings(provider_check_interval=interval), config(*names), Store(redis_client), w)
+    def make(names=("kvm-home", "local"), interval=60.0, writer=True, installation=INSTALLATION, redis=None):
+        w = HealthWriter(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation) if writer else None
+        settings = Settings(provider_check_interval=interval, installation=installation)
+        return Controller(settings, config(*names), Store(redis or redis_client), w)
 
     return make
 
 
-def managed(name, **status):
+def managed(name, installation=INSTALLATION, labels=None, **status):
     return {"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProviderHealth",
-            "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}, **({"status": status} if status else {})}
+            "metadata": {"name": name, "labels": labels_for(installation) if labels is None else labels},
+            **({"status": status} if status else {})}
 
 
 def test_record_creates_labelled_object_and_patches_status(make, kubeapi):
     assert make().record(res()) == "patched"
     obj = kubeapi.objects["kvm-home"]
-    assert obj["metadata"]["labels"] == {LABEL_MANAGED_BY: MANAGED_BY}
+    assert obj["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "egress-proxies-operator",
+                                         "fleet.crawl.example.com/installation": INSTALLATION}
     st = obj["status"]
     assert (st["targetsReady"], st["lastCheckTime"], st["conditions"][0]["status"]) == ("1/1", rfc3339(T0), "True")
     methods = [(r.method, r.path) for r in kubeapi.requests]
@@ -124,7 +128,8 @@ def test_cleanup_deletes_only_labelled_unconfigured(make, kubeapi):
     make(names=("kvm-home",)).start()
     assert sorted(kubeapi.objects) == ["foreign", "kvm-home"]
     (sel,) = [r.query.get("labelSelector") for r in kubeapi.requests if r.method == "GET" and r.path == PH]
-    assert sel == [f"{LABEL_MANAGED_BY}={MANAGED_BY}"]
+    assert sel == [selector_for(INSTALLATION)]
+    assert sel == [f"app.kubernetes.io/managed-by=egress-proxies-operator,fleet.crawl.example.com/installation={INSTALLATION}"]
 
 
 def test_checks_off_cleans_up_everything_labelled(make, kubeapi, redis_client):
