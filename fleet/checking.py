@@ -4,6 +4,14 @@ for `fleet check`.
 The contract says a Checker never raises and returns promptly at its
 deadline; this is where a checker that breaks it is caught, so a broken
 backend (or a buggy provider) is a verdict, never a crashed task.
+
+A checker that overruns is abandoned, not killed (Python cannot), so each
+process runs at most one check thread per provider, an abandoned one
+included (`CheckSlots`, as kvm's per-host probe rule): while it runs, a
+round answers `Timeout` "previous check still running" at once and starts
+nothing, and the slot frees itself when the thread ends. Without it every
+round against a backend that never answers left a thread and a socket
+behind.
 """
 
 from __future__ import annotations
@@ -23,10 +31,49 @@ log = logging.getLogger("fleet.checking")
 # How long past its deadline a checker may take before it is abandoned.
 GRACE = 2.0
 CHECKER_TARGET = "checker"
+STILL_RUNNING = "previous check still running"
+
+
+class CheckSlots:
+    """The in-flight check thread of each provider in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: dict[str, threading.Thread] = {}
+
+    def start(self, name: str, fn: Callable[[], None]) -> threading.Thread | None:
+        """Start `fn` in a thread named `check-<name>` holding the slot, or
+        return None, starting nothing, while the previous one still runs."""
+        with self._lock:
+            if name in self._threads:
+                return None
+            thread = threading.Thread(target=self._run, args=(name, fn), name=f"check-{name}", daemon=True)
+            self._threads[name] = thread
+        thread.start()
+        return thread
+
+    def _run(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        finally:
+            with self._lock:
+                if self._threads.get(name) is threading.current_thread():
+                    del self._threads[name]
+
+    def busy(self, name: str) -> bool:
+        with self._lock:
+            return name in self._threads
+
+
+SLOTS = CheckSlots()
 
 
 def _broken(message: str, latency: float) -> tuple[TargetStatus, ...]:
     return (TargetStatus(CHECKER_TARGET, "", False, base.REASON_CHECKER_ERROR, message, latency),)
+
+
+def _still_running() -> tuple[TargetStatus, ...]:
+    return (TargetStatus(CHECKER_TARGET, "", False, base.REASON_TIMEOUT, STILL_RUNNING, 0.0),)
 
 
 def run_check(
@@ -36,13 +83,18 @@ def run_check(
     timeout: float,
     scheduled_at: float | None = None,
     worker: str = "",
+    slots: CheckSlots | None = None,
 ) -> CheckResult:
+    slots = SLOTS if slots is None else slots
     start = time.monotonic()
     deadline = Deadline(start + timeout)
 
     def done(supported: bool, targets: tuple[TargetStatus, ...]) -> CheckResult:
         return CheckResult(name, type_name, supported, time.time(), targets, scheduled_at, worker)
 
+    if slots.busy(name):
+        log.warning("previous check still running, none started", extra=kv(provider=name))
+        return done(True, _still_running())
     try:
         provider = build()
     except Exception as exc:
@@ -60,8 +112,9 @@ def run_check(
             log.exception("checker raised", extra=kv(provider=name))
             box["error"] = exc
 
-    thread = threading.Thread(target=call, name=f"check-{name}", daemon=True)
-    thread.start()
+    thread = slots.start(name, call)
+    if thread is None:  # a concurrent round took the slot since
+        return done(True, _still_running())
     thread.join(timeout + GRACE)
     took = time.monotonic() - start
     if thread.is_alive():
