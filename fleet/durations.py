@@ -1,21 +1,39 @@
 """Durations as users write them (`15s`, `1m`, `1m30s`, `500ms`, `0`) and as
-the seed's messages print them (Go's `1m0s`)."""
+the seed's messages print them (Go's `1m0s`).
+
+Parsing is strict and bounded: ASCII digits only (Python's `\\d` and
+`float()` also take Arabic-Indic and other Unicode digits), at most
+`MAX_TEXT` characters, and a value of at most `MAX_DURATION` (24h) either
+way, so no interval or timeout can overflow a datetime or a timer later.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_PART = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)(ms|s|m|h)", re.ASCII)
+MAX_TEXT = 32
+MAX_DURATION = 24 * 3600.0
+_HINT = "write it like 15s, 1m, 1m30s, 500ms or 0"
 
 
-def parse_duration(text: str) -> float:
-    """Seconds. Raises ValueError naming the text."""
-    s = str(text).strip()
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= MAX_TEXT else repr(text[:MAX_TEXT]) + f"... ({len(text)} characters)"
+
+
+def parse_duration(text: str, maximum: float = MAX_DURATION) -> float:
+    """Seconds, at most `maximum` in magnitude. Raises ValueError naming the
+    (shortened) text."""
+    raw = str(text)
+    s = raw.strip()
+    if len(s) > MAX_TEXT or not s.isascii():
+        raise ValueError(f"invalid duration {_shown(raw)}: {_HINT} (ASCII digits, at most {MAX_TEXT} characters)")
     if s in ("0", "0s"):
         return 0.0
     sign = -1.0 if s.startswith("-") else 1.0
-    body = s.lstrip("+-")
+    body = s[1:] if s[:1] in "+-" else s
     pos, total = 0, 0.0
     for m in _PART.finditer(body):
         if m.start() != pos:
@@ -23,7 +41,9 @@ def parse_duration(text: str) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if not body or pos != len(body):
-        raise ValueError(f"invalid duration {text!r}: write it like 15s, 1m, 1m30s, 500ms or 0")
+        raise ValueError(f"invalid duration {_shown(raw)}: {_HINT}")
+    if not math.isfinite(total) or total > maximum:
+        raise ValueError(f"duration {_shown(raw)} is too long: at most {format_duration(maximum)}")
     return sign * total
 
 
@@ -31,6 +51,8 @@ def format_duration(seconds: float) -> str:
     """Go's time.Duration.String(): 10s, 1m0s, 1h0m0s, 500ms, 0s."""
     if seconds == 0:
         return "0s"
+    if not math.isfinite(seconds):
+        return str(seconds)
     sign = "-" if seconds < 0 else ""
     s = abs(seconds)
     if s < 1:

@@ -7,12 +7,16 @@ Celery processes it starts, which read them back with `Settings.from_env`.
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-from fleet.durations import format_duration, parse_duration
+from fleet.durations import MAX_DURATION, format_duration, parse_duration
 
 MIN_INTERVAL = 10.0
 DEFAULT_TIMEOUT = 15.0
@@ -21,7 +25,125 @@ DEFAULT_INSTALLATION = "default"
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+_HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?", re.ASCII)
+_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
+_DB = re.compile(r"/?([0-9]{1,5})?", re.ASCII)
+MAX_SHOWN = 60
+SECRET_QUERY_KEYS = ("password", "pass", "passwd", "secret", "token")
+
+
+def show(value: Any, limit: int = MAX_SHOWN) -> str:
+    """A bounded display of a user's value for messages: short strings and
+    numbers as repr, long strings cut before repr (never repr an unbounded
+    value), containers only by size. O(limit) time and memory."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return repr(value[:limit]) + f"... ({len(value)} characters)"
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 128:
+            return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    if isinstance(value, (list, tuple)):
+        return "[]" if not value else f"a list of {len(value)} item(s)"
+    if isinstance(value, dict):
+        return "{}" if not value else f"a mapping of {len(value)} key(s)"
+    return f"a {type(value).__name__}"
+
+
+def redact_url(url: str) -> str:
+    """`url` fit to print: the password (or a lone user part, which Redis
+    treats as one) replaced by ***, and password-like query values too.
+    Works on URLs that do not parse, and bounds the length."""
+    text = str(url)
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        # The authority ends at the first '/', '?' or '#' after the last '@'
+        # in it; a password may itself hold '/', so look for '@' first.
+        at = rest.rfind("@", 0, len(rest.split("?", 1)[0].split("#", 1)[0]))
+        if at >= 0:
+            userinfo, hostpart = rest[:at], rest[at + 1:]
+            user, colon, _ = userinfo.partition(":")
+            rest = (f"{user}:***@" if colon else "***@") + hostpart
+        text = scheme + sep + rest
+    if "?" in text:
+        base, _, query = text.partition("?")
+        parts = []
+        for part in query.split("&"):
+            key, eq, _ = part.partition("=")
+            parts.append(f"{key}=***" if eq and key.lower() in SECRET_QUERY_KEYS else part)
+        text = base + "?" + "&".join(parts)
+    return text if len(text) <= 200 else text[:200] + f"... ({len(text)} characters)"
+
+
+def broker_problem(url: str) -> str | None:
+    """Why `url` is not a usable Redis broker URL (scheme, host, port, db,
+    query), or None. Never quotes the password."""
+    from redis.connection import parse_url
+
+    if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+        return "must be printable ASCII without spaces"
+    # Exception texts of the URL parsers may quote the netloc (and so the
+    # password): messages here are our own.
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "cannot be parsed (an unbalanced '[': an IPv6 host goes in brackets)"
+    try:
+        port = parts.port
+    except ValueError:
+        return "the port must be a number from 1 to 65535 (a password with '/', '@' or ':' must be percent-encoded)"
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return "must be a redis://, rediss:// or unix:// URL"
+    if parts.scheme == "unix":
+        if not parts.path.startswith("/"):
+            return "a unix:// URL needs an absolute socket path, e.g. unix:///run/redis.sock?db=0"
+    else:
+        if not parts.hostname:
+            return "needs a host, e.g. redis://:PASSWORD@HOST:6379/0"
+        if port == 0:
+            return "the port must be from 1 to 65535"
+        if not _DB.fullmatch(parts.path):
+            return "the path must be a database number, e.g. /0"
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "db" and not _PORT.fullmatch(value):
+            return "db must be a database number"
+        if key == "ssl_cert_reqs" and value not in ("none", "optional", "required"):
+            return "ssl_cert_reqs must be none, optional or required"
+    try:
+        parse_url(url)
+    except (ValueError, TypeError):
+        keys = ", ".join(sorted({k for k, _ in parse_qsl(parts.query, keep_blank_values=True)}))[:120]
+        return f"cannot be parsed by the Redis client (query parameters: {keys or 'none'})"
+    return None
+
+
+def parse_bind_address(address: str) -> tuple[str, int] | None:
+    """`0` (or empty) → None (off); `:8080` → ("0.0.0.0", 8080);
+    `127.0.0.1:9000`, `localhost:9000`. Raises SettingsError."""
+    if address in ("0", ""):
+        return None
+    host, sep, port = address.rpartition(":")
+    why = None
+    if not sep or not _PORT.fullmatch(port) or not 0 < int(port) < 65536:
+        why = "the port must be a number from 1 to 65535"
+    elif host.startswith("[") or ":" in host:
+        why = "IPv6 addresses are not supported; use an IPv4 address, a host name or :PORT"
+    elif host and not _HOSTNAME.fullmatch(host):
+        why = "the host must be an IPv4 address or a host name"
+    elif host and host.replace(".", "").isdigit():
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            why = "not a valid IPv4 address"
+    if why:
+        raise SettingsError(f"--metrics-bind-address must be host:port, :port or 0 ({why}), got {show(address)}")
+    return (host or "0.0.0.0"), int(port)
 
 
 class SettingsError(ValueError):
@@ -144,15 +266,21 @@ class Settings:
     def validate(self) -> None:
         validate_schedule(self.provider_check_interval, self.provider_check_timeout)
         if self.log_format not in ("text", "json"):
-            raise SettingsError(f"--log-format must be text or json, got {self.log_format!r}")
+            raise SettingsError(f"--log-format must be text or json, got {show(self.log_format)}")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
-            raise SettingsError(f"--log-level must be debug, info, warning or error, got {self.log_level!r}")
+            raise SettingsError(f"--log-level must be debug, info, warning or error, got {show(self.log_level)}")
         if self.installation is not None and not _DNS1123_LABEL.fullmatch(self.installation):
             raise SettingsError(
-                f"--installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {self.installation!r}"
+                f"--installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {show(self.installation)}"
             )
-        if not self.broker.startswith(("redis://", "rediss://", "unix://")):
-            raise SettingsError(f"--broker must be a redis:// or rediss:// URL, got {self.broker!r}")
+        why = broker_problem(self.broker)
+        if why:
+            raise SettingsError(f"--broker {why}, got {show(redact_url(self.broker), 200)}")
+        parse_bind_address(self.metrics_bind_address)
+        for what, value in (("--kubeconfig", self.kubeconfig), ("--kube-context", self.kube_context),
+                            ("--providers-config", self.providers_config)):
+            if value is not None and (len(value) > 4096 or not value.isprintable()):
+                raise SettingsError(f"{what} must be printable and at most 4096 characters, got {show(value)}")
 
 
 def current_namespace() -> str | None:
@@ -171,6 +299,10 @@ def current_namespace() -> str | None:
 def validate_schedule(interval: float, timeout: float) -> None:
     """The seed's ValidateSchedule: interval 0 (off) or ≥ 10s; timeout 0
     (derived) or in (0, interval]. Messages as the seed prints them."""
+    for value in (interval, timeout):
+        if not math.isfinite(value) or abs(value) > MAX_DURATION:
+            raise SettingsError(f"--provider-check-interval and --provider-check-timeout must be at most "
+                                f"{format_duration(MAX_DURATION)}, got {format_duration(value)}")
     if interval == 0:
         return
     if interval < MIN_INTERVAL:

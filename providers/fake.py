@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Annotated
 
 from pydantic import Field
 
@@ -18,20 +19,30 @@ from providers import base
 from providers.base import Deadline, Instance, State, TargetStatus
 from providers.blocks import Block
 
+# Bounds (the file is validated before anything starts; a check must stay
+# cheap): at most MAX_TARGETS listed targets and MAX_TARGET_COUNT generated
+# ones, a latency of at most MAX_LATENCY_MS (10 minutes, past any check
+# timeout: the check then reports Timeout), short strings, few details.
+MAX_TARGETS = 1000
+MAX_TARGET_COUNT = 10000
+MAX_LATENCY_MS = 600_000
+MAX_DETAILS = 32
+
 
 class FakeTarget(Block):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=253)
     ready: bool = True
-    reason: str = ""
-    message: str = ""
-    details: dict[str, str] = Field(default_factory=dict)
+    reason: str = Field(default="", max_length=128)
+    message: str = Field(default="", max_length=1024)
+    details: dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=dict, max_length=MAX_DETAILS)
 
 
 class FakeConfig(Block):
-    targets: list[FakeTarget] = Field(default_factory=list)
+    targets: list[FakeTarget] = Field(default_factory=list, max_length=MAX_TARGETS)
     # Adds this many generated ready targets t0000, t0001, … (benchmarks).
-    targetCount: int = Field(default=0, ge=0, le=10000)
-    latencyMs: int = Field(default=0, ge=0)
+    targetCount: int = Field(default=0, ge=0, le=MAX_TARGET_COUNT)
+    latencyMs: int = Field(default=0, ge=0, le=MAX_LATENCY_MS)
     # A provider of this type that has no Checker: Ready=Unknown/ChecksNotImplemented.
     checks: bool = True
 

@@ -21,7 +21,7 @@ def ok(name="a", type_="fake", **extra):
     [
         ([], "the file must be a mapping with a 'providers' list (got [])"),
         ({"providers": "x"}, "providers: must be a list (got 'x')"),
-        ({"providers": [], "extra": 1}, "extra: unknown key (got 1)"),
+        ({"providers": [], "extra": 1}, "extra: unknown key (its value, an integer, is not shown)"),
         ({"providers": ["x"]}, "providers[0]: must be a mapping with name and type (got 'x')"),
         ({"providers": [{"type": "fake"}]}, "providers[0].name: is required and must be a string (got None)"),
         ({"providers": [ok(name="Home_KVM")]}, "providers[0].name: must be a DNS-1123 label"),
@@ -32,8 +32,17 @@ def ok(name="a", type_="fake", **extra):
         ({"providers": [ok(type_="aws")]}, "providers[0].type: must be one of"),
         ({"providers": [ok(type_="aws")]}, "(got 'aws')"),
         ({"providers": [ok(kubernetes={})]}, "providers[0].kubernetes: a fake provider takes only a 'fake' block"),
-        ({"providers": [ok(nope={})]}, "providers[0].nope: unknown key (got {})"),
-        ({"providers": [ok(fake={"bogus": 1})]}, "providers[0].fake.bogus: Extra inputs are not permitted (got 1)"),
+        ({"providers": [ok(nope={})]}, "providers[0].nope: unknown key (its value, a mapping, is not shown)"),
+        ({"providers": [ok(fake={"bogus": 1})]}, "providers[0].fake.bogus: unknown key (its value, an integer, is not shown)"),
+        ({"providers": [ok(fake={"latencyMS": 1})]}, "providers[0].fake.latencyMS: unknown key; did you mean 'latencyMs'?"),
+        ({"providers": [ok(name="abc\n")]}, "providers[0].name: must be a DNS-1123 label"),
+        ({"providers": [ok(type_=["fake"])]}, "providers[0].type: must be one of fake, gcp, kubernetes, kvm (got a list of 1 item(s))"),
+        ({"providers": [ok(type_={"a": 1})]}, "providers[0].type: must be one of"),
+        ({"providers": [ok(fake={"latencyMs": 10**400})]}, "providers[0].fake.latencyMs: Input should be less than or equal to 600000"),
+        ({"providers": [ok(fake={"latencyMs": 10**400})]}, "(got an integer of about 401 digits)"),
+        ({"providers": [ok(fake={"targets": [{"name": "t"}] * 1001})]}, "providers[0].fake.targets: List should have at most 1000 items"),
+        ({"providers": [ok(fake={"targetCount": 10001})]}, "providers[0].fake.targetCount: Input should be less than or equal to 10000"),
+        ({"providers": [ok(name="x" * 10**6)]}, "must be at most 63 characters, has 1000000 (got 'xxxx"),
         ({"providers": [ok(fake={"latencyMs": -1})]}, "providers[0].fake.latencyMs: Input should be greater than or equal to 0 (got -1)"),
         (
             {"providers": [ok(fake={"targets": [{"name": ""}]})]},
@@ -52,6 +61,22 @@ def ok(name="a", type_="fake", **extra):
 def test_rules(data, expected):
     got = problems(data)
     assert any(expected in p for p in got), got
+
+
+def test_messages_are_bounded_and_never_show_secrets_or_unknown_values():
+    secret = "#cloud-config\npassword: SENTINEL-9f2c"
+    kvm = {"sshKeyFile": "/k", "knownHostsFile": "/kh", "hosts": [{"name": "h", "address": "h:22", "user": "u"}]}
+    got = problems({"providers": [
+        ok(name="k", type_="kvm", kvm={**kvm, "vendorDta": secret}),
+        ok(name="v", type_="kvm", kvm={**kvm, "vendorData": ["SENTINEL-9f2c"]}),
+        ok(name="y" * 10**6, fake={"targets": [{"name": "n" * 10**6}]}),
+        {"name": "z", "type": "fake", "x" * 10**5: "SENTINEL-9f2c"},
+    ]})
+    text = "\n".join(got)
+    assert "SENTINEL" not in text
+    assert "providers[0].kvm.vendorDta: unknown key; did you mean 'vendorData'?" in text
+    assert "providers[1].kvm.vendorData: Input should be a valid string (got <redacted>)" in text
+    assert len(text) < 2000, text
 
 
 def test_every_problem_is_listed():
@@ -83,6 +108,12 @@ def test_load_unreadable_and_bad_yaml(tmp_path):
     bad.write_text("providers: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load(bad)
+
+
+def test_anchors_and_merge_keys_within_bounds_still_work(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("providers:\n  - &base {name: a, type: fake, fake: {targets: [{name: t}]}}\n  - <<: *base\n    name: b\n")
+    assert load(f).names() == ["a", "b"]
 
 
 def test_get_unknown_names_what_is_configured():
