@@ -32,7 +32,7 @@ def ready_condition(obj):
 def test_full_round_from_beat_tick_to_status_and_metrics(redis_server, make_stack, kubeapi):
     metrics_port = free_port()
     stack = make_stack(redis_server.url, PROVIDERS, FLEET_KUBECONFIG=kubeapi.kubeconfig_path,
-                       FLEET_METRICS_BIND_ADDRESS=f"127.0.0.1:{metrics_port}")
+                       FLEET_METRICS_BIND_ADDRESS=f"127.0.0.1:{metrics_port}", FLEET_INSTALLATION="pipeline")
     # The orphan has been expected for a while: no worker consumes its queue.
     store = Store(redis_server.client())
     store.first_seen("orphan", time.time() - 60)
@@ -62,7 +62,9 @@ def test_full_round_from_beat_tick_to_status_and_metrics(redis_server, make_stac
     assert (conds["orphan"]["status"], conds["orphan"]["reason"]) == ("Unknown", "CheckOverdue")
     assert "provider.orphan" in conds["orphan"]["message"]
     assert kubeapi.objects["lab-bad"]["status"]["targetsReady"] == "1/2"
-    assert kubeapi.objects["lab-ok"]["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "egress-proxies-operator"}
+    assert kubeapi.objects["lab-ok"]["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "egress-proxies-operator",
+                                                                "fleet.crawl.example.com/installation": "pipeline"}
+    assert {r.field_manager for r in kubeapi.requests if r.method in ("POST", "PATCH")} == {"fleet-controller"}
     # one status write per provider for that round
     assert len([r for r in kubeapi.requests if r.method == "PATCH" and r.path.endswith("/lab-ok/status")]) == 1
 
@@ -78,6 +80,8 @@ def test_full_round_from_beat_tick_to_status_and_metrics(redis_server, make_stac
     assert 'proxy_operator_provider_workers{provider="lab-ok"} 1.0' in body  # heartbeats
     assert 'proxy_operator_provider_workers{provider="orphan"} 0.0' in body
     assert 'proxy_operator_provider_check_overdue{provider="orphan"} 1.0' in body
+    assert 'proxy_operator_results_dropped_total{reason="unconfigured"} 0.0' in body  # the controller's counters
+    assert 'proxy_operator_foreign_objects_skipped_total{kind="ProviderHealth"} 0.0' in body
     assert 'proxy_operator_provider_check_overdue{provider="lab-ok"} 0.0' in body
     assert "proxy_operator_provider_check_interval_seconds 10.0" in body
 
