@@ -89,7 +89,8 @@ def access_error(status: int, verb: str, resource: str, name: str | None, server
     (`providerhealths`, `providerhealths/status`); 404 counts as a missing
     CRD only on the collection (create, list): on a named object it means
     the object is gone."""
-    what = f"{resource}.{GROUP}" + (f" {name!r}" if name else "")
+    plural, _, sub = resource.partition("/")
+    what = f"{plural}.{GROUP}" + (f"/{sub}" if sub else "") + (f" {name!r}" if name else "")
     said = f" (API server: {server_message})" if server_message else ""
     if status == 401:
         msg = f"cannot {verb} {what}: the API server rejected the controller's credentials (401){said}"

@@ -277,7 +277,8 @@ def test_missing_rbac_is_an_error_naming_the_verb_and_resource(fleet, kubeapi, d
     e = err.value
     assert (e.verb, e.resource, e.status) == (verb, resource, 403)
     msg = str(e)
-    assert msg.startswith(f"cannot {verb} {resource}.crawl.example.com")
+    plural, _, sub = resource.partition("/")
+    assert msg.startswith(f"cannot {verb} {plural}.crawl.example.com{'/' + sub if sub else ''}")
     assert f"needs verb '{verb}' on resource '{resource}' in API group 'crawl.example.com'" in msg
     assert "deploy/rbac/controller_role.yaml" in msg
     assert "is forbidden: User" in msg  # the API server's own words are kept
@@ -336,4 +337,5 @@ def test_access_error(status, verb, want):
         assert err is None
     else:
         assert want in str(err) and str(err).endswith("(API server: server says no)")
-        assert f"cannot {verb} {resource}.crawl.example.com 'kvm-home'" in str(err)
+        what = "providerhealths.crawl.example.com/status" if verb == "patch" else "providerhealths.crawl.example.com"
+        assert f"cannot {verb} {what} 'kvm-home'" in str(err)
