@@ -1,37 +1,91 @@
 """`fleet`: validate, check, get ph, and start the processes.
 
-Every flag is also FLEET_<FLAG> in the environment; flags win. Exit codes:
-0 fine, 1 something is not ready / not found, 2 bad input.
+Every flag is also FLEET_<FLAG> in the environment; flags win. Every flag
+and the providers file are validated before anything starts or connects.
+
+Exit codes:
+
+- 0: fine.
+- 1: something is not ready or not found (`fleet check` with a failing
+  target, `fleet get ph NAME` unknown, `fleet probe` failing).
+- 2: bad input: a flag, an environment variable or the providers file
+  (argparse's usage errors are 2 as well).
+- 3: cannot reach a backend fleet itself needs (Redis for `fleet get ph`).
+  A provider's unreachable backend is a verdict, not an exit code.
+- 130: interrupted (Ctrl-C), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
+import re
+import secrets
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from fleet import commands, logs, routing
-from fleet.config import ConfigError, ProvidersConfig, load
-from fleet.durations import parse_duration
+from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
+from fleet.durations import format_duration, parse_duration
 from fleet.results import CheckResult, Verdict, parse_rfc3339, rfc3339
-from fleet.settings import OPTIONS, Settings, SettingsError, env_name
+from fleet.settings import OPTIONS, Settings, SettingsError, env_name, redact_url, show
 from fleet.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE, current_verdict, verdict
 
-EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+MAX_CHECK_TIMEOUT = 3600.0  # `fleet check --timeout`
+MAX_PROBE_TIMEOUT = 300.0  # `fleet probe --timeout`
+MAX_CONCURRENCY = 1000
+# `fleet up` is a local stack: the controller's /metrics and Flower listen on loopback only.
+LOCAL_METRICS_BIND = "127.0.0.1:8080"
+LOCAL_ADDRESS = "127.0.0.1"
+# `fleet up` restarts a child that exits: after 1s, doubling to 30s; a child
+# that stayed up 60s starts again from 1s.
+RESTART_MIN, RESTART_MAX, RESTART_RESET_AFTER = 1.0, 30.0, 60.0
 
 
 class BadInput(Exception):
     pass
+
+
+class Unreachable(Exception):
+    """A backend fleet needs (Redis) does not answer: exit 3."""
+
+
+# --- strict flag types (argparse: a bad value is a usage error, exit 2) ----------------
+
+_ASCII_INT = re.compile(r"[0-9]{1,6}", re.ASCII)
+_HOST = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*", re.ASCII)
+
+
+def _int_in(low: int, high: int):
+    def parse(text: str) -> int:
+        if not _ASCII_INT.fullmatch(text) or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, got {show(text)}")
+        return int(text)
+
+    return parse
+
+
+def _host(text: str) -> str:
+    if not _HOST.fullmatch(text) or len(text) > 253:
+        raise argparse.ArgumentTypeError(f"must be an IPv4 address or a host name, got {show(text)}")
+    return text
+
+
+_port = _int_in(1, 65535)
+_concurrency = _int_in(1, MAX_CONCURRENCY)
 
 
 # --- settings -----------------------------------------------------------------
@@ -62,6 +116,13 @@ def config_from(settings: Settings, required: bool = True) -> ProvidersConfig | 
         return load(settings.providers_config)
     except ConfigError as exc:
         raise BadInput(exc.report()) from None
+
+
+def _positive_duration(text: str, flag: str, maximum: float) -> float:
+    seconds = _duration(text, flag, maximum)
+    if seconds <= 0:
+        raise BadInput(f"{flag} must be positive, got {show(text)}")
+    return seconds
 
 
 # --- output -------------------------------------------------------------------
@@ -145,9 +206,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     config = config_from(settings)
     assert config is not None
-    timeout = settings.check_timeout if args.timeout is None else _duration(args.timeout, "--timeout")
-    if timeout <= 0:
-        raise BadInput(f"--timeout must be positive, got {args.timeout}")
+    timeout = settings.check_timeout if args.timeout is None else _positive_duration(args.timeout, "--timeout", MAX_CHECK_TIMEOUT)
     chosen = config.providers
     if args.provider:
         try:
@@ -166,49 +225,44 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    import redis
+
     from fleet.store import Store
 
     if args.resource not in ("ph", "providerhealth", "providerhealths"):
-        raise BadInput(f"unknown resource {args.resource!r}: fleet get knows ph (providerhealth)")
+        raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth)")
+    if args.name is not None and validate_name(args.name):
+        raise BadInput(f"NAME {validate_name(args.name)} (got {show(args.name)})")
     settings = settings_from(args)
     config = config_from(settings, required=False)
     store = Store.from_url(settings.broker)
     now = time.time()
     try:
         stored = store.all()
-    except Exception as exc:
-        raise BadInput(f"cannot read results from {_safe_url(settings.broker)}: {exc}") from None
-    names = config.names() if config else sorted(stored)
-    types = {p.name: p.type for p in config.providers} if config else {}
-    if args.name:
-        if args.name not in names and args.name not in stored:
-            print(f"providerhealth {args.name!r} not found", file=sys.stderr)
-            return EXIT_NOT_READY
-        names = [args.name]
-    rows = []
-    for name in names:
-        r = stored.get(name)
-        v = current_verdict(r, store.seen(name), now, settings.overdue_after, routing.provider_queue(name),
-                            settings.checks_enabled)
-        rows.append(summary(r, v, name, types.get(name, "")))
+        names = config.names() if config else sorted(stored)
+        types = {p.name: p.type for p in config.providers} if config else {}
+        if args.name:
+            if args.name not in names and args.name not in stored:
+                print(f"providerhealth {args.name!r} not found", file=sys.stderr)
+                return EXIT_NOT_READY
+            names = [args.name]
+        rows = []
+        for name in names:
+            r = stored.get(name)
+            v = current_verdict(r, store.seen(name), now, settings.overdue_after, routing.provider_queue(name),
+                                settings.checks_enabled)
+            rows.append(summary(r, v, name, types.get(name, "")))
+    except redis.RedisError as exc:
+        raise Unreachable(f"cannot read results from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
+    finally:
+        store.r.close()
     print(render(rows, args.output, now))
     return EXIT_OK
 
 
-def _safe_url(url: str) -> str:
-    """The broker URL without its password."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def _duration(text: str, flag: str) -> float:
+def _duration(text: str, flag: str, maximum: float | None = None) -> float:
     try:
-        return parse_duration(text)
+        return parse_duration(text) if maximum is None else parse_duration(text, maximum)
     except ValueError as exc:
         raise BadInput(f"{flag}: {exc}") from None
 
@@ -260,7 +314,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     if args.mode == "live" and not args.provider:
         raise BadInput("probe live needs -p/--provider NAME")
-    return probe.run(args.mode, settings_from(args).broker, args.provider, _duration(args.timeout, "--timeout"))
+    if args.provider is not None and validate_name(args.provider):
+        raise BadInput(f"-p/--provider {validate_name(args.provider)} (got {show(args.provider)})")
+    timeout = _positive_duration(args.timeout, "--timeout", MAX_PROBE_TIMEOUT)
+    return probe.run(args.mode, settings_from(args).broker, args.provider, timeout)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -269,8 +326,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     config = config_from(settings)
     assert config is not None and settings.providers_config
-    with open(settings.providers_config, encoding="utf-8") as f:
-        text = f.read()
+    if args.namespace is not None and validate_name(args.namespace):
+        raise BadInput(f"--namespace {validate_name(args.namespace)} (got {show(args.namespace)})")
+    try:
+        text = read_text(settings.providers_config)
+    except ConfigError as exc:
+        raise BadInput(exc.report()) from None
     try:
         objects = rendering.render(config, text, image=args.image or rendering.IMAGE, namespace=args.namespace or rendering.NAMESPACE)
     except rendering.RenderError as exc:
@@ -279,17 +340,50 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@dataclass
+class _Child:
+    """One process of `fleet up`, restarted with backoff when it exits."""
+
+    role: str
+    argv: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    delay: float = RESTART_MIN
+    restart_at: float = 0.0
+    restarts: int = field(default=0)
+
+
+def _say(text: str) -> None:
+    print(f"fleet up: {text}", file=sys.stderr, flush=True)
+
+
+def _start(child: _Child) -> None:
+    child.proc = subprocess.Popen(child.argv, env=child.env, start_new_session=True)
+    child.started = time.monotonic()
+    _say(f"{'restarted' if child.restarts else 'started'} {child.role} (pid {child.proc.pid})")
+
+
+def next_restart(child: _Child, now: float) -> float:
+    """After `child` exited at `now`: the delay before starting it again.
+    1s, doubling to 30s; back to 1s after a run of at least 60s."""
+    if now - child.started >= RESTART_RESET_AFTER:
+        child.delay = RESTART_MIN
+    delay = child.delay
+    child.delay = min(child.delay * 2, RESTART_MAX)
+    return delay
+
+
+def flower_auth(environ: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """Flower's environment for `fleet up`: the user's FLOWER_BASIC_AUTH /
+    FLOWER_AUTH, else a generated `fleet:<random>` (returned, to print once)."""
+    if environ.get("FLOWER_BASIC_AUTH") or environ.get("FLOWER_AUTH"):
+        return environ, None
+    generated = f"fleet:{secrets.token_urlsafe(18)}"
+    return {**environ, "FLOWER_BASIC_AUTH": generated}, generated
+
+
 def cmd_up(args: argparse.Namespace) -> int:
-    env = _prepare(args)
-    settings = settings_from(args)
-    config = config_from(settings)
-    assert config is not None
-    argvs = {f"worker:{n}": commands.worker_argv(n) for n in config.names()}
-    argvs["controller"] = commands.controller_argv()
-    argvs["beat"] = commands.beat_argv()
-    if args.flower and importlib.util.find_spec("flower") is not None:
-        argvs["flower"] = commands.flower_argv(args.flower_port)
-    procs: dict[str, subprocess.Popen] = {}
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -298,29 +392,57 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    for role, argv in argvs.items():
-        procs[role] = subprocess.Popen(argv, env=env, start_new_session=True)
-        print(f"fleet up: started {role} (pid {procs[role].pid})", file=sys.stderr)
-    code = EXIT_OK
+    env = _prepare(args)
+    settings = settings_from(args)
+    config = config_from(settings)
+    assert config is not None
+    if not (args.metrics_bind_address or os.environ.get(env_name(_option("metrics-bind-address")))):
+        env["FLEET_METRICS_BIND_ADDRESS"] = LOCAL_METRICS_BIND
+    # Flower's credentials go to Flower only.
+    base_env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
+    children = [_Child(f"worker:{n}", commands.worker_argv(n), base_env) for n in config.names()]
+    children += [_Child("controller", commands.controller_argv(), base_env), _Child("beat", commands.beat_argv(), base_env)]
+    generated = None
+    if args.flower and importlib.util.find_spec("flower") is not None:
+        flower_env, generated = flower_auth(env)
+        children.append(_Child("flower", commands.flower_argv(args.flower_port, LOCAL_ADDRESS), flower_env))
+    for child in children:
+        if not stopping:
+            _start(child)
+    if generated:
+        user, _, password = generated.partition(":")
+        _say(f"Flower on http://{LOCAL_ADDRESS}:{args.flower_port}/ with user {user!r}, password {password!r} "
+             "(generated; set FLOWER_BASIC_AUTH=user:password to choose)")
     while not stopping:
-        for role, p in procs.items():
-            if p.poll() is not None:
-                print(f"fleet up: {role} exited with {p.returncode}; stopping everything", file=sys.stderr)
-                stopping, code = True, 1
-                break
+        now = time.monotonic()
+        for child in children:
+            if child.proc is not None and child.proc.poll() is not None:
+                delay = next_restart(child, now)
+                _say(f"{child.role} exited with {child.proc.returncode}; restarting in {format_duration(delay)}")
+                child.proc, child.restart_at = None, now + delay
+            elif child.proc is None and now >= child.restart_at:
+                child.restarts += 1
+                _start(child)
         time.sleep(0.2)
-    for p in procs.values():
+    running = [c.proc for c in children if c.proc is not None]
+    for p in running:
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + 15
-    for p in procs.values():
+    for p in running:
         try:
             p.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    print("fleet up: stopped", file=sys.stderr)
-    return code
+    _say("stopped")
+    return EXIT_OK
+
+
+def _option(flag: str):
+    return next(o for o in OPTIONS if o.flag == flag)
 
 
 # --- parser ---------------------------------------------------------------------
@@ -348,25 +470,25 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("worker", parents=[common], help="run the worker of one provider")
     s.add_argument("-p", "--provider", required=True)
-    s.add_argument("--concurrency", type=int, default=4)
+    s.add_argument("--concurrency", type=_concurrency, default=4)
     s.set_defaults(fn=cmd_worker)
 
     s = sub.add_parser("controller", parents=[common], help="run the controller")
-    s.add_argument("--concurrency", type=int, default=4)
+    s.add_argument("--concurrency", type=_concurrency, default=4)
     s.set_defaults(fn=cmd_controller)
 
     s = sub.add_parser("beat", parents=[common], help="run the scheduler (exactly one)")
     s.set_defaults(fn=cmd_beat)
 
     s = sub.add_parser("flower", parents=[common], help="run Flower, only with FLOWER_BASIC_AUTH or FLOWER_AUTH set")
-    s.add_argument("--port", type=int, default=5555)
-    s.add_argument("--address", default="0.0.0.0")
+    s.add_argument("--port", type=_port, default=5555)
+    s.add_argument("--address", type=_host, default="0.0.0.0")
     s.set_defaults(fn=cmd_flower)
 
     s = sub.add_parser("probe", parents=[common], help="exec probe: ready (broker answers) or live (heartbeat fresh)")
     s.add_argument("mode", choices=("ready", "live"))
     s.add_argument("-p", "--provider", help="live: the provider this worker serves")
-    s.add_argument("--timeout", default="3s", help="broker timeout (default 3s)")
+    s.add_argument("--timeout", default="3s", help="broker timeout (default 3s, at most 5m)")
     s.set_defaults(fn=cmd_probe)
 
     s = sub.add_parser("render", parents=[common], help="print the worker Deployments of the providers file")
@@ -375,22 +497,29 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--namespace", default=None, help="namespace of the workers (default fleet-system)")
     s.set_defaults(fn=cmd_render)
 
-    s = sub.add_parser("up", parents=[common], help="run the whole stack in the foreground")
+    s = sub.add_parser("up", parents=[common], help="run the whole stack in the foreground, on 127.0.0.1; restarts what exits")
     s.add_argument("--no-flower", dest="flower", action="store_false")
-    s.add_argument("--flower-port", type=int, default=5555)
+    s.add_argument("--flower-port", type=_port, default=5555)
     s.set_defaults(fn=cmd_up)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
     try:
-        pre = settings_from(args)
-        logs.setup(pre.log_format, pre.log_level)
-        return args.fn(args)
-    except BadInput as exc:
-        print(f"fleet {args.command}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        args = parser().parse_args(argv)
+        try:
+            pre = settings_from(args)
+            logs.setup(pre.log_format, pre.log_level)
+            return args.fn(args)
+        except BadInput as exc:
+            print(f"fleet {args.command}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except Unreachable as exc:
+            print(f"fleet {args.command}: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+    except KeyboardInterrupt:  # Ctrl-C before a command installs its own handling: no traceback
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
