@@ -333,7 +333,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise BadInput(exc.report()) from None
     try:
-        objects = rendering.render(config, text, image=args.image or rendering.IMAGE, namespace=args.namespace or rendering.NAMESPACE)
+        objects = rendering.render(
+            config, text, image=args.image or rendering.IMAGE, namespace=args.namespace or rendering.NAMESPACE,
+            installation=settings.installation,  # default: the namespace
+        )
     except rendering.RenderError as exc:
         raise BadInput(str(exc)) from None
     print(json.dumps(objects, indent=2) if args.output == "json" else rendering.to_yaml(objects).rstrip())

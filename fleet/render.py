@@ -1,19 +1,31 @@
-"""`fleet render -c providers.yaml`: the Kubernetes objects of the provider
-workers, generated from the providers file so the provider list has one
-source.
+"""`fleet render -c providers.yaml`: every fleet process that reads the
+providers file, generated from that file so the provider list has one
+source and a change to it rolls every process that reads it.
 
-For the file it prints the `fleet-providers` ConfigMap (mounted by every
-process), and per provider a ServiceAccount, RBAC only when the provider
-talks to this cluster, and a worker Deployment running `fleet worker -p
-NAME` (which execs `commands.worker_argv`: queue `provider.<name>`, worker
-name `<name>@%h`). What a provider needs mounted is declared once per type,
-by its config block's `runtime()` (providers/blocks.py); this module only
-turns that into volumes, environment and RBAC, and mounts a provider's
-credentials in its own worker and nowhere else.
+It prints, for one installation (default: the namespace):
 
-The static processes (controller, beat, Flower, the quickstart Redis) are in
-deploy/ and rendered by kustomize; both share the envelope below: non-root,
-read-only root filesystem, a 64Mi /tmp, the config at CONFIG_PATH, the broker
+- the `fleet-providers` ConfigMap: the file, mounted by every process below,
+  with any secret field (a block's `secret_fields`, e.g. kvm `vendorData`)
+  moved out into a Secret `fleet-<provider>-secrets` mounted by that
+  provider's worker only, and the field replaced by its `<field>File` path;
+- the controller: ServiceAccount, a ClusterRole on ProviderHealth and its
+  binding, the Deployment and the `fleet-controller-metrics` Service;
+- beat: ServiceAccount (no token) and the Deployment;
+- per provider, a ServiceAccount, RBAC only when the provider talks to this
+  cluster, and a worker Deployment running `fleet worker -p NAME` (which
+  execs `commands.worker_argv`: queue `provider.<name>`, worker name
+  `<name>@%h`). What a provider needs mounted or granted is declared once per
+  type, by its config block's `runtime()` (providers/blocks.py); this module
+  only turns that into volumes, environment and RBAC, and mounts a provider's
+  credentials in its own worker and nowhere else.
+
+Every pod template carries the ConfigMap's sha256, so `kubectl apply` of a
+changed file rolls the controller, beat and every worker. RBAC objects are
+named `fleet:<installation>:<role>` (':' cannot occur in a DNS label, so two
+installations never share a name) and everything carries the installation
+label. What does not read the providers file stays in deploy/ (kustomize):
+the CRD, the viewer role, Flower, the quickstart Redis. Both share the
+envelope below: non-root, read-only root filesystem, a 64Mi /tmp, the broker
 URL from the `fleet-broker` Secret.
 """
 
@@ -21,6 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -35,18 +49,42 @@ UID = 10001
 CONFIG_MAP = "fleet-providers"
 CONFIG_DIR = "/etc/fleet/config"
 CONFIG_PATH = CONFIG_DIR + "/providers.yaml"
+SECRETS_DIR = "/etc/fleet/secrets"
 BROKER_SECRET, BROKER_KEY = "fleet-broker", "url"
 TMP_SIZE = "64Mi"
 PROVIDER_LABEL = "fleet.crawl.example.com/provider"
+INSTALLATION_LABEL = "fleet.crawl.example.com/installation"
 QUEUE_ANNOTATION = "fleet.crawl.example.com/queue"
 NODE_ANNOTATION = "fleet.crawl.example.com/worker-name"
 CONFIG_HASH_ANNOTATION = "fleet.crawl.example.com/config-sha256"
+CONTROLLER, BEAT = "fleet-controller", "fleet-beat"
+METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
+RBAC_API = "rbac.authorization.k8s.io"
 # Directories a credential mount may not cover (or sit inside).
-RESERVED_DIRS = ("/tmp", CONFIG_DIR, "/opt/fleet", "/usr", "/etc/ssl")
+RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+# The controller writes ProviderHealth objects only: uncached get, create
+# when missing, list (with the managed-by label) and delete at start-up
+# cleanup, status merge-patch. No watch: nothing is cached.
+CONTROLLER_RULES = (
+    {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths"], "verbs": ["create", "delete", "get", "list"]},
+    {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths/status"], "verbs": ["get", "patch"]},
+)
 
 
 class RenderError(ValueError):
     """The config cannot be deployed as is; the message names the provider and field."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and as what the objects are rendered."""
+
+    namespace: str = NAMESPACE
+    installation: str = NAMESPACE
+    image: str = IMAGE
+    config_hash: str = ""
 
 
 def worker_name(provider: str) -> str:
@@ -57,17 +95,43 @@ def credentials_secret(provider: str) -> str:
     return f"fleet-{provider}-credentials"
 
 
+def secrets_secret(provider: str) -> str:
+    """The Secret `fleet render` writes: the provider's secret config fields."""
+    return f"fleet-{provider}-secrets"
+
+
+def rbac_name(installation: str, *role: str) -> str:
+    """`fleet:<installation>:<role...>`, for Roles, ClusterRoles and their bindings."""
+    return ":".join(("fleet", installation, *role))
+
+
 def queue_and_node(provider: str) -> tuple[str, str]:
     """The queue and node name template, read back from the one command line."""
     argv = commands.worker_argv(provider)
     return argv[argv.index("-Q") + 1], argv[argv.index("-n") + 1]
 
 
-def labels(component: str, provider: str | None = None) -> dict[str, str]:
+def selector(component: str, provider: str | None = None) -> dict[str, str]:
     out = {"app.kubernetes.io/name": "fleet", "app.kubernetes.io/component": component}
     if provider:
         out[PROVIDER_LABEL] = provider
     return out
+
+
+def labels(component: str, provider: str | None = None, installation: str | None = None) -> dict[str, str]:
+    """The selector labels, plus the installation (kept out of selectors, which are immutable)."""
+    out = selector(component, provider)
+    if installation:
+        out[INSTALLATION_LABEL] = installation
+    return out
+
+
+def _meta(name: str, t: Target, component: str, provider: str | None = None, namespace: str | None = "") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace or t.namespace
+    meta["labels"] = labels(component, provider, t.installation)
+    return meta
 
 
 # --- the shared envelope ----------------------------------------------------------
@@ -81,12 +145,16 @@ def container_security() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
 
 
-def base_env() -> list[dict[str, Any]]:
-    return [
+def base_env(installation: str | None = None) -> list[dict[str, Any]]:
+    env = [
         {"name": "FLEET_PROVIDERS_CONFIG", "value": CONFIG_PATH},
         {"name": "FLEET_BROKER_URL", "valueFrom": {"secretKeyRef": {"name": BROKER_SECRET, "key": BROKER_KEY}}},
         {"name": "FLEET_LOG_FORMAT", "value": "json"},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
+    if installation:
+        env.append({"name": "FLEET_INSTALLATION", "value": installation})
+    return env
 
 
 def base_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -100,6 +168,131 @@ def base_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def exec_probe(argv: list[str], period: int, timeout: int, failures: int, **extra: int) -> dict[str, Any]:
     return {"exec": {"command": argv}, "periodSeconds": period, "timeoutSeconds": timeout, "failureThreshold": failures, **extra}
+
+
+def http_probe(path: str, port: str, period: int, timeout: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "timeoutSeconds": timeout, "failureThreshold": failures}
+
+
+def service_account(name: str, t: Target, component: str, token: bool, provider: str | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(name, t, component, provider),
+        "automountServiceAccountToken": token,
+    }
+
+
+def binding_pair(
+    kind: str, name: str, rules: tuple[dict[str, Any], ...], account: str, t: Target, component: str,
+    provider: str | None = None, namespace: str | None = None,
+) -> list[dict[str, Any]]:
+    """A Role/ClusterRole with `rules` and its binding to `account` (in t.namespace)."""
+    ns = namespace if kind == "Role" else None
+    return [
+        {
+            "apiVersion": f"{RBAC_API}/v1",
+            "kind": kind,
+            "metadata": _meta(name, t, component, provider, ns),
+            "rules": [dict(r) for r in rules],
+        },
+        {
+            "apiVersion": f"{RBAC_API}/v1",
+            "kind": kind + "Binding",
+            "metadata": _meta(name, t, component, provider, ns),
+            "roleRef": {"apiGroup": RBAC_API, "kind": kind, "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": t.namespace}],
+        },
+    ]
+
+
+def deployment(
+    name: str, t: Target, component: str, pod_spec: dict[str, Any], provider: str | None = None,
+    annotations: dict[str, str] | None = None, strategy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A one-replica Deployment whose pod template carries the config hash."""
+    meta = _meta(name, t, component, provider)
+    if annotations:
+        meta["annotations"] = annotations
+    spec: dict[str, Any] = {"replicas": 1}
+    if strategy:
+        spec["strategy"] = strategy
+    spec["selector"] = {"matchLabels": selector(component, provider)}
+    spec["template"] = {
+        "metadata": {"labels": labels(component, provider, t.installation), "annotations": {CONFIG_HASH_ANNOTATION: t.config_hash}},
+        "spec": {"securityContext": pod_security(), **pod_spec},
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
+
+
+# --- controller and beat ------------------------------------------------------------
+
+
+def controller(t: Target) -> list[dict[str, Any]]:
+    """Consumes fleet.controller, writes ProviderHealth, serves /metrics on
+    :8080. Replicas share Redis safely (compare-and-set). Its probes are
+    HTTP on the metrics port (fleet/serving.py), not `fleet probe`: an
+    exec'd Python would count against the seed's 128Mi. Ready while Redis
+    answers PING; alive while the process serves, so a Redis outage never
+    restarts it. Tune checks with FLEET_PROVIDER_CHECK_INTERVAL and
+    FLEET_PROVIDER_CHECK_TIMEOUT here and in beat (the overdue sweep uses them)."""
+    volumes, mounts = base_volumes()
+    container = {
+        "name": "controller",
+        "image": t.image,
+        "command": ["fleet", "controller"],
+        "env": base_env(t.installation) + [{"name": "FLEET_METRICS_BIND_ADDRESS", "value": f":{METRICS_PORT}"}],
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+        "readinessProbe": http_probe("/readyz", "metrics", 15, 5, 2),
+        "livenessProbe": http_probe("/livez", "metrics", 30, 5, 3),
+        "startupProbe": http_probe("/livez", "metrics", 5, 5, 60),
+        "resources": {"requests": {"cpu": "100m", "memory": "96Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": mounts,
+    }
+    pod_spec = {
+        "serviceAccountName": CONTROLLER,
+        "automountServiceAccountToken": True,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(METRICS_SERVICE, t, "controller"),
+        "spec": {"selector": selector("controller"), "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]},
+    }
+    return [
+        service_account(CONTROLLER, t, "controller", token=True),
+        *binding_pair("ClusterRole", rbac_name(t.installation, "controller"), CONTROLLER_RULES, CONTROLLER, t, "controller"),
+        deployment(CONTROLLER, t, "controller", pod_spec),
+        service,
+    ]
+
+
+def beat(t: Target) -> list[dict[str, Any]]:
+    """Exactly one: a single replica and Recreate, so a rollout never runs two
+    beats (which would double every check). Its schedule is built from the
+    file at start; the config hash restarts it when the file changes. No
+    Kubernetes rights, no token. Ready while the broker answers; no liveness
+    probe (no heartbeat to check; if it exits the container restarts)."""
+    volumes, mounts = base_volumes()
+    container = {
+        "name": "beat",
+        "image": t.image,
+        "command": ["fleet", "beat"],
+        "env": base_env(t.installation),
+        "readinessProbe": exec_probe(["fleet", "probe", "ready"], 15, 5, 2),
+        "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": mounts,
+    }
+    pod_spec = {"serviceAccountName": BEAT, "automountServiceAccountToken": False, "containers": [container], "volumes": volumes}
+    return [
+        service_account(BEAT, t, "beat", token=False),
+        deployment(BEAT, t, "beat", pod_spec, strategy={"type": "Recreate"}),
+    ]
 
 
 # --- per provider ---------------------------------------------------------------
@@ -143,46 +336,42 @@ def credential_volumes(pc: ProviderConfig, rt: Runtime) -> tuple[list[dict[str, 
     return volumes, mounts
 
 
-def service_account(pc: ProviderConfig, rt: Runtime, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {"name": worker_name(pc.name), "namespace": namespace, "labels": labels("worker", pc.name)},
-        "automountServiceAccountToken": rt.in_cluster,
+def secret_volume(provider: str, keys: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The provider's moved secret fields, at SECRETS_DIR/<field>. Not
+    optional: the config points at these files and the Secret is rendered
+    with it."""
+    if not keys:
+        return [], []
+    volume = {
+        "name": "secrets",
+        "secret": {"secretName": secrets_secret(provider), "defaultMode": 0o440, "items": [{"key": k, "path": k} for k in sorted(keys)]},
     }
+    return [volume], [{"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True}]
 
 
-def rbac(pc: ProviderConfig, rt: Runtime, namespace: str) -> list[dict[str, Any]]:
-    if not rt.cluster_rules:
-        return []
-    name = worker_name(pc.name)
-    meta = {"name": name, "labels": labels("worker", pc.name)}
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": meta,
-            "rules": [dict(r) for r in rt.cluster_rules],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": dict(meta),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        },
-    ]
+def worker_rbac(pc: ProviderConfig, rt: Runtime, t: Target) -> list[dict[str, Any]]:
+    """A ClusterRole for what must span namespaces (the pod list), a Role in
+    the proxies' namespace for the rest; nothing when the provider does not
+    talk to this cluster."""
+    name, account = rbac_name(t.installation, "worker", pc.name), worker_name(pc.name)
+    out: list[dict[str, Any]] = []
+    if rt.cluster_rules:
+        out += binding_pair("ClusterRole", name, rt.cluster_rules, account, t, "worker", pc.name)
+    if rt.namespaced_rules:
+        out += binding_pair("Role", name, rt.namespaced_rules, account, t, "worker", pc.name, rt.rules_namespace or t.namespace)
+    return out
 
 
-def deployment(pc: ProviderConfig, rt: Runtime, image: str, namespace: str, config_hash: str) -> dict[str, Any]:
+def worker(pc: ProviderConfig, rt: Runtime, t: Target, secret_keys: list[str]) -> dict[str, Any]:
     queue, node = queue_and_node(pc.name)
     volumes, mounts = base_volumes()
     cv, cm = credential_volumes(pc, rt)
-    env = base_env() + [{"name": k, "value": v} for k, v in rt.env]
+    sv, sm = secret_volume(pc.name, secret_keys)
+    env = base_env(t.installation) + [{"name": k, "value": v} for k, v in rt.env]
     live = ["fleet", "probe", "live", "-p", pc.name]
     container = {
         "name": "worker",
-        "image": image,
+        "image": t.image,
         "command": ["fleet", "worker", "-p", pc.name],
         "env": env,
         # Ready: this worker reaches the broker. Alive: its heartbeat is
@@ -192,55 +381,87 @@ def deployment(pc: ProviderConfig, rt: Runtime, image: str, namespace: str, conf
         "startupProbe": exec_probe(live, 5, 10, 36),
         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": container_security(),
-        "volumeMounts": mounts + cm,
+        "volumeMounts": mounts + cm + sm,
     }
-    sel = labels("worker", pc.name)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": worker_name(pc.name),
-            "namespace": namespace,
-            "labels": sel,
-            "annotations": {QUEUE_ANNOTATION: queue, NODE_ANNOTATION: node},
-        },
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": sel},
-            "template": {
-                "metadata": {"labels": dict(sel), "annotations": {CONFIG_HASH_ANNOTATION: config_hash}},
-                "spec": {
-                    "serviceAccountName": worker_name(pc.name),
-                    "automountServiceAccountToken": rt.in_cluster,
-                    "securityContext": pod_security(),
-                    "terminationGracePeriodSeconds": 60,
-                    "containers": [container],
-                    "volumes": volumes + cv,
-                },
-            },
-        },
+    pod_spec = {
+        "serviceAccountName": worker_name(pc.name),
+        "automountServiceAccountToken": rt.in_cluster,
+        "terminationGracePeriodSeconds": 60,
+        "containers": [container],
+        "volumes": volumes + cv + sv,
     }
+    return deployment(
+        worker_name(pc.name), t, "worker", pod_spec, pc.name, annotations={QUEUE_ANNOTATION: queue, NODE_ANNOTATION: node}
+    )
 
 
-def config_map(text: str, namespace: str) -> dict[str, Any]:
+# --- the providers file -------------------------------------------------------------
+
+
+def split_secrets(config: ProvidersConfig, text: str) -> tuple[str, dict[str, dict[str, str]]]:
+    """The ConfigMap's copy of the file, and per provider the secret field
+    values moved out of it. Without secret values the copy is the file as
+    written; otherwise it is re-serialised (comments are lost) with each
+    moved field `F` replaced by `FFile: SECRETS_DIR/F`."""
+    moved: dict[str, dict[str, str]] = {}
+    for pc in config.providers:
+        for field in getattr(type(pc.block), "secret_fields", ()):
+            value = getattr(pc.block, field, None)
+            if not value:
+                continue
+            file_field = Block.secret_file_field(field)
+            if file_field not in type(pc.block).model_fields:
+                raise RenderError(f"providers[{pc.name}].{pc.type}.{field} is secret but has no {file_field} to be mounted from")
+            moved.setdefault(pc.name, {})[field] = str(value)
+    if not moved:
+        return text, {}
+    doc = yaml.safe_load(text)
+    for entry in doc["providers"]:
+        block = entry[entry["type"]]
+        for field in moved.get(entry["name"], {}):
+            del block[field]
+            block[Block.secret_file_field(field)] = posixpath.join(SECRETS_DIR, field)
+    header = (
+        "# Written by `fleet render`: secret fields are in the Secrets fleet-<provider>-secrets,\n"
+        f"# mounted at {SECRETS_DIR} in that provider's worker only.\n"
+    )
+    return header + to_yaml([doc]), moved
+
+
+def config_map(text: str, t: Target) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(CONFIG_MAP, t, "config"), "data": {"providers.yaml": text}}
+
+
+def secret(provider: str, values: dict[str, str], t: Target) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": CONFIG_MAP, "namespace": namespace, "labels": labels("config")},
-        "data": {"providers.yaml": text},
+        "kind": "Secret",
+        "metadata": _meta(secrets_secret(provider), t, "worker", provider),
+        "type": "Opaque",
+        "stringData": dict(values),
     }
 
 
-def render(config: ProvidersConfig, text: str, image: str = IMAGE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    """The ConfigMap, then per provider its ServiceAccount, RBAC and Deployment."""
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    out = [config_map(text, namespace)]
+def render(
+    config: ProvidersConfig, text: str, image: str = IMAGE, namespace: str = NAMESPACE, installation: str | None = None
+) -> list[dict[str, Any]]:
+    """The ConfigMap, the controller, beat, then per provider its
+    ServiceAccount, secrets, RBAC and worker. `installation` defaults to
+    the namespace."""
+    for what, value in (("namespace", namespace), ("installation", installation or namespace)):
+        if not DNS1123_LABEL.match(value):
+            raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
+    copy, moved = split_secrets(config, text)
+    t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest())
+    out = [config_map(copy, t), *controller(t), *beat(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
         assert routing.provider_queue(pc.name) == queue_and_node(pc.name)[0]
-        out.append(service_account(pc, rt, namespace))
-        out.extend(rbac(pc, rt, namespace))
-        out.append(deployment(pc, rt, image, namespace, digest))
+        out.append(service_account(worker_name(pc.name), t, "worker", rt.in_cluster, pc.name))
+        if pc.name in moved:
+            out.append(secret(pc.name, moved[pc.name], t))
+        out.extend(worker_rbac(pc, rt, t))
+        out.append(worker(pc, rt, t, sorted(moved.get(pc.name, {}))))
     return out
 
 

@@ -19,13 +19,18 @@ class Runtime:
       marked optional so the worker starts (and reports why) without it.
     - `env`: plain, non-secret environment variables.
     - `in_cluster`: it talks to the cluster it runs in with its pod's
-      ServiceAccount token; `cluster_rules` are that account's RBAC rules.
+      ServiceAccount token. Its RBAC rules come in two scopes:
+      `cluster_rules` (a ClusterRole: only what must span every namespace)
+      and `namespaced_rules` (a Role in `rules_namespace`; None means the
+      namespace the worker is deployed to).
     """
 
     files: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     in_cluster: bool = False
     cluster_rules: tuple[dict[str, Any], ...] = ()
+    namespaced_rules: tuple[dict[str, Any], ...] = ()
+    rules_namespace: str | None = None
 
 
 class Block(BaseModel):
@@ -33,11 +38,20 @@ class Block(BaseModel):
 
     `secret_fields` names fields whose values are redacted wherever the
     effective config is shown (paths to key files are not secret; keys are).
+    Each such field `F` has a sibling `FFile` (`secret_file_field`), a path
+    read at run time: `fleet render` moves an inline value out of the
+    ConfigMap every process mounts into a Secret mounted by that provider's
+    worker only, and points `FFile` at it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     secret_fields: ClassVar[tuple[str, ...]] = ()
+
+    @staticmethod
+    def secret_file_field(name: str) -> str:
+        """The field holding the path of the file that may replace secret field `name`."""
+        return name + "File"
 
     def runtime(self) -> Runtime:
         """What this provider's worker needs mounted or granted; nothing by default."""

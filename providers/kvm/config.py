@@ -115,7 +115,13 @@ class Image(Block):
 
 class KvmConfig(Block):
     """Hosts, the SSH material shared by all of them, and the catalogues that
-    `placement.machineType` and `placement.image` name."""
+    `placement.machineType` and `placement.image` name.
+
+    `vendorData` (cloud-init vendor data, may hold secrets) is given inline
+    or as `vendorDataFile`, a path the worker reads at each create; the file
+    need not exist when the config is loaded (only that provider's worker
+    mounts it). `fleet render` turns an inline value into the file.
+    """
 
     secret_fields: ClassVar[tuple[str, ...]] = ("vendorData",)
 
@@ -127,6 +133,7 @@ class KvmConfig(Block):
     images: dict[str, Image] = Field(default_factory=dict)
     diskSizeGb: int = Field(default=10, ge=1, le=65536)
     vendorData: str = ""
+    vendorDataFile: str = ""
     installGuestAgent: bool = True
     hosts: list[KvmHost] = Field(min_length=1)
 
@@ -144,6 +151,15 @@ class KvmConfig(Block):
             raise ValueError("knownHostsFile is required unless insecureIgnoreHostKey is true")
         return v
 
+    @field_validator("vendorDataFile")
+    @classmethod
+    def _vendor_data_file(cls, v: str, info: ValidationInfo) -> str:
+        if v and info.data.get("vendorData"):
+            raise ValueError("give vendorData or vendorDataFile, not both")
+        if v and not v.startswith("/"):
+            raise ValueError("vendorDataFile must be an absolute path")
+        return v
+
     @field_validator("hosts")
     @classmethod
     def _unique_hosts(cls, v: list[KvmHost]) -> list[KvmHost]:
@@ -158,6 +174,14 @@ class KvmConfig(Block):
         """The SSH key and known_hosts file, shared by every host: mounted
         from the provider's Secret. libvirt's client library is in the image."""
         return Runtime(files=tuple(f for f in (self.sshKeyFile, self.knownHostsFile) if f))
+
+    def vendor_data(self) -> str:
+        """The vendor data: inline, or read from vendorDataFile now (OSError
+        when it cannot be read); "" when neither is set."""
+        if self.vendorDataFile:
+            with open(self.vendorDataFile, encoding="utf-8") as f:
+                return f.read()
+        return self.vendorData
 
     def host(self, name: str) -> KvmHost | None:
         for h in self.hosts:

@@ -1,5 +1,7 @@
-"""Fixtures of the deploy tests: deploy/ rendered like `kubectl kustomize`,
-and `fleet render` on a config with one provider of each real type."""
+"""Fixtures of the deploy tests: deploy/ rendered like `kubectl kustomize`
+(the default install and the opt-in deploy/monitoring), `fleet render` on a
+config with one provider of each real type, and both together: what a
+cluster holds after the README's commands."""
 
 from __future__ import annotations
 
@@ -48,6 +50,11 @@ def rendered() -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
+def monitoring() -> list[dict[str, Any]]:
+    return kustomize.render(DEPLOY / "monitoring")
+
+
+@pytest.fixture(scope="session")
 def three_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("render") / "providers.yaml"
     path.write_text(THREE)
@@ -57,3 +64,17 @@ def three_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def workers(three_path: Path) -> list[dict[str, Any]]:
     return render_workers(load(str(three_path)), three_path.read_text())
+
+
+@pytest.fixture(scope="session")
+def installed(rendered, workers) -> list[dict[str, Any]]:
+    """`kubectl apply -k deploy` and `fleet render -c THREE | kubectl apply -f -`."""
+    return rendered + workers
+
+
+def component(obj: dict[str, Any]) -> str:
+    return obj["metadata"]["labels"]["app.kubernetes.io/component"]
+
+
+def of_component(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [o for o in objects if component(o) == name]

@@ -1,6 +1,7 @@
 """The part of `kubectl kustomize` that deploy/ uses, so tests need no
-kubectl: each kustomization.yaml lists `resources` (files or directories
-holding their own kustomization.yaml), rendered depth-first in order.
+kubectl: each kustomization.yaml lists `resources` (files inside its
+directory, or directories holding their own kustomization.yaml), rendered
+depth-first in order.
 
 Anything else in a kustomization (generators, patches, a namespace
 transformer, ...) is refused rather than ignored: the rendering here must
@@ -18,7 +19,13 @@ import yaml
 SUPPORTED = {"resources", "apiVersion", "kind"}
 
 
-def render(directory: Path) -> list[dict[str, Any]]:
+def render(directory: Path, _visiting: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+    """As kustomize's default load restrictor: a file must be inside the
+    kustomization's root; a directory (a kustomization of its own) may be
+    anywhere but in an ancestor of a root being rendered (a cycle)."""
+    root = directory.resolve()
+    if any(v.is_relative_to(root) for v in _visiting):
+        raise ValueError(f"cycle detected: {root} contains a kustomization being rendered")
     kfile = directory / "kustomization.yaml"
     spec = yaml.safe_load(kfile.read_text()) or {}
     unsupported = set(spec) - SUPPORTED
@@ -27,10 +34,10 @@ def render(directory: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for entry in spec.get("resources", ()):
         path = (directory / entry).resolve()
-        if not path.is_relative_to(directory.resolve()):
-            raise ValueError(f"{kfile}: {entry} is outside the kustomization root")
         if path.is_dir():
-            out.extend(render(path))
+            out.extend(render(path, (*_visiting, root)))
+        elif not path.is_relative_to(root):
+            raise ValueError(f"{kfile}: {entry} is outside the kustomization root")
         else:
             out.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
     return out

@@ -193,12 +193,17 @@ def test_absolute_runbook_links_on_request():
 
 
 def _deploy_objects() -> list[dict[str, Any]]:
+    """deploy/'s manifests and what `fleet render` adds (the controller's Service among them)."""
+    from fleet.config import load
+    from fleet.render import render
+
     out = []
     for path in sorted((ROOT / "deploy").rglob("*.yaml")):
         if PROM in path.parents or path.name == "kustomization.yaml":
             continue
         out += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict) and "kind" in d]
-    return out
+    example = ROOT / "deploy/examples/providers.yaml"
+    return out + render(load(str(example)), example.read_text())
 
 
 def test_controller_down_watches_the_servicemonitor_job():

@@ -129,13 +129,13 @@ def test_non_root_and_read_only_friendly(dockerfile):
     assert not workdir.startswith("/tmp"), "python -m puts the working directory on sys.path: keep it read-only"
 
 
-def test_the_role_is_the_command(dockerfile, rendered):
+def test_the_role_is_the_command(dockerfile, installed):
     _, final = stages(dockerfile)
     assert not [w for w, _ in final if w == "ENTRYPOINT"], "manifests and compose give the whole command"
     (cmd,) = [rest for word, rest in final if word == "CMD"]
     assert yaml.safe_load(cmd)[0] == "fleet"
     exposed = {int(p) for word, rest in final if word == "EXPOSE" for p in rest.split()}
-    ports = {p["containerPort"] for d in by_kind(rendered, "Deployment").values() for c in pod(d)["containers"]
+    ports = {p["containerPort"] for d in by_kind(installed, "Deployment").values() for c in pod(d)["containers"]
              if c["image"].startswith("ghcr.io/example/fleet") for p in c.get("ports", ())}
     assert ports == exposed == {8080, 5555}
 
@@ -164,13 +164,13 @@ def test_one_worker_per_example_provider_and_nothing_else(compose):
 
 
 def test_compose_runs_the_manifests_commands(compose, rendered):
-    manifests = {
-        d["metadata"]["labels"]["app.kubernetes.io/component"]: pod(d)["containers"][0]["command"]
-        for d in by_kind(rendered, "Deployment").values()
-    }
-    workers = render(load(str(EXAMPLE)), EXAMPLE.read_text())
-    for d in by_kind(workers, "Deployment").values():
-        manifests[f"worker-{d['metadata']['labels']['fleet.crawl.example.com/provider']}"] = pod(d)["containers"][0]["command"]
+    manifests = {}
+    for d in by_kind(rendered + render(load(str(EXAMPLE)), EXAMPLE.read_text()), "Deployment").values():
+        labels = d["metadata"]["labels"]
+        role = labels["app.kubernetes.io/component"]
+        if role == "worker":
+            role = f"worker-{labels['fleet.crawl.example.com/provider']}"
+        manifests[role] = pod(d)["containers"][0]["command"]
     for name, svc in fleet_services(compose).items():
         assert svc["command"] == manifests[name], name
         assert svc["command"][0] == "fleet"

@@ -1,8 +1,9 @@
-"""deploy/ as kustomize renders it: valid against the Kubernetes schemas
-(offline, strict), and keeping the seed's promises — non-root, read-only root
-filesystem, a 64Mi /tmp, 128Mi for the controller, a ServiceAccount per
-process with only the rights it uses, one beat, Flower never open, probes
-that say something true."""
+"""What the README's commands install — deploy/ as kustomize renders it plus
+`fleet render` — valid against the Kubernetes schemas (offline, strict), and
+keeping the seed's promises: non-root, read-only root filesystem, a 64Mi
+/tmp, 128Mi for the controller, a ServiceAccount per process with only the
+rights it uses, one beat, Flower never open, probes that say something
+true."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ import yaml
 from fleet import cli, routing
 from fleet.render import BROKER_SECRET, CONFIG_DIR, CONFIG_MAP, TMP_SIZE, UID
 from tests.deploy import kustomize
-from tests.deploy.conftest import DEPLOY, by_kind, pod
+from tests.deploy.conftest import DEPLOY, by_kind, component, pod
 
 K8S_VERSION = "1.30"
 # API groups of CRDs the schemas don't know (the Prometheus Operator's);
 # their objects are checked structurally below.
 CRD_GROUPS = ("monitoring.coreos.com/",)
-FLEET_COMPONENTS = {"controller", "beat", "flower"}
+FLEET_COMPONENTS = {"controller", "beat", "flower", "worker"}
 
 
 def validate(objects: list[dict[str, Any]]) -> None:
@@ -36,17 +37,13 @@ def validate(objects: list[dict[str, Any]]) -> None:
             raise AssertionError(f"{kustomize.key(obj)}: {'.'.join(map(str, exc.path))}: {exc.message}") from None
 
 
-def component(obj: dict[str, Any]) -> str:
-    return obj["metadata"]["labels"]["app.kubernetes.io/component"]
+def test_every_object_fits_the_kubernetes_schemas(installed, monitoring):
+    assert len(installed) == len({kustomize.key(o) for o in installed}), "duplicate objects"
+    validate(installed + monitoring)
 
 
-def test_every_object_fits_the_kubernetes_schemas(rendered):
-    assert len(rendered) == len({kustomize.key(o) for o in rendered}), "duplicate objects"
-    validate(rendered)
-
-
-def test_the_schema_check_is_not_vacuous(rendered):
-    (ctl,) = [o for o in rendered if o["kind"] == "Deployment" and o["metadata"]["name"] == "fleet-controller"]
+def test_the_schema_check_is_not_vacuous(installed):
+    (ctl,) = [o for o in installed if o["kind"] == "Deployment" and o["metadata"]["name"] == "fleet-controller"]
     bad = yaml.safe_load(yaml.safe_dump(ctl))
     pod(bad)["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = True  # a typo strict mode must catch
     with pytest.raises(AssertionError, match="readOnlyRootFileSystem"):
@@ -54,10 +51,11 @@ def test_the_schema_check_is_not_vacuous(rendered):
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: the Python rendering stands alone")
-def test_kubectl_kustomize_renders_the_same():
-    out = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=60, check=True).stdout
+@pytest.mark.parametrize("directory", [DEPLOY, DEPLOY / "monitoring"])
+def test_kubectl_kustomize_renders_the_same(directory):
+    out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=True).stdout
     theirs = {kustomize.key(o): o for o in yaml.safe_load_all(out) if o}
-    ours = {kustomize.key(o): o for o in kustomize.render(DEPLOY)}
+    ours = {kustomize.key(o): o for o in kustomize.render(directory)}
     assert theirs == ours
 
 
@@ -66,8 +64,8 @@ def test_kustomizations_hold_only_what_the_python_rendering_knows():
         assert set(yaml.safe_load(kfile.read_text())) <= kustomize.SUPPORTED, kfile
 
 
-def test_every_deployment_runs_in_the_envelope(rendered):
-    deployments = by_kind(rendered, "Deployment")
+def test_every_deployment_runs_in_the_envelope(installed):
+    deployments = by_kind(installed, "Deployment")
     assert {component(d) for d in deployments.values()} == FLEET_COMPONENTS | {"redis"}
     for name, d in deployments.items():
         spec = pod(d)
@@ -83,30 +81,40 @@ def test_every_deployment_runs_in_the_envelope(rendered):
             assert "memory" in c["resources"]["limits"], name
 
 
-def test_fleet_processes_share_config_broker_and_image(rendered):
+def test_fleet_processes_share_config_broker_and_image(installed):
     images = set()
-    for d in by_kind(rendered, "Deployment").values():
+    for d in by_kind(installed, "Deployment").values():
         if component(d) not in FLEET_COMPONENTS:
             continue
         spec = pod(d)
         assert spec["securityContext"]["runAsUser"] == UID
-        assert {"name": "config", "configMap": {"name": CONFIG_MAP}} in spec["volumes"]
         (c,) = spec["containers"]
         images.add(c["image"])
-        assert {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True} in c["volumeMounts"]
         env = {e["name"]: e for e in c["env"]}
-        assert env["FLEET_PROVIDERS_CONFIG"]["value"] == CONFIG_DIR + "/providers.yaml"
         assert env["FLEET_BROKER_URL"]["valueFrom"] == {"secretKeyRef": {"name": BROKER_SECRET, "key": "url"}}
+        if component(d) == "flower":  # reads no providers file, so nothing to roll it for (the image's default is unset)
+            assert env["FLEET_PROVIDERS_CONFIG"]["value"] == ""
+            assert not [v for v in spec["volumes"] if "configMap" in v]
+            continue
+        assert {"name": "config", "configMap": {"name": CONFIG_MAP}} in spec["volumes"]
+        assert {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True} in c["volumeMounts"]
+        assert env["FLEET_PROVIDERS_CONFIG"]["value"] == CONFIG_DIR + "/providers.yaml"
     assert len(images) == 1, "one image for every role"
 
 
-def test_controller_memory_limit_is_the_seeds_128mi(rendered):
-    (c,) = pod(by_kind(rendered, "Deployment")["fleet-controller"])["containers"]
+def test_an_empty_providers_config_variable_means_none():
+    from fleet.settings import Settings
+
+    assert Settings.from_env({"FLEET_PROVIDERS_CONFIG": ""}).providers_config is None
+
+
+def test_controller_memory_limit_is_the_seeds_128mi(installed):
+    (c,) = pod(by_kind(installed, "Deployment")["fleet-controller"])["containers"]
     assert c["resources"]["limits"]["memory"] == "128Mi"
 
 
-def test_exactly_one_beat(rendered):
-    beat = by_kind(rendered, "Deployment")["fleet-beat"]
+def test_exactly_one_beat(installed):
+    beat = by_kind(installed, "Deployment")["fleet-beat"]
     assert beat["spec"]["replicas"] == 1
     assert beat["spec"]["strategy"] == {"type": "Recreate"}
 
@@ -123,23 +131,28 @@ def test_flower_is_never_open(rendered):
     assert svc["spec"].get("type", "ClusterIP") == "ClusterIP"
 
 
-def test_each_process_has_its_own_service_account_and_only_the_controller_a_token(rendered):
-    accounts = by_kind(rendered, "ServiceAccount")
-    used = [pod(d)["serviceAccountName"] for d in by_kind(rendered, "Deployment").values()]
+# The processes that call the Kubernetes API: the controller, and the worker
+# of the `kubernetes` provider in THREE (in-cluster).
+API_CALLERS = {"fleet-controller", "fleet-worker-cluster"}
+
+
+def test_each_process_has_its_own_service_account_and_only_api_callers_a_token(installed):
+    accounts = by_kind(installed, "ServiceAccount")
+    used = [pod(d)["serviceAccountName"] for d in by_kind(installed, "Deployment").values()]
     assert len(used) == len(set(used)) and set(used) <= set(accounts)
-    for d in by_kind(rendered, "Deployment").values():
+    for d in by_kind(installed, "Deployment").values():
         sa = pod(d)["serviceAccountName"]
-        wants_token = sa == "fleet-controller"
+        wants_token = sa in API_CALLERS
         assert pod(d)["automountServiceAccountToken"] is wants_token, sa
         assert accounts[sa].get("automountServiceAccountToken", True) is wants_token, sa
 
 
-def test_only_the_controller_is_bound_and_only_to_providerhealths(rendered):
-    bindings = [o for o in rendered if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
-    subjects = {(s["kind"], s["name"]) for b in bindings for s in b["subjects"]}
-    assert subjects == {("ServiceAccount", "fleet-controller")}
-    (binding,) = bindings
-    role = by_kind(rendered, "ClusterRole")[binding["roleRef"]["name"]]
+def test_only_api_callers_are_bound_and_the_controller_only_to_providerhealths(installed):
+    bindings = [o for o in installed if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    subjects = {s["name"] for b in bindings for s in b["subjects"]}
+    assert subjects == API_CALLERS
+    (binding,) = [b for b in bindings if b["subjects"][0]["name"] == "fleet-controller"]
+    role = by_kind(installed, "ClusterRole")[binding["roleRef"]["name"]]
     for rule in role["rules"]:
         assert rule["apiGroups"] == ["crawl.example.com"]
         assert set(rule["resources"]) <= {"providerhealths", "providerhealths/status"}
@@ -151,9 +164,9 @@ def _parse(argv: list[str]):
     return cli.parser().parse_args(argv[1:])
 
 
-def test_commands_and_exec_probes_are_real_fleet_invocations(rendered):
-    expected = {"controller": cli.cmd_controller, "beat": cli.cmd_beat, "flower": cli.cmd_flower}
-    for d in by_kind(rendered, "Deployment").values():
+def test_commands_and_exec_probes_are_real_fleet_invocations(installed):
+    expected = {"controller": cli.cmd_controller, "beat": cli.cmd_beat, "flower": cli.cmd_flower, "worker": cli.cmd_worker}
+    for d in by_kind(installed, "Deployment").values():
         comp = component(d)
         if comp not in expected:
             continue
@@ -165,8 +178,8 @@ def test_commands_and_exec_probes_are_real_fleet_invocations(rendered):
                 assert args.fn is cli.cmd_probe
 
 
-def test_probes_say_something_true(rendered):
-    deployments = by_kind(rendered, "Deployment")
+def test_probes_say_something_true(installed):
+    deployments = by_kind(installed, "Deployment")
     (ctl,) = pod(deployments["fleet-controller"])["containers"]
     # Ready only while Redis answers; alive while it serves (fleet/serving.py).
     assert ctl["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
@@ -177,8 +190,9 @@ def test_probes_say_something_true(rendered):
     assert flower["readinessProbe"]["httpGet"]["path"] == "/healthcheck"
 
 
-def test_service_monitor_scrapes_the_controller_metrics_port(rendered):
-    (sm,) = by_kind(rendered, "ServiceMonitor").values()
+def test_service_monitor_scrapes_the_controller_metrics_port(installed, monitoring):
+    rendered = installed
+    (sm,) = by_kind(monitoring, "ServiceMonitor").values()
     assert sm["metadata"]["namespace"] == "fleet-system"
     (ep,) = sm["spec"]["endpoints"]
     assert ep["path"] == "/metrics"
@@ -197,17 +211,17 @@ def test_service_monitor_scrapes_the_controller_metrics_port(rendered):
     assert services[0]["spec"]["selector"] == by_kind(rendered, "Deployment")["fleet-controller"]["spec"]["selector"]["matchLabels"]
 
 
-def test_everything_namespaced_is_in_fleet_system(rendered):
-    ns = {o["metadata"]["name"] for o in rendered if o["kind"] == "Namespace"}
+def test_everything_namespaced_is_in_fleet_system(installed, monitoring):
+    ns = {o["metadata"]["name"] for o in installed if o["kind"] == "Namespace"}
     assert ns == {"fleet-system"}
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
-    for o in rendered:
+    for o in installed + monitoring:
         if o["kind"] not in cluster_scoped:
             assert o["metadata"].get("namespace") == "fleet-system", kustomize.key(o)
 
 
-def test_controller_queue_is_the_one_routing_declares(rendered):
-    (c,) = pod(by_kind(rendered, "Deployment")["fleet-controller"])["containers"]
+def test_controller_queue_is_the_one_routing_declares(installed):
+    (c,) = pod(by_kind(installed, "Deployment")["fleet-controller"])["containers"]
     from fleet import commands
 
     argv = commands.controller_argv(_parse(c["command"]).concurrency)

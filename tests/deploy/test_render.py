@@ -1,10 +1,12 @@
-"""`fleet render`: one worker Deployment per configured provider, each with
-its queue and worker name from the one command line, its own ServiceAccount,
-RBAC only where it talks to this cluster, and only its own credentials,
-mounted optional."""
+"""`fleet render`: the controller, beat, and one worker Deployment per
+configured provider, each worker with its queue and worker name from the one
+command line, its own ServiceAccount, RBAC only where it talks to this
+cluster, and only its own credentials, mounted optional; every pod template
+carrying the providers ConfigMap's hash."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -15,13 +17,15 @@ from fleet import cli, commands
 from fleet.config import load
 from fleet.render import (
     CONFIG_HASH_ANNOTATION,
+    CONFIG_MAP,
+    INSTALLATION_LABEL,
     NODE_ANNOTATION,
     QUEUE_ANNOTATION,
     RenderError,
     credentials_secret,
     render,
 )
-from tests.deploy.conftest import THREE, by_kind, pod
+from tests.deploy.conftest import THREE, by_kind, of_component, pod
 from tests.deploy.test_manifests import validate
 
 NAMES = ["kvm-home", "gcp-eu", "cluster"]
@@ -37,8 +41,9 @@ def mounts(d: dict[str, Any]) -> dict[str, str]:
 
 
 def test_three_providers_three_worker_deployments(workers):
-    deployments = by_kind(workers, "Deployment")
+    deployments = by_kind(of_component(workers, "worker"), "Deployment")
     assert sorted(deployments) == sorted(f"fleet-worker-{n}" for n in NAMES)
+    assert set(by_kind(workers, "Deployment")) == set(deployments) | {"fleet-controller", "fleet-beat"}
     validate(workers)
     for name in NAMES:
         d = deployments[f"fleet-worker-{name}"]
@@ -91,23 +96,40 @@ def test_only_the_kubernetes_worker_gets_a_token_and_pod_rights(workers):
         in_cluster = name == "cluster"
         assert accounts[sa]["automountServiceAccountToken"] is in_cluster
         assert pod(deployments[sa])["automountServiceAccountToken"] is in_cluster
-    (binding,) = by_kind(workers, "ClusterRoleBinding").values()
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fleet-worker-cluster", "namespace": "fleet-system"}]
-    (role,) = by_kind(workers, "ClusterRole").values()
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list"]}]
+    rbac = [o for o in of_component(workers, "worker") if o["apiVersion"].startswith("rbac.")]
+    assert sorted(o["kind"] for o in rbac) == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+    for binding in [o for o in rbac if o["kind"].endswith("Binding")]:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fleet-worker-cluster", "namespace": "fleet-system"}]
+    # only the cluster-wide list is cluster-scoped; the rest is a Role in the proxies' namespace
+    (cluster_role,) = by_kind(rbac, "ClusterRole").values()
+    assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    (role,) = by_kind(rbac, "Role").values()
+    assert role["metadata"]["namespace"] == "fleet-system"  # `namespace:` unset: the worker's own
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get"]}]
 
 
-def test_the_config_map_is_the_file_and_its_hash_rolls_the_workers(workers, three_path, tmp_path):
+def _hashes(objects: list[dict[str, Any]]) -> dict[str, str]:
+    return {n: d["spec"]["template"]["metadata"].get("annotations", {}).get(CONFIG_HASH_ANNOTATION, "")
+            for n, d in by_kind(objects, "Deployment").items()}
+
+
+def _reads_config(d: dict[str, Any]) -> bool:
+    return any(v.get("configMap", {}).get("name") == CONFIG_MAP for v in pod(d)["volumes"])
+
+
+def test_the_config_map_is_the_file_and_its_hash_rolls_every_process_that_reads_it(installed, workers, tmp_path):
     (cm,) = by_kind(workers, "ConfigMap").values()
     assert cm["data"]["providers.yaml"] == THREE
-    hashes = {d["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] for d in by_kind(workers, "Deployment").values()}
-    assert len(hashes) == 1
+    digest = hashlib.sha256(THREE.encode()).hexdigest()
+    readers = {n for n, d in by_kind(installed, "Deployment").items() if _reads_config(d)}
+    assert {"fleet-controller", "fleet-beat"} | {f"fleet-worker-{n}" for n in NAMES} == readers
+    # every Deployment that mounts the ConfigMap, from either command, carries its hash
+    assert {n: h for n, h in _hashes(installed).items() if n in readers} == dict.fromkeys(readers, digest)
     changed = tmp_path / "p.yaml"
     changed.write_text(THREE + "# edited\n")
-    again = render(load(str(changed)), changed.read_text())
-    rolled = {d["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] for d in by_kind(again, "Deployment").values()}
-    assert rolled.isdisjoint(hashes)
+    rolled = _hashes(render(load(str(changed)), changed.read_text()))
+    assert set(rolled) == readers
+    assert digest not in rolled.values() and len(set(rolled.values())) == 1
 
 
 def test_a_kubeconfig_is_mounted_instead_of_a_token(tmp_path):
@@ -115,8 +137,8 @@ def test_a_kubeconfig_is_mounted_instead_of_a_token(tmp_path):
     path.write_text("providers:\n  - name: other\n    type: kubernetes\n    kubernetes: {kubeconfig: /etc/fleet/other/kubeconfig}\n")
     objs = render(load(str(path)), path.read_text())
     validate(objs)
-    assert by_kind(objs, "ClusterRole") == {}
-    (d,) = by_kind(objs, "Deployment").values()
+    assert [o for o in of_component(objs, "worker") if o["apiVersion"].startswith("rbac.")] == []
+    (d,) = by_kind(of_component(objs, "worker"), "Deployment").values()
     assert pod(d)["automountServiceAccountToken"] is False
     (vol,) = secret_volumes(d)
     assert vol["secret"]["items"] == [{"key": "kubeconfig", "path": "kubeconfig"}]
@@ -126,8 +148,8 @@ def test_a_fake_provider_gets_nothing(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("providers:\n  - name: demo\n    type: fake\n    fake: {}\n")
     objs = render(load(str(path)), path.read_text())
-    assert [o["kind"] for o in objs] == ["ConfigMap", "ServiceAccount", "Deployment"]
-    (d,) = by_kind(objs, "Deployment").values()
+    assert [o["kind"] for o in of_component(objs, "worker")] == ["ServiceAccount", "Deployment"]
+    (d,) = by_kind(of_component(objs, "worker"), "Deployment").values()
     assert secret_volumes(d) == [] and pod(d)["automountServiceAccountToken"] is False
 
 
@@ -155,10 +177,14 @@ def test_unmountable_credential_paths_are_refused(tmp_path, key_file, problem):
 def test_cli_prints_yaml_or_json(three_path, capsys):
     assert cli.main(["render", "-c", str(three_path), "--image", "reg.example/fleet:1", "--namespace", "proxies"]) == 0
     objs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert len(by_kind(objs, "Deployment")) == 3
+    assert len(by_kind(objs, "Deployment")) == 5
     for d in by_kind(objs, "Deployment").values():
         assert d["metadata"]["namespace"] == "proxies"
+        assert d["metadata"]["labels"][INSTALLATION_LABEL] == "proxies"  # the installation defaults to the namespace
         assert pod(d)["containers"][0]["image"] == "reg.example/fleet:1"
+    assert cli.main(["render", "-c", str(three_path), "--namespace", "proxies", "--installation", "eu-1"]) == 0
+    objs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert {o["metadata"]["labels"][INSTALLATION_LABEL] for o in objs} == {"eu-1"}
     assert cli.main(["render", "-c", str(three_path), "-o", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == len(objs)
 
