@@ -9,6 +9,7 @@ the worker.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from datetime import datetime
 from typing import Any
@@ -19,9 +20,11 @@ from kubernetes.client.exceptions import ApiException
 from providers import base
 from providers.base import CreateRequest, Deadline, Instance, State
 from providers.kubernetes.check import MANAGED_SELECTOR, check_apiserver
-from providers.kubernetes.client import load_configuration
+from providers.kubernetes.client import in_cluster, load_configuration
 from providers.kubernetes.config import KubernetesConfig
 from providers.kubernetes.errors import classify
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 SQUID_CONF = """http_port {port}
 http_access allow all
@@ -65,8 +68,16 @@ class KubernetesProvider:
 
     # -- Provider ----------------------------------------------------------------------
 
+    def namespace(self, request: CreateRequest) -> str:
+        """`namespace:` if set; in-cluster, the worker's own (where its Role
+        grants create/get/delete); else the Proxy's."""
+        if self.cfg.namespace:
+            return self.cfg.namespace
+        own = own_namespace() if self.cfg.uses_own_account and in_cluster() else None
+        return own or request.namespace or "default"
+
     def create(self, request: CreateRequest, deadline: Deadline) -> str:
-        ns = request.namespace or "default"
+        ns = self.namespace(request)
         pid = f"{ns}/{request.name}"
         pod = {
             "apiVersion": "v1",
@@ -137,6 +148,17 @@ class KubernetesProvider:
         if not sep or not ns or not name or "/" in name:
             raise base.wrap(base.Permanent, op, self.name, provider_id, "malformed id, want <namespace>/<name>")
         return ns, name
+
+
+def own_namespace() -> str | None:
+    """This pod's namespace: $POD_NAMESPACE (downward API), else its ServiceAccount's."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def _json(resp: Any) -> dict[str, Any]:

@@ -133,6 +133,10 @@ class KvmProvider:
             )
         mt = self._catalogue_entry(pid, "machineType", pl.machine_type, "machineTypes", self.cfg.machineTypes)
         img = self._catalogue_entry(pid, "image", pl.image, "images", self.cfg.images)
+        try:
+            vendor = self.cfg.vendor_data() or (GUEST_AGENT_VENDOR_DATA if self.cfg.installGuestAgent else "")
+        except OSError as exc:
+            raise self._permanent("create", pid, f"vendorDataFile {self.cfg.vendorDataFile}: {exc.strerror or exc}") from exc
         host = self.cfg.host(host_name)
         assert host is not None
         log.info(
@@ -147,13 +151,13 @@ class KvmProvider:
         try:
             with self._lock(f"{host.name}/{request.name}"):
                 self._call(
-                    "create", pid, host, deadline, lambda conn: self._create(conn, host, request, mt, img, deadline)
+                    "create", pid, host, deadline, lambda conn: self._create(conn, host, request, mt, img, vendor, deadline)
                 )
         except base.NotFound as exc:  # never NotFound from Create: something vanished mid-way
             raise base.wrap(base.Transient, "create", self.name, pid, exc.cause) from exc
         return pid
 
-    def _create(self, conn: Any, host: KvmHost, req: CreateRequest, mt: str, img: str, deadline: Deadline) -> None:
+    def _create(self, conn: Any, host: KvmHost, req: CreateRequest, mt: str, img: str, vendor: str, deadline: Deadline) -> None:
         try:
             dom = conn.lookupByName(req.name)
         except libvirt.libvirtError as exc:
@@ -166,7 +170,7 @@ class KvmProvider:
         pool = conn.storagePoolLookupByName(host.pool)
         base_vol = self._ensure_base(conn, pool, host, img, deadline)
         overlay = self._ensure_overlay(pool, req.name, base_vol)
-        seed = self._rebuild_seed(conn, pool, req)
+        seed = self._rebuild_seed(conn, pool, req, vendor)
         meta = domain.metadata_xml(req.uid, datetime.now(UTC), req.namespace, req.proxy_name)
         xml = domain.domain_xml(
             name=req.name,
@@ -225,8 +229,7 @@ class KvmProvider:
         size = self.cfg.diskSizeGb << 30
         return pool.createXML(domain.volume_xml(domain.overlay_name(name), size, "qcow2", base_vol.path()), 0)
 
-    def _rebuild_seed(self, conn: Any, pool: Any, req: CreateRequest) -> Any:
-        vendor = self.cfg.vendorData or (GUEST_AGENT_VENDOR_DATA if self.cfg.installGuestAgent else "")
+    def _rebuild_seed(self, conn: Any, pool: Any, req: CreateRequest, vendor: str) -> Any:
         iso = seediso.build(
             {
                 "user-data": req.cloud_init.encode(),
