@@ -20,6 +20,11 @@ Details (all from that one answer, no extra request):
 - on an API error, `httpStatus` and `errorReason` (e.g. accessNotConfigured
   for a disabled API, insufficientPermissions, SERVICE_DISABLED) — the
   reason splits "enable the API" from "grant the role" under Forbidden.
+
+The request gets the time left as its `timeout=` (per socket read) and runs
+under a `providers.watchdog` guard, which shuts its socket down at the
+deadline: an endpoint answering a byte at a time would otherwise hold the
+check's thread and socket for as long as it drips.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from providers.base import Deadline, TargetStatus
 from providers.gcp.client import address_of
 from providers.gcp.errors import error_reasons, http_status
 from providers.gcp.listing import list_request, read_page
+from providers.watchdog import CUT_MESSAGE, guard
 
 if TYPE_CHECKING:
     from providers.gcp.provider import GcpProvider
@@ -47,13 +53,20 @@ def check_project(p: GcpProvider, deadline: Deadline) -> list[TargetStatus]:
     target = p.cfg.project
     address = address_of(p.cfg)
     details: dict[str, str] = {}
+    cut = False
     try:
         remaining = deadline.remaining()
         if remaining <= 0:
             raise TimeoutError("deadline passed before the request")
         client = p.compute.instances()
-        pager = client.aggregated_list(request=list_request(p.cfg.project, max_results=1), timeout=remaining, retry=None)
-        first = next(iter(pager.pages))  # the answer already fetched; never the next page
+        with guard(deadline) as g:
+            try:
+                pager = client.aggregated_list(
+                    request=list_request(p.cfg.project, max_results=1), timeout=remaining, retry=None
+                )
+                first = next(iter(pager.pages))  # the answer already fetched; never the next page
+            finally:
+                cut = g.fired
     except Exception as exc:  # never raises: a failure is a verdict
         latency = time.monotonic() - start
         details.update(_credential_details(p.compute.credentials()))
@@ -64,6 +77,8 @@ def check_project(p: GcpProvider, deadline: Deadline) -> list[TargetStatus]:
             if reasons:
                 details["errorReason"] = reasons[0]
         p.log_api_error("check", "", exc)
+        if cut:
+            return [TargetStatus(target, address, False, base.REASON_TIMEOUT, CUT_MESSAGE, latency, details)]
         return [TargetStatus(target, address, False, check_reason(exc, deadline), message(exc), latency, details)]
     latency = time.monotonic() - start
     page = read_page(first)

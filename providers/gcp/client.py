@@ -5,6 +5,11 @@ not stop a process serving the others), so nothing here runs before the
 first call. Credentials are Application Default Credentials unless the
 caller injects a `google.auth.credentials.Credentials` (tests pass anonymous
 ones); both clients share one credentials object, so one token serves both.
+
+Every HTTP pool of both clients (the API session's and the token session's)
+is a `providers.watchdog` watched one, so a call made under
+`watchdog.guard(deadline)` has its socket shut down at the deadline:
+`timeout=` alone bounds each socket read, not the answer.
 """
 
 from __future__ import annotations
@@ -18,9 +23,22 @@ from google.cloud import compute_v1
 
 from providers.gcp import redaction
 from providers.gcp.config import GcpConfig
+from providers.watchdog import watch_pool_manager
 
 DEFAULT_ADDRESS = "compute.googleapis.com"
 SCOPES = ("https://www.googleapis.com/auth/compute", "https://www.googleapis.com/auth/cloud-platform")
+
+
+def watch_sessions(c: compute_v1.InstancesClient | compute_v1.ZoneOperationsClient) -> None:
+    """Watch the pools of the REST transport's AuthorizedSession and of the
+    session it fetches tokens with (the SDK keeps both private)."""
+    session = c.transport._session
+    sessions = [session, getattr(session, "_auth_request_session", None)]
+    for s in sessions:
+        for adapter in (s.adapters.values() if s is not None else ()):
+            pm = getattr(adapter, "poolmanager", None)
+            if pm is not None:
+                watch_pool_manager(pm)
 
 
 def address_of(cfg: GcpConfig) -> str:
@@ -48,6 +66,8 @@ class Compute:
         options = ClientOptions(api_endpoint=self.cfg.apiEndpoint) if self.cfg.apiEndpoint else None
         self._instances = compute_v1.InstancesClient(credentials=creds, transport="rest", client_options=options)
         self._operations = compute_v1.ZoneOperationsClient(credentials=creds, transport="rest", client_options=options)
+        for c in (self._instances, self._operations):
+            watch_sessions(c)
 
     def instances(self) -> compute_v1.InstancesClient:
         with self._lock:

@@ -3,6 +3,13 @@
 Same client, verb and scope as `list_by_tag` and GC, so a pass means the API
 server answers and the RBAC still covers them. It does not prove create or
 delete rights.
+
+The request gets the time left as its timeout, and runs under a
+`providers.watchdog` guard: the client's read timeout is per socket read, so
+an API server (or a proxy in front of it) answering a byte at a time would
+hold the check, its thread and its socket past any deadline; at the deadline
+the guard shuts that socket down. The answer is read and the connection
+handed back to the pool, so the next round reuses it.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from kubernetes.client.exceptions import ApiException
 
 from providers import base
 from providers.base import Deadline, TargetStatus
+from providers.kubernetes.client import watch_sockets
+from providers.watchdog import CUT_MESSAGE, guard
 
 if TYPE_CHECKING:
     from providers.kubernetes.provider import KubernetesProvider
@@ -27,20 +36,28 @@ MANAGED_SELECTOR = f"{base.LABEL_MANAGED}={base.LABEL_MANAGED_YES}"
 def check_apiserver(p: KubernetesProvider, deadline: Deadline) -> list[TargetStatus]:
     start = time.monotonic()
     address = ""
+    cut = False
     try:
         api = p.api_client()
         address = api.configuration.host
+        watch_sockets(api)
         remaining = deadline.remaining()
         if remaining <= 0:
             raise TimeoutError("deadline passed before the request")
         core = p.core()
-        core.list_pod_for_all_namespaces(
-            label_selector=MANAGED_SELECTOR, limit=1, _request_timeout=remaining, _preload_content=False
-        )
+        with guard(deadline) as g:
+            try:
+                raw = core.list_pod_for_all_namespaces(
+                    label_selector=MANAGED_SELECTOR, limit=1, _request_timeout=remaining, _preload_content=False
+                )
+                raw.read()
+                raw.release_conn()
+            finally:
+                cut = g.fired
     except Exception as exc:  # never raises: a failure is a verdict
-        return [
-            TargetStatus(TARGET, address, False, check_reason(exc, deadline), _message(exc), time.monotonic() - start)
-        ]
+        reason = base.REASON_TIMEOUT if cut else check_reason(exc, deadline)
+        msg = CUT_MESSAGE if cut else _message(exc)
+        return [TargetStatus(TARGET, address, False, reason, msg, time.monotonic() - start)]
     return [TargetStatus(TARGET, address, True, base.REASON_REACHABLE, "", time.monotonic() - start)]
 
 

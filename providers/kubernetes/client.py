@@ -9,7 +9,9 @@ import os
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-__all__ = ["ConfigException", "default_kubeconfig", "in_cluster", "load_configuration"]
+from providers.watchdog import WATCHED_POOL_CLASSES, watch_pool_manager
+
+__all__ = ["ConfigException", "default_kubeconfig", "in_cluster", "load_configuration", "watch_sockets"]
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
@@ -34,3 +36,12 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
         config_file=kubeconfig or default_kubeconfig(), context=context, client_configuration=cfg
     )
     return cfg
+
+
+def watch_sockets(api: client.ApiClient) -> None:
+    """Let `providers.watchdog.guard` cut this client's connections at a
+    deadline (the read timeout alone never ends a slow-drip answer).
+    Idempotent; a pool built before is dropped once, idle connections only."""
+    pm = api.rest_client.pool_manager
+    if pm.pool_classes_by_scheme != WATCHED_POOL_CLASSES:
+        watch_pool_manager(pm)
