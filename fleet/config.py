@@ -291,7 +291,24 @@ def _scan(text: str, source: str) -> dict[tuple[int, int], str]:
     def fail(path: str, mark: Any, why: str) -> ConfigError:
         return ConfigError(source, [f"{_where(path)}: {why} (line {mark.line + 1})"])
 
-    for ev in yaml.parse(text, Loader=_BASE_LOADER):
+    def here() -> str:
+        if not stack:
+            return ""
+        top = stack[-1]
+        return top.pending if top.kind == "map" else f"{top.path}[{top.index}]"
+
+    events = yaml.parse(text, Loader=_BASE_LOADER)
+    while True:
+        try:
+            ev = next(events)
+        except StopIteration:
+            break
+        except yaml.MarkedYAMLError as exc:
+            # libyaml scans flow collections ahead and stops at its own depth
+            # limit (1000) before our check sees the events: same message.
+            if "nesting depth" in str(exc.problem):
+                raise fail(here(), exc.problem_mark, f"nested deeper than {MAX_DEPTH} levels") from None
+            raise
         if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             fr = stack.pop()
             if fr.anchor:
