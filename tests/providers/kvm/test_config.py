@@ -64,3 +64,34 @@ def test_errors_name_the_field_and_value(edit, path, value):
         fleet_config.parse(providers_file(base_block(**edit)))
     text = str(err.value)
     assert path in text and value in text, text
+
+
+def test_vendor_data_inline_or_from_a_file_read_when_used(tmp_path):
+    assert KvmConfig.model_validate(base_block(vendorData="#cloud-config\n")).vendor_data() == "#cloud-config\n"
+    assert KvmConfig.model_validate(base_block()).vendor_data() == ""
+    path = tmp_path / "vendorData"
+    cfg = KvmConfig.model_validate(base_block(vendorDataFile=str(path)))  # need not exist at load (controller, beat)
+    with pytest.raises(OSError):
+        cfg.vendor_data()
+    path.write_text("#cloud-config\nruncmd: [true]\n")
+    assert cfg.vendor_data() == "#cloud-config\nruncmd: [true]\n"
+    path.write_text("#cloud-config\n")  # read at each use: a rotated Secret needs no restart
+    assert cfg.vendor_data() == "#cloud-config\n"
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ({"vendorData": "x", "vendorDataFile": "/etc/fleet/secrets/vendorData"}, "not both"),
+        ({"vendorDataFile": "secrets/vendorData"}, "absolute"),
+    ],
+)
+def test_vendor_data_file_errors(edit, problem):
+    with pytest.raises(fleet_config.ConfigError) as err:
+        fleet_config.parse(providers_file(base_block(**edit)))
+    assert "providers[0].kvm.vendorDataFile" in str(err.value) and problem in str(err.value)
+
+
+def test_the_kvm_secret_field_has_a_file_alternative():
+    for field in KvmConfig.secret_fields:
+        assert KvmConfig.secret_file_field(field) in KvmConfig.model_fields

@@ -1,0 +1,215 @@
+"""Issue 8, item 3 (RBAC): the in-cluster kubernetes worker may list pods
+cluster-wide and create/get/delete them only in the proxies' namespace; the
+cluster-scoped objects of two installations never share a name, so a second
+`fleet render --namespace other | kubectl apply -f -` rebinds nothing of the
+first; and a create the RBAC refuses (a 403 from the API) is a classified
+provider error, a refused list a Forbidden verdict, never a crash."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.config import load
+from fleet.render import INSTALLATION_LABEL, render
+from providers import base
+from providers.base import CreateRequest, Deadline
+from providers.kubernetes.config import KubernetesConfig
+from providers.kubernetes.provider import KubernetesProvider, new
+from tests.deploy import cluster
+from tests.deploy.test_manifests import validate
+from tests.fakes.kubeapi import status_body
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition"}
+KUBE = """\
+providers:
+  - name: cluster
+    type: kubernetes
+    kubernetes: {namespace: proxies}
+  - name: demo
+    type: fake
+    fake: {}
+"""
+
+
+def rendered(tmp_path: Path, text: str = KUBE, **kw: Any) -> list[dict[str, Any]]:
+    path = tmp_path / "providers.yaml"
+    path.write_text(text)
+    return render(load(str(path)), text, **kw)
+
+
+def worker(ns: str = "fleet-system") -> tuple[str, str]:
+    return (ns, "fleet-worker-cluster")
+
+
+# --- one installation: least privilege ---------------------------------------------
+
+
+def test_the_kubernetes_worker_creates_pods_only_in_the_proxies_namespace(tmp_path):
+    objs = rendered(tmp_path)
+    validate(objs)
+    sa = worker()
+    assert cluster.can(objs, sa, "list", "pods", None)  # the check and GC: cluster-wide
+    for verb in ("create", "get", "delete"):
+        assert cluster.can(objs, sa, verb, "pods", "proxies"), verb
+        assert not cluster.can(objs, sa, verb, "pods", "kube-system"), verb
+        assert not cluster.can(objs, sa, verb, "pods", "fleet-system"), verb
+        assert not cluster.can(objs, sa, verb, "pods", None), verb
+    assert not cluster.can(objs, sa, "create", "secrets", "proxies")
+    assert not cluster.can(objs, sa, "watch", "pods", None)
+    # nobody else gets pod rights; the controller only ProviderHealth
+    for account in [("fleet-system", "fleet-controller"), ("fleet-system", "fleet-beat"), ("fleet-system", "fleet-worker-demo")]:
+        assert not cluster.can(objs, account, "create", "pods", "proxies"), account
+        assert not cluster.can(objs, account, "list", "pods", None), account
+    controller = ("fleet-system", "fleet-controller")
+    assert cluster.can(objs, controller, "patch", "providerhealths/status", None, group="crawl.example.com")
+    assert not cluster.can(objs, controller, "update", "providerhealths", None, group="crawl.example.com")
+
+
+def test_without_namespace_the_role_is_in_the_workers_own(tmp_path):
+    objs = rendered(tmp_path, KUBE.replace("{namespace: proxies}", "{}"), namespace="crawl")
+    assert cluster.can(objs, worker("crawl"), "create", "pods", "crawl")
+    assert not cluster.can(objs, worker("crawl"), "create", "pods", "proxies")
+
+
+def test_the_evaluator_is_not_vacuous(tmp_path):
+    objs = rendered(tmp_path)
+    # one ClusterRole with every verb, as before the issue: create anywhere
+    wide = [
+        {**o, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "get", "list"]}]}
+        if o["kind"] == "ClusterRole" and "worker" in o["metadata"]["name"] else o
+        for o in objs
+    ]
+    assert cluster.can(wide, worker(), "create", "pods", "kube-system")
+    # a RoleBinding in another namespace grants nothing in this one
+    moved = [{**o, "metadata": {**o["metadata"], "namespace": "kube-system"}} if o["kind"] == "RoleBinding" else o for o in objs]
+    assert not cluster.can(moved, worker(), "create", "pods", "proxies")
+
+
+# --- two installations ------------------------------------------------------------------
+
+
+def test_two_installations_share_no_cluster_scoped_name_and_rebind_nothing(tmp_path):
+    first = rendered(tmp_path, namespace="fleet-a")
+    second = rendered(tmp_path, namespace="fleet-b")  # both create proxies in `proxies`
+
+    def names(objs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {
+            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+            for o in objs if o["kind"] in CLUSTER_SCOPED or o["metadata"].get("namespace") not in ("fleet-a", "fleet-b")
+        }
+
+    assert names(first) and names(first).isdisjoint(names(second))
+    for objs, installation in ((first, "fleet-a"), (second, "fleet-b")):
+        assert {o["metadata"]["labels"][INSTALLATION_LABEL] for o in objs} == {installation}
+    # applied one after the other, each installation keeps all its rights
+    both = cluster.merged(first, second)
+    for ns in ("fleet-a", "fleet-b"):
+        assert cluster.can(both, worker(ns), "create", "pods", "proxies"), ns
+        assert cluster.can(both, worker(ns), "list", "pods", None), ns
+        assert cluster.can(both, (ns, "fleet-controller"), "create", "providerhealths", None, group="crawl.example.com"), ns
+
+
+def test_an_explicit_installation_names_the_rbac(tmp_path):
+    objs = rendered(tmp_path, namespace="fleet-a", installation="eu-1")
+    rbac = {o["metadata"]["name"] for o in objs if o["apiVersion"].startswith("rbac.")}
+    assert rbac == {"fleet:eu-1:controller", "fleet:eu-1:worker:cluster"}
+
+
+def test_the_cluster_model_sees_a_rebinding():
+    # what fleet did before: the same ClusterRoleBinding name from both installations
+    def install(ns: str) -> list[dict[str, Any]]:
+        role = {"kind": "ClusterRole", "metadata": {"name": "fleet-worker-cluster"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]}
+        binding = {"kind": "ClusterRoleBinding", "metadata": {"name": "fleet-worker-cluster"},
+                   "roleRef": {"kind": "ClusterRole", "name": "fleet-worker-cluster"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "fleet-worker-cluster", "namespace": ns}]}
+        return [role, binding]
+
+    both = cluster.merged(install("fleet-a"), install("fleet-b"))
+    assert not cluster.can(both, worker("fleet-a"), "list", "pods", None)
+
+
+# --- the provider against an API server enforcing the rendered RBAC ------------------------
+
+
+PODS = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?pods(?:/(?P<name>[^/]+))?$")
+VERBS = {("POST", False): "create", ("GET", True): "get", ("DELETE", True): "delete", ("GET", False): "list"}
+
+
+def enforce(kubeapi: Any, objects: list[dict[str, Any]], account: tuple[str, str]) -> None:
+    """Answer 403, as the API server would, to every pod request `account` may not make."""
+
+    def check(req: Any) -> tuple[int, Any] | None:
+        m = PODS.match(req.path)
+        if not m:
+            return None
+        verb, ns = VERBS[(req.method, m.group("name") is not None)], m.group("ns")
+        if cluster.can(objects, account, verb, "pods", ns):
+            return None  # the fake's own answer
+        return 403, status_body(403, "Forbidden", cluster.forbidden(account, verb, "pods", ns))
+
+    for method in ("GET", "POST", "DELETE"):
+        kubeapi.script(method, r"/pods", check)
+
+
+def provider(kubeapi: Any, namespace: str) -> KubernetesProvider:
+    return new("cluster", KubernetesConfig(kubeconfig=kubeapi.kubeconfig_path, namespace=namespace))
+
+
+def request(name: str) -> CreateRequest:
+    return CreateRequest(name=name, uid="u-" + name, namespace="crawl-team")
+
+
+def test_create_where_the_role_grants_it_and_a_clear_error_elsewhere(kubeapi, tmp_path):
+    enforce(kubeapi, rendered(tmp_path), worker())
+    pid = provider(kubeapi, "proxies").create(request("p1"), Deadline.after(5))
+    assert pid == "proxies/p1" and [p["metadata"]["namespace"] for p in kubeapi.pods] == ["proxies"]
+    assert provider(kubeapi, "proxies").get(pid, Deadline.after(5)).id == pid
+
+    with pytest.raises(base.Permanent) as err:  # a namespace the RBAC does not cover
+        provider(kubeapi, "kube-system").create(request("p2"), Deadline.after(5))
+    assert (err.value.op, err.value.provider, err.value.id) == ("create", "cluster", "kube-system/p2")
+    msg = str(err.value)
+    assert "(403)" in msg and "Forbidden" in msg and "cannot create resource" in msg and "kube-system" in msg
+    assert len(kubeapi.pods) == 1
+
+
+def test_a_missing_cluster_role_is_a_forbidden_verdict_not_a_crash(kubeapi, tmp_path):
+    objs = [o for o in rendered(tmp_path) if o["kind"] not in ("ClusterRole", "ClusterRoleBinding")]
+    enforce(kubeapi, objs, worker())
+    (target,) = provider(kubeapi, "proxies").check(Deadline.after(5))
+    assert (target.ready, target.reason) == (False, base.REASON_FORBIDDEN)
+    assert "cannot list resource" in target.message
+    with pytest.raises(base.Permanent):
+        provider(kubeapi, "proxies").list_by_tag(Deadline.after(5))
+
+
+def test_with_the_rendered_rbac_the_check_passes(kubeapi, tmp_path):
+    enforce(kubeapi, rendered(tmp_path), worker())
+    (target,) = provider(kubeapi, "proxies").check(Deadline.after(5))
+    assert (target.ready, target.reason) == (True, base.REASON_REACHABLE)
+
+
+# --- where the provider creates pods ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cfg", "in_cluster", "pod_namespace", "want"),
+    [
+        ({"namespace": "proxies"}, True, "fleet-system", "proxies"),  # explicit wins
+        ({}, True, "fleet-system", "fleet-system"),  # in-cluster: the worker's own, where its Role is
+        ({"kubeconfig": "/etc/fleet/k/kubeconfig"}, True, "fleet-system", "crawl-team"),  # another cluster: the Proxy's
+        ({}, False, "", "crawl-team"),  # outside a cluster: the Proxy's
+    ],
+)
+def test_the_pods_namespace(monkeypatch, cfg, in_cluster, pod_namespace, want):
+    import providers.kubernetes.provider as module
+
+    monkeypatch.setattr(module, "in_cluster", lambda: in_cluster)
+    monkeypatch.setattr(module, "SERVICE_ACCOUNT_NAMESPACE", "/nonexistent")
+    monkeypatch.setenv("POD_NAMESPACE", pod_namespace)
+    assert new("k", KubernetesConfig(**cfg)).namespace(request("x")) == want
