@@ -121,3 +121,123 @@ def test_help_lists_the_subcommands(capsys):
     out = capsys.readouterr().out
     for sub in ("validate", "check", "get", "worker", "controller", "beat", "up"):
         assert sub in out
+
+
+def test_exit_codes_are_documented():
+    assert (cli.EXIT_OK, cli.EXIT_NOT_READY, cli.EXIT_BAD_INPUT, cli.EXIT_UNREACHABLE) == (0, 1, 2, 3)
+    for code in ("0", "1", "2", "3"):
+        assert f"- {code}:" in cli.__doc__
+
+
+def test_get_with_redis_down_exits_3_without_the_password(capsys, config):
+    code, _, err = run(capsys, "get", "ph", "-c", config, "--broker", "redis://:hunter2-pw@127.0.0.1:1/0")
+    assert code == cli.EXIT_UNREACHABLE, err
+    assert "cannot read results from Redis at redis://:***@127.0.0.1:1/0" in err
+    assert "hunter2" not in err
+
+
+def test_get_reads_redis(capsys, config, monkeypatch):
+    import fakeredis
+
+    from fleet.store import Store
+
+    monkeypatch.setattr(Store, "from_url", classmethod(lambda cls, url: cls(fakeredis.FakeRedis())))
+    code, out, _ = run(capsys, "get", "ph", "-c", config)
+    assert code == 0 and out.splitlines()[1].startswith("ok ")
+    assert run(capsys, "get", "ph", "zzz", "-c", config)[0] == cli.EXIT_NOT_READY
+
+
+@pytest.mark.parametrize(
+    ("runs", "delays"),
+    [
+        ([0.1] * 7, [1, 2, 4, 8, 16, 30, 30]),  # crash loop: doubling to 30s
+        ([0.1, 0.1, 0.1, 61, 0.1], [1, 2, 4, 1, 2]),  # a run of 60s+ starts again from 1s
+    ],
+)
+def test_restart_backoff(runs, delays):
+    child = cli._Child("worker:a", [], {})
+    got, now = [], 1000.0
+    for ran in runs:
+        child.started = now
+        now += ran
+        got.append(cli.next_restart(child, now))
+    assert got == delays
+
+
+class FakeProc:
+    pids = iter(range(50000, 60000))
+
+    def __init__(self, argv, env, **kw):
+        self.argv, self.env, self.pid, self.returncode = argv, env, next(self.pids), None
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self.returncode = -15
+        return self.returncode
+
+
+def fake_up(monkeypatch, capsys, *argv, ticks=1, on_tick=None):
+    """Run `fleet up` in-process with fake children for `ticks` loop turns."""
+    procs: list[FakeProc] = []
+    handlers = {}
+    monkeypatch.setattr(cli.subprocess, "Popen", lambda argv, env, **kw: procs.append(FakeProc(argv, env)) or procs[-1])
+    monkeypatch.setattr(cli.signal, "signal", lambda sig, fn: handlers.__setitem__(sig, fn))
+    monkeypatch.setattr(cli.os, "killpg", lambda pid, sig: None)
+    clock = [0.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    turns = [0]
+
+    def tick(_):
+        turns[0] += 1
+        clock[0] += 0.5
+        if on_tick:
+            on_tick(turns[0], procs)
+        if turns[0] >= ticks:
+            handlers[cli.signal.SIGINT]()
+
+    monkeypatch.setattr(cli.time, "sleep", tick)
+    code, _, err = run(capsys, "up", *argv)
+    return code, err, procs
+
+
+def test_up_binds_loopback_and_gives_flower_generated_credentials(monkeypatch, capsys, config):
+    monkeypatch.delenv("FLOWER_BASIC_AUTH", raising=False)
+    monkeypatch.delenv("FLOWER_AUTH", raising=False)
+    code, err, procs = fake_up(monkeypatch, capsys, "-c", config)
+    assert code == 0
+    flower = next(p for p in procs if "flower" in p.argv)
+    assert "--address=127.0.0.1" in flower.argv
+    user, _, password = flower.env["FLOWER_BASIC_AUTH"].partition(":")
+    assert user == "fleet" and len(password) >= 20
+    assert err.count(password) == 1
+    for p in procs:
+        assert p.env["FLEET_METRICS_BIND_ADDRESS"] == "127.0.0.1:8080"
+        if p is not flower:
+            assert "FLOWER_BASIC_AUTH" not in p.env
+
+
+def test_up_keeps_the_users_bind_address_and_flower_auth(monkeypatch, capsys, config):
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", "ops:mine")
+    monkeypatch.setenv("FLEET_METRICS_BIND_ADDRESS", ":9100")
+    code, err, procs = fake_up(monkeypatch, capsys, "-c", config)
+    assert code == 0 and "mine" not in err and "generated" not in err
+    assert next(p for p in procs if "flower" in p.argv).env["FLOWER_BASIC_AUTH"] == "ops:mine"
+    assert {p.env["FLEET_METRICS_BIND_ADDRESS"] for p in procs} == {":9100"}
+    code, _, procs = fake_up(monkeypatch, capsys, "-c", config, "--no-flower", "--metrics-bind-address", "127.0.0.1:9")
+    assert {p.env["FLEET_METRICS_BIND_ADDRESS"] for p in procs} == {"127.0.0.1:9"}
+
+
+def test_up_restarts_what_exits_after_its_delay(monkeypatch, capsys, config):
+    def on_tick(turn, procs):
+        if turn == 2:
+            procs[0].returncode = -9  # worker:ok
+
+    code, err, procs = fake_up(monkeypatch, capsys, "-c", config, "--no-flower", ticks=8, on_tick=on_tick)
+    assert code == 0
+    assert "fleet up: worker:ok exited with -9; restarting in 1s" in err
+    assert "stopping everything" not in err
+    restarted = [p for p in procs if p.argv == procs[0].argv]
+    assert len(restarted) == 2 and f"fleet up: restarted worker:ok (pid {restarted[1].pid})" in err
+    assert len(procs) == 5  # 2 workers, controller, beat, and the one restart

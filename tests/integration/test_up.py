@@ -1,21 +1,32 @@
-"""`fleet up`: the whole stack in the foreground; Ctrl-C stops all of it."""
+"""`fleet up`: the whole stack in the foreground; a child that dies is
+restarted with backoff; Flower needs credentials; Ctrl-C stops it all,
+quietly."""
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
 from fleet.store import Store
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import free_port, wait_for
 from tests.procs import die_with_parent
 
 pytestmark = pytest.mark.integration
+
+PROVIDERS = {"providers": [
+    {"name": "a", "type": "fake", "fake": {"targets": [{"name": "t"}]}},
+    {"name": "b", "type": "fake", "fake": {"targets": [{"name": "u", "ready": False}]}},
+]}
 
 
 def children(pid: int) -> list[int]:
@@ -28,30 +39,131 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split()[2] != "Z"  # a zombie has exited
 
 
-def test_up_runs_everything_and_ctrl_c_stops_it(redis_server, tmp_path):
-    cfg = tmp_path / "providers.yaml"
-    cfg.write_text(yaml.safe_dump({"providers": [
-        {"name": "a", "type": "fake", "fake": {"targets": [{"name": "t"}]}},
-        {"name": "b", "type": "fake", "fake": {"targets": [{"name": "u", "ready": False}]}},
-    ]}))
-    env = {**os.environ, "FLEET_BROKER_URL": redis_server.url, "FLEET_METRICS_BIND_ADDRESS": "0"}
-    env.pop("FLEET_KUBECONFIG", None)
-    log = (tmp_path / "up.log").open("w")
-    up = subprocess.Popen([sys.executable, "-m", "fleet.cli", "up", "-c", str(cfg), "--no-flower",
-                           "--provider-check-interval", "10s"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                          preexec_fn=die_with_parent)
-    try:
-        store = Store(redis_server.client())
-        wait_for(lambda: {"a", "b"} <= set(store.all()), 60, "both providers checked through fleet up")
-        kids = children(up.pid)
-        assert len(kids) == 4  # two workers, controller, beat
-        up.send_signal(signal.SIGINT)
-        assert up.wait(30) == 0
-        wait_for(lambda: not any(alive(k) for k in kids), 10, "every child to exit")
-    finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        log.close()
-    text = (tmp_path / "up.log").read_text()
-    assert "fleet up: stopped" in text
+def started_pids(log: str) -> dict[str, int]:
+    """role → pid, the latest `started`/`restarted` line of each."""
+    return {role: int(pid) for _, role, pid in re.findall(r"fleet up: (started|restarted) (\S+) \(pid (\d+)\)", log)}
+
+
+class Up:
+    def __init__(self, tmp_path: Path, redis_url: str, *args: str, **env: str) -> None:
+        cfg = tmp_path / "providers.yaml"
+        cfg.write_text(yaml.safe_dump(PROVIDERS))
+        full_env = {**os.environ, "FLEET_BROKER_URL": redis_url, "FLEET_METRICS_BIND_ADDRESS": "0", **env}
+        for k in ("FLEET_KUBECONFIG", "FLOWER_BASIC_AUTH", "FLOWER_AUTH"):
+            if k not in env:
+                full_env.pop(k, None)
+        self.path = tmp_path / "up.log"
+        self._log = self.path.open("w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "up", "-c", str(cfg), "--provider-check-interval", "10s",
+                                      *args], env=full_env, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+
+    def log(self) -> str:
+        return self.path.read_text(errors="replace")
+
+    def ctrl_c(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(30)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in children(self.proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        self._log.close()
+
+
+@pytest.fixture
+def up(tmp_path, redis_server):
+    started: list[Up] = []
+
+    def make(*args: str, **env: str) -> Up:
+        u = Up(tmp_path, redis_server.url, *args, **env)
+        started.append(u)
+        return u
+
+    yield make
+    for u in started:
+        u.close()
+
+
+def assert_quiet(log: str) -> None:
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-4000:]
+
+
+def test_up_runs_everything_and_ctrl_c_stops_it_quietly(up, redis_server):
+    u = up("--no-flower")
+    store = Store(redis_server.client())
+    wait_for(lambda: {"a", "b"} <= set(store.all()), 60, "both providers checked through fleet up")
+    kids = children(u.proc.pid)
+    assert len(kids) == 4  # two workers, controller, beat
+    assert u.ctrl_c() == 0
+    wait_for(lambda: not any(alive(k) for k in kids), 10, "every child to exit")
+    log = u.log()
+    assert "fleet up: stopped" in log
+    assert_quiet(log)
+
+
+def test_up_restarts_a_child_that_dies_and_leaves_the_others_alone(up):
+    u = up("--no-flower")
+    wait_for(lambda: len(started_pids(u.log())) == 4, 30, "four children started")
+    wait_for(lambda: "ready." in u.log(), 60, "a worker to be ready")
+    before = started_pids(u.log())
+    os.kill(before["worker:b"], signal.SIGKILL)
+    wait_for(lambda: started_pids(u.log())["worker:b"] != before["worker:b"], 20, "worker:b to be restarted")
+    after = started_pids(u.log())
+    log = u.log()
+    assert "fleet up: worker:b exited with -9; restarting in 1s" in log
+    assert alive(after["worker:b"]) and after["worker:b"] in children(u.proc.pid)
+    assert {r: p for r, p in after.items() if r != "worker:b"} == {r: p for r, p in before.items() if r != "worker:b"}
+    assert all(alive(p) for p in after.values())
+    assert u.ctrl_c() == 0
+    assert_quiet(u.log())
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a listening TCP socket on `port` (IPv4)."""
+    out = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        addr, p = local.split(":")
+        if state == "0A" and int(p, 16) == port:
+            out.add(".".join(str(b) for b in reversed(bytes.fromhex(addr))))
+    return out
+
+
+def test_up_runs_flower_on_loopback_with_generated_credentials(up):
+    port = free_port()
+    u = up("--flower-port", str(port))
+    m = wait_for(lambda: re.search(r"with user 'fleet', password '([^']+)'", u.log()), 30, "the generated Flower password")
+    password = m.group(1)
+    assert u.log().count(password) == 1, "printed once"
+    wait_for(lambda: listening_addresses(port), 60, "Flower to listen")
+    assert listening_addresses(port) == {"127.0.0.1"}
+    url = f"http://127.0.0.1:{port}/api/workers"
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(url, timeout=10)
+    assert denied.value.code == 401
+    denied.value.close()
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"fleet:guess").decode()}
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(urllib.request.Request(url, headers=wrong), timeout=10)
+    assert denied.value.code == 401
+    denied.value.close()
+    auth = {"Authorization": "Basic " + base64.b64encode(f"fleet:{password}".encode()).decode()}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=10) as resp:
+        assert resp.status == 200
+    assert u.ctrl_c() == 0
+    assert_quiet(u.log())
+
+
+def test_up_uses_the_users_flower_credentials(up):
+    port = free_port()
+    u = up("--flower-port", str(port), FLOWER_BASIC_AUTH="ops:s3cret-up")
+    wait_for(lambda: listening_addresses(port), 60, "Flower to listen")
+    url = f"http://127.0.0.1:{port}/api/workers"
+    auth = {"Authorization": "Basic " + base64.b64encode(b"ops:s3cret-up").decode()}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=10) as resp:
+        assert resp.status == 200
+    assert "s3cret-up" not in u.log() and "generated" not in u.log()
+    assert u.ctrl_c() == 0
