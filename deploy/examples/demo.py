@@ -105,4 +105,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: the ExitStack above has stopped fleet up, the lab and Redis
+        print("\nstopped", file=sys.stderr)
+        sys.exit(130)
