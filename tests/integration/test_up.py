@@ -5,6 +5,7 @@ quietly."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import signal
@@ -65,11 +66,14 @@ class Up:
         return self.proc.wait(30)
 
     def close(self) -> None:
+        kids = children(self.proc.pid)  # before fleet up goes: then they belong to init
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for pid in children(self.proc.pid):
-            os.kill(pid, signal.SIGKILL)
+        for pid in set(kids + list(started_pids(self.log()).values())):
+            with contextlib.suppress(OSError):  # only our children still running, never a reused pid
+                if alive(pid) and b"fleet.app" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
         self._log.close()
 
 
