@@ -147,7 +147,7 @@ def _block_problems(at: str, model: Any, exc: ValidationError) -> list[str]:
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         if err["type"] == "extra_forbidden":
-            out.append(_unknown(at, loc[-1], err.get("input"), known if len(loc) == 1 else ()) if loc else at)
+            out.append(_unknown(_path(at, loc[:-1]), loc[-1], err.get("input"), known if len(loc) == 1 else ()) if loc else at)
             continue
         where = _path(at, loc)
         msg = str(err["msg"])

@@ -35,6 +35,7 @@ def ok(name="a", type_="fake", **extra):
         ({"providers": [ok(nope={})]}, "providers[0].nope: unknown key (its value, a mapping, is not shown)"),
         ({"providers": [ok(fake={"bogus": 1})]}, "providers[0].fake.bogus: unknown key (its value, an integer, is not shown)"),
         ({"providers": [ok(fake={"latencyMS": 1})]}, "providers[0].fake.latencyMS: unknown key; did you mean 'latencyMs'?"),
+        ({"providers": [ok(fake={"targets": [{"name": "t", "colour": 1}]})]}, "providers[0].fake.targets[0].colour: unknown key"),
         ({"providers": [ok(name="abc\n")]}, "providers[0].name: must be a DNS-1123 label"),
         ({"providers": [ok(type_=["fake"])]}, "providers[0].type: must be one of fake, gcp, kubernetes, kvm (got a list of 1 item(s))"),
         ({"providers": [ok(type_={"a": 1})]}, "providers[0].type: must be one of"),

@@ -52,7 +52,7 @@ def test_insecure_needs_no_known_hosts():
         ({"hosts": [{**HOST, "uri": "qemu+ssh://h/system"}]}, "providers[0].kvm.hosts[0].uri", "'qemu+ssh://h/system'"),
         ({"hosts": [HOST, HOST]}, "providers[0].kvm.hosts", "hv1"),
         ({"hosts": []}, "providers[0].kvm.hosts", "[]"),
-        ({"hosts": [{**HOST, "colour": "red"}]}, "providers[0].kvm.hosts[0].colour", "'red'"),
+        ({"hosts": [{**HOST, "colour": "red"}]}, "providers[0].kvm.hosts[0].colour", "a string, is not shown"),  # never its value
         ({"images": {"a.b": {"url": "https://x"}}}, "providers[0].kvm.images", "a.b"),
         ({"images": {"u": {"url": "ftp://x"}}}, "providers[0].kvm.images.u.url", "'ftp://x'"),
         ({"images": {"u": {"url": "https://x", "sha256": "xyz"}}}, "providers[0].kvm.images.u.sha256", "'xyz'"),
