@@ -5,6 +5,7 @@ imports only its own provider's SDK), and the controller."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 
 from fleet.config import ProvidersConfig, load
@@ -13,6 +14,7 @@ from fleet.settings import Settings
 from providers import registry
 from providers.base import Provider
 
+log = logging.getLogger("fleet.runtime")
 _lock = threading.Lock()
 _providers: dict[str, Provider] = {}
 # This process's latest result per provider, for `celery inspect provider_status`.
@@ -59,6 +61,22 @@ def built(name: str) -> Provider | None:
     """The provider instance if this process has built it (no side effects)."""
     with _lock:
         return _providers.get(name)
+
+
+def close_providers() -> None:
+    """Close what this process's providers hold open (worker shutdown), so
+    nothing is left to finalizers that run after their SDK is torn down."""
+    with _lock:
+        built = list(_providers.items())
+        _providers.clear()
+    for name, p in built:
+        close = getattr(p, "close", None)
+        if close is None:
+            continue
+        try:
+            close()
+        except Exception as exc:  # shutting down: say it, don't raise
+            log.warning("closing provider %s failed: %s", name, exc)
 
 
 def reset() -> None:

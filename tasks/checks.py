@@ -30,3 +30,10 @@ def _start_heartbeat(sender: object = None, **_: object) -> None:
     providers = [p for q in queues if (p := routing.provider_of_queue(q.name))]
     if providers:
         heartbeat.start(runtime.settings().broker, providers, getattr(sender, "hostname", "") or "")
+
+
+@signals.worker_shutdown.connect
+def _close_providers(**_: object) -> None:
+    """Close provider connections while their SDKs are still loaded (kvm:
+    otherwise `virConnect.__del__` complains at interpreter exit)."""
+    runtime.close_providers()

@@ -50,6 +50,8 @@ from providers.kvm.tracing import dial_span, traced
 log = logging.getLogger("providers.kvm")
 
 KEEPALIVE_SECONDS = 15
+# How long closing the pool (process exit) waits for each libvirt close.
+CLOSE_WAIT = 2.0
 _PUMP_CHUNK = 256 * 1024
 T = TypeVar("T")
 
@@ -352,7 +354,7 @@ class Client(Protocol):
 
     def alive(self) -> bool: ...
 
-    def close(self) -> None: ...
+    def close(self, wait: float = 0.0) -> None: ...
 
 
 class HostClient:
@@ -369,7 +371,10 @@ class HostClient:
         except libvirt.libvirtError:
             return False
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Close the link, then libvirt's end in a thread (it can block),
+        waiting up to `wait` s for it: at process exit a connection left to
+        `virConnect.__del__` fails noisily once libvirt's module is torn down."""
         # The SSH side first: an RPC stuck on the link then fails at once,
         # so closing libvirt's end cannot block on it.
         self.bridge.close()
@@ -380,7 +385,9 @@ class HostClient:
             with contextlib.suppress(libvirt.libvirtError):
                 conn.close()
 
-        threading.Thread(target=close_conn, name="kvm-close", daemon=True).start()
+        closer = threading.Thread(target=close_conn, name="kvm-close", daemon=True)
+        closer.start()
+        closer.join(wait)
 
 
 Dialer = Callable[[KvmHost, Deadline], Client]
@@ -568,4 +575,4 @@ class HostPool:
                 client, e.client = e.client, None
             if client is not None:
                 log.debug("kvm host %s: closing", name)
-                client.close()
+                client.close(wait=CLOSE_WAIT)

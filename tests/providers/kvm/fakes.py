@@ -74,7 +74,7 @@ class FakeClient:
     def alive(self) -> bool:
         return not self.closed
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
         self.closed = True
         self.conn.closed = True
 

@@ -1,0 +1,30 @@
+"""A real kvm worker (celery process) against the lab: its shutdown closes
+the libvirt connection while libvirt is still loaded, so SIGTERM ends it
+without `Exception ignored in: <function virConnect.__del__>`."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.integration.conftest import make_stack, redis_server, wait_for  # noqa: F401  (fixtures)
+from tests.providers.kvm.lab import TEST_POOL, TEST_URI
+
+pytestmark = pytest.mark.integration
+
+
+def test_worker_shutdown_after_a_check_is_quiet(lab, redis_server, make_stack):  # noqa: F811
+    host = {"name": "lab", "pool": TEST_POOL, "address": lab.address, "user": lab.user, "socket": lab.socket, "uri": TEST_URI}
+    provider = {"name": "kvm-lab", "type": "kvm",
+                "kvm": {"sshKeyFile": str(lab.key_file), "knownHostsFile": str(lab.known_hosts), "hosts": [host]}}
+    stack = make_stack(redis_server.url, [provider])
+    worker = stack.worker("kvm-lab")
+    stack.wait_ready("worker:kvm-lab")
+    stack.send_check("kvm-lab")
+    wait_for(lambda: "succeeded" in stack.log("worker:kvm-lab"), 30, "the check to finish")
+    stack.kill("worker:kvm-lab", signal.SIGTERM)
+    log = stack.log("worker:kvm-lab")
+    assert worker.returncode == 0, log[-3000:]
+    assert "Exception ignored" not in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
