@@ -99,7 +99,7 @@ def main() -> int:
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as resp:
             body = resp.read().decode()
         print("\n".join(line for line in body.splitlines() if line.startswith("proxy_operator_provider_target_up")))
-        print("\nRun it yourself: redis-server & then  fleet up -c deploy/examples/providers.yaml  and  fleet get ph")
+        print("\nRun it yourself: . .venv/bin/activate; redis-server & then fleet up -c deploy/examples/providers.yaml  and  fleet get ph")
     shutil.rmtree(tmp_path, ignore_errors=True)
     return 0
 
