@@ -40,7 +40,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "egress-proxies-operator"
 LABEL_INSTALLATION = "fleet.crawl.example.com/installation"  # value: Settings.installation_id
 FIELD_MANAGER = "fleet-controller"
-RBAC_ROLE = "deploy/rbac/controller_role.yaml"
+RBAC_ROLE = "the ClusterRole fleet:<installation>:controller from `fleet render`"
 # publish outcomes
 PATCHED, UNCHANGED, STALE, FOREIGN = "patched", "unchanged", "stale", "foreign"
 CONFLICT_RETRIES = 5

@@ -280,7 +280,7 @@ def test_missing_rbac_is_an_error_naming_the_verb_and_resource(fleet, kubeapi, d
     plural, _, sub = resource.partition("/")
     assert msg.startswith(f"cannot {verb} {plural}.crawl.example.com{'/' + sub if sub else ''}")
     assert f"needs verb '{verb}' on resource '{resource}' in API group 'crawl.example.com'" in msg
-    assert "deploy/rbac/controller_role.yaml" in msg
+    assert "fleet render" in msg
     assert "is forbidden: User" in msg  # the API server's own words are kept
 
 
