@@ -1,40 +1,180 @@
-"""An in-memory beat scheduler fed from the providers config.
+"""An in-memory beat scheduler fed from the providers config, safe to run
+as several replicas.
 
-Nothing is persisted (the schedule is derived at every start, and the image
-runs with a read-only root filesystem), the first round is due at once, and
-a round entry fans out into one check per provider under a single span.
+Nothing is persisted locally (the schedule is derived at every start, and
+the image runs with a read-only root filesystem). Every tick first takes or
+extends the Redis lock (`fleet.beatstate`): only its holder sends anything;
+a standby ticks every second, sends nothing, and takes over when the lock
+expires (at most `beatstate.LOCK_TTL` after the active beat stopped). A
+newly active beat resumes one interval after the last round any beat sent,
+so a takeover neither doubles nor skips a round; with no round on record the
+first is due at once.
+
+A round entry fans out into one check per provider with a live worker
+heartbeat, under a single span; the round is stamped in Redis with the
+schedule it ran (`beatstate.record_round`). Decisions are in
+`beat.decisions`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
 
+import redis
 from celery.beat import Scheduler
 
+from beat import decisions
 from beat.schedule import ROUND, build_schedule
-from fleet import dispatch, runtime
+from fleet import beatstate, dispatch, heartbeat, routing, runtime
 
 log = logging.getLogger("fleet.beat")
 
 
 class FleetScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._owner = beatstate.new_owner()
+        self._role: str | None = None
+        self._checked = float("-inf")  # monotonic time the lock was last confirmed
+        self._redis_failing = False
+        self._skipped: set[str] = set()  # providers the last round left out
+        self._redis: redis.Redis | None = None
+        self._doc: dict[str, Any] = {}
+        self._interval = 0.0
+        self._timeout = 0.0
+        super().__init__(*args, **kwargs)
+
     def setup_schedule(self) -> None:
         settings = runtime.settings()
-        entries = build_schedule(settings, runtime.providers_config())
-        now = self.app.now()
-        for entry in entries.values():
-            entry["last_run_at"] = now - entry["schedule"]  # due at start
+        config = runtime.providers_config()
+        entries = build_schedule(settings, config)
         self.merge_inplace(entries)
+        self._redis = beatstate.client(settings.broker)
+        self._interval, self._timeout = settings.provider_check_interval, settings.check_timeout
+        self._doc = beatstate.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
+                                           settings.overdue_after if settings.checks_enabled else 0, settings.installation_id,
+                                           config.names(), self._owner, time.time())
         if not entries:
             log.info("provider checks are off (--provider-check-interval=0): nothing scheduled")
         else:
             log.info("scheduled a check round every %ss", settings.provider_check_interval)
+
+    # --- the lock -------------------------------------------------------------------
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        if not self._holds_lock():
+            return beatstate.STANDBY_EVERY
+        self._catch_up()
+        return min(super().tick(*args, **kwargs), beatstate.RENEW_EVERY)
+
+    def _holds_lock(self) -> bool:
+        """Take or extend the lock, at most once a second while active (a
+        lock confirmed under a second ago has most of its TTL left)."""
+        now = time.monotonic()
+        if self._role == decisions.ACTIVE and now - self._checked < 1.0:
+            return True
+        try:
+            held = beatstate.hold(self._client(), self._owner)
+        except redis.RedisError as exc:
+            if not self._redis_failing:
+                log.warning("beat lock: Redis error, sending nothing until it answers", extra={"fields": {"error": str(exc)}})
+            self._redis_failing = True
+            held = False
+        else:
+            if self._redis_failing:
+                log.info("beat lock: Redis answers again")
+            self._redis_failing = False
+        if held:
+            self._checked = now
+        change = decisions.role_change(self._role, held)
+        if change:
+            self._role = change
+            if change == decisions.ACTIVE:
+                self._become_active()
+            else:
+                holder = self._quiet(beatstate.holder)
+                log.info("beat is standby: another beat holds the lock; sending nothing",
+                         extra={"fields": {"beat": self._owner, "holder": holder}})
+        return held
+
+    def _become_active(self) -> None:
+        r = self._client()
+        wall = time.time()
+        try:
+            last = beatstate.last_round(r)
+            beatstate.publish_schedule(r, {**self._doc, "published_at": wall})
+        except redis.RedisError:
+            last = None
+        start = decisions.resume_at(last, self._interval, wall)
+        for entry in self.schedule.values():
+            entry.last_run_at = datetime.fromtimestamp(start, tz=UTC)
+        self._heap = None  # rebuilt from the new last-run times at the next tick
+        log.info("beat is active: holding the lock, sending rounds",
+                 extra={"fields": {"beat": self._owner, "last_round": last, "next_round_in": round(start + self._interval - wall, 1)}})
+
+    def close(self) -> None:
+        """Release the lock at a clean stop, so a standby takes over at once."""
+        if self._role == decisions.ACTIVE and self._quiet(beatstate.release, self._owner):
+            log.info("beat released the lock", extra={"fields": {"beat": self._owner}})
+        self._role = None
+        super().close()
+
+    # --- rounds ---------------------------------------------------------------------
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
         if entry.name != ROUND:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         entry = self.reserve(entry) if advance else entry
         kw = entry.kwargs
-        sent = dispatch.send_round(self.app, kw["providers"], kw["timeout"], entry.options["expires"])
-        log.debug("check round sent", extra={"fields": {"providers": sent}})
+        r = self._client()
+        live = heartbeat.live_workers(r)
+        plan = decisions.plan_round(self._role == decisions.ACTIVE, kw["providers"], live)
+        if not plan.record:
+            return None
+        tick = time.time()
+        dispatch.send_round(self.app, list(plan.send), kw["timeout"], entry.options["expires"], tick=tick, skipped=len(plan.skip))
+        self._note_workers(set(plan.skip))
+        try:
+            beatstate.record_round(r, tick, self._doc, list(plan.skip))
+        except redis.RedisError as exc:
+            log.warning("could not stamp the round in Redis", extra={"fields": {"error": str(exc)}})
+        log.debug("check round sent", extra={"fields": {"providers": len(plan.send), "skipped": list(plan.skip)}})
         return None
+
+    def _catch_up(self) -> None:
+        """A provider skipped in the last round gets its check as soon as a
+        worker of it is alive."""
+        if not self._skipped:
+            return
+        live = self._quiet(heartbeat.live_workers) or {}
+        back = decisions.catch_up(self._skipped, live)
+        tick = time.time()
+        for name in back:
+            dispatch.send_check(self.app, name, self._timeout, self._interval, tick)
+        if back:
+            self._note_workers(self._skipped - set(back))
+
+    def _note_workers(self, skipped: set[str]) -> None:
+        gone, back = decisions.worker_changes(self._skipped, skipped)
+        for name in gone:
+            log.warning("no live worker for provider %s: not sending its checks to queue %s until one is back "
+                        "(its ProviderHealth goes CheckOverdue)", name, routing.provider_queue(name),
+                        extra={"fields": {"provider": name}})
+        for name in back:
+            log.info("a worker of provider %s is back: sending its checks", name, extra={"fields": {"provider": name}})
+        self._skipped = skipped
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def _client(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = beatstate.client(runtime.settings().broker)
+        return self._redis
+
+    def _quiet(self, fn, *args):
+        try:
+            return fn(self._client(), *args)
+        except redis.RedisError:
+            return None

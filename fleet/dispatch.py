@@ -30,11 +30,13 @@ def send_check(app: Celery, name: str, timeout: float, interval: float, schedule
     )
 
 
-def send_round(app: Celery, names: list[str], timeout: float, interval: float) -> int:
+def send_round(app: Celery, names: list[str], timeout: float, interval: float, tick: float | None = None,
+               skipped: int = 0) -> int:
     """One round: a check per provider, all under one `fleet.round` span and
-    with the same tick time."""
-    tick = time.time()
-    with span("fleet.round", **{"fleet.providers": len(names), "fleet.interval": interval}):
+    with the same tick time (`tick`, default now). `skipped` counts the
+    providers left out (no live worker), for the span."""
+    tick = time.time() if tick is None else tick
+    with span("fleet.round", **{"fleet.providers": len(names), "fleet.interval": interval, "fleet.skipped": skipped}):
         for name in names:
             send_check(app, name, timeout, interval, tick)
     return len(names)
