@@ -3,10 +3,12 @@ publish ProviderHealth; sweep for overdue providers; clean up at start.
 
 Stateless between messages (the previous verdict comes from Redis), so
 replicas and restarts behave the same. Status decisions are in
-`fleet.status`; which results are accepted is `drop_reason`. Results of
+`fleet.status`; which messages are accepted is `fleet.messages` (types,
+sizes, a `checkedAt` not in the future) and `drop_reason`. Results of
 providers this controller does not track are dropped before they reach Redis
 or the cluster (a removed provider's worker that still runs must not
-recreate its object), and counted.
+recreate its object), and counted. A refused message is counted and logged,
+never raised: a raising late-acked task would come back.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 from fleet import kube, metrics, status
 from fleet.config import ProvidersConfig
 from fleet.kube import HealthWriter, cluster_configuration
+from fleet.limits import LIMITS
 from fleet.logs import kv
+from fleet.messages import Rejection, provider_of, unpack_args, validate_message
 from fleet.results import CheckResult
 from fleet.routing import provider_queue
 from fleet.settings import Settings
@@ -30,7 +34,7 @@ from fleet.store import Store
 log = logging.getLogger("fleet.controller")
 
 OVERDUE_KEY = "fleet:overdue:"
-DROPPED = "dropped"  # record's outcome for a result of a provider not tracked
+DROPPED = "dropped"  # record's outcome for a result refused or of a provider not tracked
 
 
 def drop_reason(provider: str, configured: set[str], checks_enabled: bool) -> str | None:
@@ -53,7 +57,7 @@ class Controller:
         self.mode = mode
         self.counters = metrics.ControllerCounters(kinds=(kube.KIND,))
         self._configured = set(config.names())
-        self._reported: set[str] = set()  # providers whose dropped results this process has logged
+        self._reported: set[tuple[str, str]] = set()  # (provider, reason) this process has logged at WARNING
         self._lock = threading.Lock()
 
     @classmethod
@@ -81,14 +85,34 @@ class Controller:
         if self.writer is not None:
             self.writer.cleanup(keep)
 
-    def _drop(self, provider: str, reason: str) -> str:
+    def _drop(self, provider: str, reason: str, field: str = "", detail: str = "") -> str:
+        """Count a dropped result; log it once per provider and reason (then at
+        DEBUG), with the field that failed. The set of logged pairs is bounded."""
         self.counters.dropped(reason)
         with self._lock:
-            first = provider not in self._reported
-            self._reported.add(provider)
-        log.log(logging.WARNING if first else logging.DEBUG, "dropped a result of a provider this controller does not track",
-                extra=kv(provider=provider, reason=reason))
+            first = (provider, reason) not in self._reported and len(self._reported) < LIMITS.max_reported
+            if first:
+                self._reported.add((provider, reason))
+        if field:
+            log.log(logging.WARNING if first else logging.DEBUG, "dropped an invalid check result",
+                    extra=kv(provider=provider, reason=reason, field=field, detail=detail))
+        else:
+            log.log(logging.WARNING if first else logging.DEBUG, "dropped a result of a provider this controller does not track",
+                    extra=kv(provider=provider, reason=reason))
         return DROPPED
+
+    def reject(self, provider: str, why: Rejection) -> str:
+        return self._drop(provider, why.reason, why.field or "message", why.detail)
+
+    def record_message(self, args: tuple[Any, ...], kwargs: dict[str, Any], now: float | None = None) -> str:
+        """The task boundary: validate the call and its result, then `record`."""
+        raw = unpack_args(args, kwargs)
+        if isinstance(raw, Rejection):
+            return self.reject("?", raw)
+        got = validate_message(raw, time.time() if now is None else now)
+        if isinstance(got, Rejection):
+            return self.reject(provider_of(raw), got)
+        return self.record(got)
 
     def _publish(self, name: str, checked_at: float | None, build: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
         if self.writer is None:

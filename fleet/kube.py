@@ -19,12 +19,14 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fleet.limits import LIMITS
 from fleet.results import rfc3339
 from fleet.settings import Settings
 from fleet.status import merge_patch
@@ -197,7 +199,9 @@ class HealthWriter:
                 return FOREIGN
             prev = obj.get("status") or {}
             last = prev.get("lastCheckTime")
-            if checked_at is not None and last and last > rfc3339(checked_at):
+            # a lastCheckTime past now + skew (a result from the future written
+            # before messages were validated) does not block newer writes
+            if checked_at is not None and last and rfc3339(checked_at) < last <= rfc3339(time.time() + LIMITS.clock_skew):
                 return STALE
             new = build(prev)
             if new == prev:

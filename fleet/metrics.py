@@ -18,6 +18,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from fleet.limits import LIMITS, Limits
 from fleet.results import CheckResult
 
 TARGET_UP = "proxy_operator_provider_target_up"
@@ -30,12 +31,16 @@ CHECK_INTERVAL = "proxy_operator_provider_check_interval_seconds"
 LABELS = ["provider", "target"]
 FOREIGN_SKIPPED = "proxy_operator_foreign_objects_skipped_total"
 RESULTS_DROPPED = "proxy_operator_results_dropped_total"
+METRICS_TRUNCATED = "proxy_operator_metrics_truncated"
 
 # Why a check result was dropped before it was stored or written (the
-# `reason` label). Message validation will add invalid, future, too_large.
+# `reason` label); `fleet.messages` decides the last three.
 DROP_UNCONFIGURED = "unconfigured"  # its provider is not in this controller's config
 DROP_CHECKS_OFF = "checks_off"  # configured, but --provider-check-interval=0
-DROP_REASONS = (DROP_UNCONFIGURED, DROP_CHECKS_OFF)
+DROP_INVALID = "invalid"  # wrong types, NaN/infinite numbers, absurd names, a checkedAt before 2020
+DROP_FUTURE = "future"  # checkedAt later than the controller's clock plus the skew allowance
+DROP_TOO_LARGE = "too_large"  # message bytes, targets or details over fleet.limits
+DROP_REASONS = (DROP_UNCONFIGURED, DROP_CHECKS_OFF, DROP_INVALID, DROP_FUTURE, DROP_TOO_LARGE)
 
 
 @dataclass(frozen=True)
@@ -87,17 +92,25 @@ class ControllerCounters:
 
 
 class ProviderTargetCollector(Collector):
-    """The seed's three gauges plus the length of each provider's queue."""
+    """The seed's three gauges plus the length of each provider's queue.
+
+    Bounded (issue 9): at most `limits.max_targets` targets per provider and
+    `limits.max_series` in all get series; what is cut is counted in
+    `proxy_operator_metrics_truncated`. `read_results` may be a generator
+    reading Redis a few results at a time; `read_providers` gets the
+    checkedAt of each result read."""
 
     def __init__(
         self,
         read_results: Callable[[], Iterable[CheckResult]],
-        read_providers: Callable[[], Iterable[ProviderGauges]] = lambda: (),
+        read_providers: Callable[[dict[str, float]], Iterable[ProviderGauges]] = lambda checked: (),
         interval: float | None = None,
+        limits: Limits = LIMITS,
     ) -> None:
         self.read_results = read_results
         self.read_providers = read_providers
         self.interval = interval
+        self.limits = limits
 
     def describe(self):  # static descriptions: no Redis read at registration
         return [
@@ -107,6 +120,7 @@ class ProviderTargetCollector(Collector):
             GaugeMetricFamily(QUEUE_LENGTH, "", labels=["provider", "queue"]),
             GaugeMetricFamily(WORKERS, "", labels=["provider"]),
             GaugeMetricFamily(CHECK_OVERDUE, "", labels=["provider"]),
+            GaugeMetricFamily(METRICS_TRUNCATED, ""),
             GaugeMetricFamily(CHECK_INTERVAL, ""),
         ]
 
@@ -127,19 +141,31 @@ class ProviderTargetCollector(Collector):
             CHECK_OVERDUE, "1 when the provider has had no check result for 2 x interval + timeout (CheckOverdue).",
             labels=["provider"],
         )
+        emitted = cut = 0
         try:
+            checked: dict[str, float] = {}
             for r in self.read_results():
-                for t in r.targets:
+                checked[r.provider] = r.checked_at
+                room = max(0, min(self.limits.max_targets, self.limits.max_series - emitted))
+                for t in r.targets[:room]:
                     up.add_metric([r.provider, t.name], 1.0 if t.ready else 0.0)
                     duration.add_metric([r.provider, t.name], t.latency)
                     stamp.add_metric([r.provider, t.name], r.checked_at)
-            for g in self.read_providers():
+                emitted += min(room, len(r.targets))
+                cut += max(0, len(r.targets) - room)
+            for g in self.read_providers(checked):
                 queues.add_metric([g.provider, g.queue], g.queue_length)
                 workers.add_metric([g.provider], g.workers)
                 overdue.add_metric([g.provider], 1.0 if g.overdue else 0.0)
         except Exception:  # a Redis outage yields an empty scrape, not a 500
             log.exception("reading results for /metrics")
         yield from (up, duration, stamp, queues, workers, overdue)
+        yield GaugeMetricFamily(
+            METRICS_TRUNCATED,
+            f"Targets left out of this scrape by its bounds ({self.limits.max_targets} per provider, "
+            f"{self.limits.max_series} in all); 0 when none.",
+            value=cut,
+        )
         if self.interval is not None:
             yield GaugeMetricFamily(CHECK_INTERVAL, "The configured --provider-check-interval.", value=self.interval)
 

@@ -29,21 +29,21 @@ log = logging.getLogger("fleet.metrics")
 
 
 def collector_for(ctl: Controller) -> ProviderTargetCollector:
-    configured = set(ctl.config.names())
+    """Results are read a chunk of keys at a time, and the overdue gauge uses
+    the checkedAt of the results already read: one pass over Redis per scrape,
+    holding a few results at once."""
 
     def results():
-        return [r for name, r in ctl.store.all().items() if name in configured]
+        return ctl.store.iter_latest(ctl.config.names())
 
-    def providers():
+    def providers(checked: dict[str, float]):
         now = time.time()
         live = heartbeat.live_workers(ctl.store.r)
-        latest = ctl.store.all()
         out = []
         for n in ctl.config.names():
             q = provider_queue(n)
-            v = status.current_verdict(latest.get(n), ctl.store.seen(n), now, ctl.settings.overdue_after, q,
-                                       ctl.settings.checks_enabled)
-            overdue = v.reason == status.REASON_CHECK_OVERDUE
+            overdue = ctl.settings.checks_enabled and status.is_overdue(
+                checked.get(n), ctl.store.seen(n), now, ctl.settings.overdue_after)
             out.append(ProviderGauges(n, q, ctl.store.queue_length(q), len(live.get(n, ())), overdue))
         return out
 

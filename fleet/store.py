@@ -5,19 +5,50 @@ The controller is stateless between messages; this store is its memory.
 `save_if_newer` is a compare-and-set on `checkedAt`, so a redelivered or
 out-of-order message, or a second controller replica, neither regresses the
 stored result nor repeats a transition log.
+
+Every stored value is validated when read (`fleet.messages`): one that does
+not pass, e.g. a `checkedAt` later than now plus the skew allowance written
+before messages were validated, reads as absent, so it neither blocks the
+compare-and-set forever nor crashes `fleet get ph` or /metrics.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Iterable, Iterator
 
 import redis
 
+from fleet.limits import LIMITS, Limits
+from fleet.logs import kv
+from fleet.messages import Rejection, validate_message
+from fleet.metrics import DROP_INVALID, DROP_TOO_LARGE
 from fleet.results import CheckResult
+
+log = logging.getLogger("fleet.store")
 
 RESULT_KEY = "fleet:result:"
 SEEN_KEY = "fleet:seen:"
+
+
+def decode(raw: bytes | str | None, now: float, limits: Limits = LIMITS) -> CheckResult | Rejection | None:
+    """A stored value: the result, None when absent, or why it is unusable."""
+    if raw is None:
+        return None
+    if len(raw) > limits.max_message_bytes:
+        return Rejection(DROP_TOO_LARGE, "", f"stored value of {len(raw)} bytes")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return Rejection(DROP_INVALID, "", "stored value is not JSON")
+    return validate_message(value, now, limits)
+
+
+def _usable(raw: bytes | str | None, now: float) -> CheckResult | None:
+    got = decode(raw, now)
+    return got if isinstance(got, CheckResult) else None
 
 
 class Store:
@@ -28,9 +59,10 @@ class Store:
     def from_url(cls, url: str) -> Store:
         return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30))
 
-    def save_if_newer(self, result: CheckResult) -> tuple[bool, CheckResult | None]:
+    def save_if_newer(self, result: CheckResult, now: float | None = None) -> tuple[bool, CheckResult | None]:
         """Store `result` unless a result at least as new is there.
-        Returns (stored, the previous result)."""
+        Returns (stored, the previous result). A stored value that no longer
+        validates (from the future, corrupt) counts as absent and is replaced."""
         key = RESULT_KEY + result.provider
         payload = json.dumps(result.to_dict(), separators=(",", ":"))
         with self.r.pipeline() as pipe:
@@ -38,7 +70,11 @@ class Store:
                 try:
                     pipe.watch(key)
                     raw = pipe.get(key)
-                    prev = CheckResult.from_dict(json.loads(raw)) if raw else None
+                    prev = decode(raw, time.time() if now is None else now)
+                    if isinstance(prev, Rejection):
+                        log.warning("replacing an unusable stored result", extra=kv(
+                            provider=result.provider, reason=prev.reason, field=prev.field, detail=prev.detail))
+                        prev = None
                     if prev is not None and prev.checked_at >= result.checked_at:
                         pipe.unwatch()
                         return False, prev
@@ -49,18 +85,29 @@ class Store:
                 except redis.WatchError:
                     continue
 
-    def latest(self, provider: str) -> CheckResult | None:
-        raw = self.r.get(RESULT_KEY + provider)
-        return CheckResult.from_dict(json.loads(raw)) if raw else None
+    def latest(self, provider: str, now: float | None = None) -> CheckResult | None:
+        return _usable(self.r.get(RESULT_KEY + provider), time.time() if now is None else now)
 
-    def all(self) -> dict[str, CheckResult]:
+    def iter_latest(self, providers: Iterable[str], chunk: int = 20) -> Iterator[CheckResult]:
+        """The usable results of `providers`, read `chunk` keys at a time, so a
+        reader holds a few results at once however many there are."""
+        names = list(providers)
+        for i in range(0, len(names), chunk):
+            now = time.time()
+            for raw in self.r.mget([RESULT_KEY + n for n in names[i : i + chunk]]):
+                res = _usable(raw, now)
+                if res is not None:
+                    yield res
+
+    def all(self, now: float | None = None) -> dict[str, CheckResult]:
         keys = sorted(self.r.scan_iter(match=RESULT_KEY + "*", count=1000))
         if not keys:
             return {}
+        now = time.time() if now is None else now
         out = {}
         for raw in self.r.mget(keys):
-            if raw:
-                res = CheckResult.from_dict(json.loads(raw))
+            res = _usable(raw, now)
+            if res is not None:
                 out[res.provider] = res
         return out
 

@@ -2,33 +2,61 @@
 
 Late acks: a controller that dies mid-message gets it redelivered, and
 `record` is idempotent (a result no newer than the stored one is dropped).
+So nothing a message holds may raise or exhaust memory here (issue 9): the
+body's size is checked before Celery decodes it (`bounded_strategy`), the
+decoded value by `fleet.messages`; a refused message is acked, counted and
+logged, never retried.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import signals
+from celery.worker.strategy import default as default_strategy
 
 from fleet import routing, runtime
 from fleet.app import app
-from fleet.results import CheckResult
+from fleet.limits import LIMITS
+from fleet.messages import Rejection, provider_of
+from fleet.metrics import DROP_TOO_LARGE
 from fleet.tracing import span
 
 log = logging.getLogger("fleet.controller")
 
 
-@app.task(name=routing.RECORD_CHECK, acks_late=True, ignore_result=True)
-def record_check(result: dict) -> str:
-    res = CheckResult.from_dict(result)
-    with span("fleet.record", **{"provider.name": res.provider}) as s:
-        outcome = runtime.controller().record(res)
+def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
+    """Celery's default strategy behind a size check of the raw body: a
+    message over `max_message_bytes` is acked and counted before its JSON
+    is decoded (a 25 MB result had taken the controller to 530 MB). The
+    broker's envelope has been read by then; only the body is bounded here."""
+    handle = default_strategy(task, app, consumer, **kwargs)
+    limit = LIMITS.max_message_bytes
+
+    def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> Any:
+        size = len(message.body or b"")
+        if size > limit:
+            runtime.controller().reject("?", Rejection(DROP_TOO_LARGE, "message", f"{size} bytes, at most {limit}"))
+            ack(log, consumer.connection_errors)
+            return None
+        return handle(message, body, ack, reject, callbacks, **kw)
+
+    return task_message_handler
+
+
+@app.task(name=routing.RECORD_CHECK, acks_late=True, ignore_result=True, Strategy=bounded_strategy)
+def record_check(*args: Any, **kwargs: Any) -> str:
+    """`record_check(result)`; any other shape is dropped as invalid."""
+    with span("fleet.record", **{"provider.name": provider_of(args[0]) if len(args) == 1 else "?"}) as s:
+        outcome = runtime.controller().record_message(args, kwargs)
         s.set_attribute("fleet.outcome", outcome)
     return outcome
 
 
-@app.task(name=routing.SWEEP_OVERDUE, acks_late=True, ignore_result=True)
-def sweep_overdue() -> list[str]:
+@app.task(name=routing.SWEEP_OVERDUE, acks_late=True, ignore_result=True, Strategy=bounded_strategy)
+def sweep_overdue(*_args: Any, **_kwargs: Any) -> list[str]:
+    """Takes no arguments; any a message carries are ignored."""
     return runtime.controller().sweep_overdue()
 
 

@@ -12,7 +12,7 @@ CHECKED = 1757602800.0
 
 def scrape(results, providers=(), interval=None):
     reg = CollectorRegistry()
-    reg.register(metrics.ProviderTargetCollector(lambda: results, lambda: providers, interval))
+    reg.register(metrics.ProviderTargetCollector(lambda: results, lambda _checked: providers, interval))
     return generate_latest(reg).decode()
 
 
@@ -42,6 +42,9 @@ proxy_operator_provider_workers{provider="kvm-home"} 2.0
 # HELP proxy_operator_provider_check_overdue 1 when the provider has had no check result for 2 x interval + timeout (CheckOverdue).
 # TYPE proxy_operator_provider_check_overdue gauge
 proxy_operator_provider_check_overdue{provider="kvm-home"} 1.0
+# HELP proxy_operator_metrics_truncated Targets left out of this scrape by its bounds (1000 per provider, 20000 in all); 0 when none.
+# TYPE proxy_operator_metrics_truncated gauge
+proxy_operator_metrics_truncated 0.0
 # HELP proxy_operator_provider_check_interval_seconds The configured --provider-check-interval.
 # TYPE proxy_operator_provider_check_interval_seconds gauge
 proxy_operator_provider_check_interval_seconds 60.0
