@@ -45,7 +45,7 @@ def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
     return task_message_handler
 
 
-@app.task(name=routing.RECORD_CHECK, acks_late=True, ignore_result=True, Strategy=bounded_strategy)
+@app.task(name=routing.RECORD_CHECK, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
 def record_check(*args: Any, **kwargs: Any) -> str:
     """`record_check(result)`; any other shape is dropped as invalid."""
     with span("fleet.record", **{"provider.name": provider_of(args[0]) if len(args) == 1 else "?"}) as s:
@@ -54,7 +54,7 @@ def record_check(*args: Any, **kwargs: Any) -> str:
     return outcome
 
 
-@app.task(name=routing.SWEEP_OVERDUE, acks_late=True, ignore_result=True, Strategy=bounded_strategy)
+@app.task(name=routing.SWEEP_OVERDUE, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
 def sweep_overdue(*_args: Any, **_kwargs: Any) -> list[str]:
     """Takes no arguments; any a message carries are ignored."""
     return runtime.controller().sweep_overdue()
