@@ -50,6 +50,14 @@ class ProbeBusyError(DeadlineError):
     """The previous check of this host is still waiting for libvirt to answer."""
 
 
+def describe(exc: BaseException) -> str:
+    """An exception for a DialError message: an OSError by its strerror and
+    file, anything else by type and text."""
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 # libvirt error codes (virErrorNumber), spelled out so the table test pins them.
 VIR_ERR_INTERNAL_ERROR = 1
 VIR_ERR_NO_SUPPORT = 3

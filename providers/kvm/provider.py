@@ -26,8 +26,10 @@ from providers.base import CreateRequest, Deadline, Instance, State, TargetStatu
 from providers.kvm import domain, image, seediso
 from providers.kvm.check import check_hosts
 from providers.kvm.config import KvmConfig, KvmHost
-from providers.kvm.conn import HostPool, MaterialCache, SSHDialer
+from providers.kvm.dialer import SSHDialer
 from providers.kvm.errors import classify, is_transport_error, libvirt_code
+from providers.kvm.material import MaterialCache
+from providers.kvm.pool import HostPool
 
 log = logging.getLogger("providers.kvm")
 

@@ -3,7 +3,7 @@ spans" gap): one `kvm.dial` span per connection attempt, tagged with the
 failing stage, and one `libvirt.<method>` span per RPC, under whatever span
 is current (`provider.check`, `provider.create`, …).
 
-RPCs run in helper threads (`conn.run_until`), which copy the caller's
+RPCs run in helper threads (`deadline.run_until`), which copy the caller's
 context so the spans nest. Objects libvirt returns (domains, pools, volumes)
 are wrapped too, and unwrapped again when passed back into libvirt; streams
 are not wrapped (an upload would be a span per chunk). Attributes are the

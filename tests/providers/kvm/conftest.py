@@ -28,7 +28,7 @@ def fake_host(name: str, **kw) -> dict:
 
 @pytest.fixture
 def fake_provider_factory():
-    from providers.kvm.conn import HostPool
+    from providers.kvm.pool import HostPool
     from providers.kvm.provider import KvmProvider
     from tests.providers.kvm.fakes import FakeDialer
 

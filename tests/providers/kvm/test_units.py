@@ -15,9 +15,10 @@ import pytest
 from providers import base
 from providers.base import CreateRequest, Deadline, State
 from providers.kvm import domain, image, seediso
+from providers.kvm.bridge import bridged_uri
 from providers.kvm.config import KvmHost, MachineType
-from providers.kvm.conn import MaterialCache, bridged_uri
 from providers.kvm.errors import DialError, Stage
+from providers.kvm.material import MaterialCache
 from tests.providers.kvm.conftest import fake_host, make_config
 from tests.providers.kvm.fakes import FakeDialer
 
