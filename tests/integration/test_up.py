@@ -62,8 +62,15 @@ class Up:
         return self.path.read_text(errors="replace")
 
     def ctrl_c(self) -> int:
+        self.stop_offset = len(self.log())
         self.proc.send_signal(signal.SIGINT)
         return self.proc.wait(30)
+
+    def assert_quiet(self) -> None:
+        """No KeyboardInterrupt anywhere, and no traceback at all once Ctrl-C was sent."""
+        log = self.log()
+        at = max(log.find("KeyboardInterrupt"), log.find("Traceback", self.stop_offset))
+        assert at < 0, log[max(0, at - 1500):at + 3000]
 
     def close(self) -> None:
         kids = children(self.proc.pid)  # before fleet up goes: then they belong to init
@@ -91,10 +98,6 @@ def up(tmp_path, redis_server):
         u.close()
 
 
-def assert_quiet(log: str) -> None:
-    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-4000:]
-
-
 def test_up_runs_everything_and_ctrl_c_stops_it_quietly(up, redis_server):
     u = up("--no-flower")
     store = Store(redis_server.client())
@@ -105,7 +108,7 @@ def test_up_runs_everything_and_ctrl_c_stops_it_quietly(up, redis_server):
     wait_for(lambda: not any(alive(k) for k in kids), 10, "every child to exit")
     log = u.log()
     assert "fleet up: stopped" in log
-    assert_quiet(log)
+    u.assert_quiet()
 
 
 def test_up_restarts_a_child_that_dies_and_leaves_the_others_alone(up):
@@ -122,7 +125,7 @@ def test_up_restarts_a_child_that_dies_and_leaves_the_others_alone(up):
     assert {r: p for r, p in after.items() if r != "worker:b"} == {r: p for r, p in before.items() if r != "worker:b"}
     assert all(alive(p) for p in after.values())
     assert u.ctrl_c() == 0
-    assert_quiet(u.log())
+    u.assert_quiet()
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -158,7 +161,7 @@ def test_up_runs_flower_on_loopback_with_generated_credentials(up):
     with urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=10) as resp:
         assert resp.status == 200
     assert u.ctrl_c() == 0
-    assert_quiet(u.log())
+    u.assert_quiet()
 
 
 def test_up_uses_the_users_flower_credentials(up):
