@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import metrics
+from fleet import beatstate, metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy/prometheus"
@@ -30,7 +30,9 @@ REQUIRED = {
     "ProviderQueueBacklog",
     "NoWorkerForProvider",
     "ControllerDown",
+    "RoundsStopped",
 }
+FLEET_WIDE = {"ControllerDown", "RoundsStopped"}  # not about one provider
 CONTROLLER_JOB = "fleet-controller-metrics"
 
 RULES: dict[str, Any] = yaml.safe_load(RULES_FILE.read_text())
@@ -105,19 +107,26 @@ def test_labels_and_annotations(name):
     ann = rule["annotations"]
     assert ann["summary"] and ann["description"]
     assert ann["runbook_url"] == f"docs/runbooks/{name}.md"
-    if name != "ControllerDown":
+    if name not in FLEET_WIDE:
         assert "{{ $labels.provider }}" in ann["summary"], "a provider alert names its provider"
 
 
 def test_severities():
     critical = {n for n, r in ALERTS.items() if r["labels"]["severity"] == "critical"}
-    assert critical == {"ControllerDown", "NoWorkerForProvider"}
+    assert critical == {"ControllerDown", "NoWorkerForProvider", "RoundsStopped"}
 
 
 def test_rules_use_only_exported_metric_names():
     exported = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
+    exported.add(beatstate.LAST_ROUND_METRIC)  # the stamp beat writes, exported by the controller
     used = {m for r in ALERTS.values() for m in re.findall(r"proxy_operator_\w+", r["expr"])}
     assert used and used <= exported, used - exported
+
+
+def test_rounds_stopped_watches_beats_stamp_and_spares_checks_off():
+    expr = ALERTS["RoundsStopped"]["expr"]
+    assert beatstate.LAST_ROUND_METRIC in expr
+    assert expr.count("proxy_operator_provider_check_interval_seconds > 0") == 2, "an interval of 0 (checks off) never alerts"
 
 
 # --- runbooks --------------------------------------------------------------------

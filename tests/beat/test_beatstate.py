@@ -1,0 +1,68 @@
+"""What beat leaves in Redis for readers: the last-round stamp, the published
+schedule, skipped checks. (The lock's Lua scripts need a real redis-server:
+tests/integration/test_beat.py.)"""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from fleet import beatstate
+from fleet.settings import Settings
+
+SETTINGS = Settings(provider_check_interval=10, installation="lab")
+
+
+def doc(owner="beat-1"):
+    s = SETTINGS
+    return beatstate.schedule_doc(s.provider_check_interval, s.check_timeout, s.overdue_after, s.installation_id, ["a", "b"], owner, 1.0)
+
+
+def test_nothing_on_record():
+    r = fakeredis.FakeRedis()
+    assert beatstate.last_round(r) is None
+    assert beatstate.published_schedule(r) is None
+    assert beatstate.skipped_checks(r) == {}
+
+
+def test_a_round_stamps_the_time_republishes_the_schedule_and_counts_skips():
+    r = fakeredis.FakeRedis()
+    beatstate.record_round(r, 1700000000.25, doc(), ["b"])
+    beatstate.record_round(r, 1700000010.5, doc(), ["b"])
+    assert beatstate.last_round(r) == 1700000010.5
+    assert beatstate.published_schedule(r) == {
+        "interval": 10.0, "timeout": 10.0, "overdue_after": 30.0, "installation": "lab", "providers": ["a", "b"],
+        "beat": "beat-1", "published_at": 1700000010.5,
+    }
+    assert beatstate.skipped_checks(r) == {"b": 2}
+    assert r.ttl(beatstate.SCHEDULE_KEY) == -1, "readers need the schedule with beat gone: no expiry"
+
+
+def test_published_at_start():
+    r = fakeredis.FakeRedis()
+    beatstate.publish_schedule(r, doc())
+    assert beatstate.published_schedule(r)["overdue_after"] == SETTINGS.overdue_after
+    assert beatstate.last_round(r) is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"not json", b"[1, 2]", b'{"interval": "10s", "timeout": 5, "overdue_after": 25}', b'{"interval": 10, "timeout": 5}',
+     b'{"interval": -1, "timeout": 5, "overdue_after": 25}', b'{"interval": true, "timeout": 5, "overdue_after": 25}'],
+)
+def test_a_schedule_that_is_not_ours_reads_as_none(raw):
+    r = fakeredis.FakeRedis()
+    r.set(beatstate.SCHEDULE_KEY, raw)
+    assert beatstate.published_schedule(r) is None
+
+
+@pytest.mark.parametrize("raw", [b"soon", b"nan", b"inf"])
+def test_a_bad_stamp_reads_as_none(raw):
+    r = fakeredis.FakeRedis()
+    r.set(beatstate.LAST_ROUND_KEY, raw)
+    assert beatstate.last_round(r) is None
+
+
+def test_lock_timing_lets_a_standby_take_over_within_the_ttl():
+    assert beatstate.RENEW_EVERY * 3 <= beatstate.LOCK_TTL
+    assert beatstate.STANDBY_EVERY < beatstate.RENEW_EVERY

@@ -1,0 +1,161 @@
+"""Beat as real processes against a real redis-server: the lock (one active
+beat of two, a standby taking over within the lock's TTL after the active
+one is SIGKILLed), the last-round stamp that stops when no beat runs, and no
+message for a provider that no worker consumes."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import time
+
+import pytest
+
+from fleet import beatstate, commands, heartbeat, routing
+from fleet.store import Store
+from tests.integration.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+INTERVAL = 10.0  # the shortest allowed
+
+
+def queued_ticks(r, queue: str) -> list[float]:
+    """The tick time (`scheduled_at`) of every check waiting in `queue`, oldest first."""
+    out = []
+    for raw in reversed(r.lrange(queue, 0, -1)):  # kombu LPUSHes, consumers pop from the right
+        msg = json.loads(raw)
+        _args, kwargs, _embed = json.loads(base64.b64decode(msg["body"]))
+        out.append(kwargs["scheduled_at"])
+    return out
+
+
+def sweeps(r) -> int:
+    return sum(json.loads(raw)["headers"]["task"] == routing.SWEEP_OVERDUE for raw in r.lrange(routing.CONTROLLER_QUEUE, 0, -1))
+
+
+def holder_pid(r) -> int | None:
+    owner = beatstate.holder(r)
+    return int(owner.split(":")[1]) if owner else None
+
+
+def role_of(stack, pid: int) -> str:
+    return next(role for role, p in stack.procs.items() if p.pid == pid)
+
+
+def stays(value_fn, until: float, what: str):
+    """Poll `value_fn` until the monotonic time `until`; fail as soon as it changes."""
+    first = value_fn()
+    while time.monotonic() < until:
+        now = value_fn()
+        assert now == first, f"{what} changed: {first!r} → {now!r}"
+        time.sleep(0.2)
+    return first
+
+
+@pytest.fixture
+def fake_worker(redis_server):
+    """A heartbeat for provider `p` without a worker: beat sends its checks,
+    nobody takes them, so the queue counts them."""
+    stop = heartbeat.start(redis_server.url, ["p"], "fake@test", period=1.0)
+    wait_for(lambda: heartbeat.live_workers(redis_server.client()).get("p"), 5, "the fake heartbeat")
+    yield
+    stop.set()
+
+
+def test_the_lock_is_held_by_one_owner_extended_only_by_it_and_released_only_by_it(redis_server):
+    r = redis_server.client()
+    assert beatstate.hold(r, "a", ttl=30)
+    assert not beatstate.hold(r, "b", ttl=30), "held by a"
+    assert beatstate.hold(r, "a", ttl=60) and r.pttl(beatstate.LOCK_KEY) > 30_000, "the holder extends it"
+    assert not beatstate.release(r, "b") and beatstate.holder(r) == "a", "only the holder releases"
+    assert beatstate.release(r, "a") and beatstate.holder(r) is None
+    assert beatstate.hold(r, "b", ttl=0.3)
+    wait_for(lambda: beatstate.hold(r, "a", ttl=30), 5, "the lapsed lock to be taken by another")
+    assert beatstate.holder(r) == "a"
+
+
+def test_two_beats_send_one_round_per_interval(redis_server, make_stack, fake_worker):
+    stack = make_stack(redis_server.url, [{"name": "p", "type": "fake"}], FLEET_INSTALLATION="twobeats")
+    r = redis_server.client()
+    stack.start("beat-1", commands.beat_argv())
+    stack.start("beat-2", commands.beat_argv())
+    queue = routing.provider_queue("p")
+    first = wait_for(lambda: queued_ticks(r, queue), 30, "the first round")[0]
+    wait_for(lambda: "beat is standby" in stack.log("beat-1") + stack.log("beat-2"), 10, "the other beat to be standby")
+
+    # ~3 intervals after the first round: 4 rounds, not 8
+    deadline = first + 3 * INTERVAL + 3.0
+    wait_for(lambda: time.time() > deadline, 3 * INTERVAL + 10, "three intervals", interval=0.2)
+    ticks = queued_ticks(r, queue)
+    assert len(ticks) == 4, ticks
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert all(INTERVAL - 0.5 < g < INTERVAL + 1.5 for g in gaps), gaps
+    assert sweeps(r) == 4, "the overdue sweep is sent by the active beat only, too"
+    assert beatstate.last_round(r) == ticks[-1]
+
+    both = stack.log("beat-1") + stack.log("beat-2")
+    assert both.count("beat is active") == 1 and both.count("beat is standby") == 1, both[-3000:]
+    sched = beatstate.published_schedule(r)
+    assert (sched["interval"], sched["timeout"], sched["overdue_after"], sched["installation"]) == (10.0, 5.0, 25.0, "twobeats")
+    assert sched["providers"] == ["p"] and sched["beat"] == beatstate.holder(r)
+
+
+def test_the_standby_takes_over_within_the_lock_ttl_and_rounds_stop_with_no_beat(redis_server, make_stack, fake_worker):
+    stack = make_stack(redis_server.url, [{"name": "p", "type": "fake"}])
+    r = redis_server.client()
+    stack.start("beat-1", commands.beat_argv())
+    stack.start("beat-2", commands.beat_argv())
+    first_round = wait_for(lambda: beatstate.last_round(r), 30, "the first round")
+    wait_for(lambda: "beat is standby" in stack.log("beat-1") + stack.log("beat-2"), 10, "the other beat to be standby")
+    active = role_of(stack, holder_pid(r))
+    standby = ({"beat-1", "beat-2"} - {active}).pop()
+
+    stack.kill(active)  # SIGKILL: no release, the lock must expire
+    killed = time.monotonic()
+    wait_for(lambda: holder_pid(r) == stack.procs[standby].pid, beatstate.LOCK_TTL + 5, "the standby to take the lock")
+    took = time.monotonic() - killed
+    assert took <= beatstate.LOCK_TTL + beatstate.STANDBY_EVERY + 1.0, took
+    assert "beat is active" in stack.log(standby)
+
+    # the new active beat resumes one interval after the last round, not at once
+    nxt = wait_for(lambda: (x := beatstate.last_round(r)) and x > first_round and x, INTERVAL + beatstate.LOCK_TTL + 5,
+                   "a round from the new active beat")
+    assert nxt - first_round >= INTERVAL - 0.5, "a takeover does not double a round"
+
+    # no beat at all: the stamp stops advancing (the alert's input: deploy/prometheus/tests.yaml RoundsStopped)
+    stack.kill(standby)
+    last = beatstate.last_round(r)
+    assert stays(lambda: beatstate.last_round(r), time.monotonic() + INTERVAL + 3, "the last-round stamp") == last
+    assert len(queued_ticks(r, routing.provider_queue("p"))) == 2
+
+
+def test_no_message_for_a_provider_without_a_worker(redis_server, make_stack):
+    providers = [{"name": "served", "type": "fake", "fake": {"targets": [{"name": "t"}]}},
+                 {"name": "orphan", "type": "fake", "fake": {"targets": [{"name": "t"}]}}]
+    stack = make_stack(redis_server.url, providers)
+    r = redis_server.client()
+    store = Store(r)
+    stack.worker("served")
+    stack.controller()
+    stack.wait_ready("worker:served", "controller")
+    wait_for(lambda: heartbeat.live_workers(r).get("served"), 10, "served's heartbeat")
+    stack.beat()
+
+    first = wait_for(lambda: store.latest("served"), 30, "served's first check")
+    second = wait_for(lambda: (x := store.latest("served")) and x.scheduled_at > first.scheduled_at and x, INTERVAL + 10,
+                      "served's second check")
+    assert second.scheduled_at == beatstate.last_round(r) or beatstate.last_round(r) > second.scheduled_at
+    assert r.llen(routing.provider_queue("orphan")) == 0, "no check into a queue nobody consumes"
+    assert store.latest("orphan") is None
+    assert beatstate.skipped_checks(r) == {"orphan": 2}
+    log = stack.log("beat")
+    assert log.count("no live worker for provider orphan") == 1, "logged once, not every round"
+
+    # a worker comes: its check goes out at once, not an interval later
+    came = time.time()
+    stack.worker("orphan")
+    got = wait_for(lambda: store.latest("orphan"), 30, "orphan's check once its worker is up")
+    assert got.scheduled_at > came and got.scheduled_at < (beatstate.last_round(r) or 0) + INTERVAL
+    assert "a worker of provider orphan is back" in stack.log("beat")
