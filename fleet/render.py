@@ -58,6 +58,7 @@ QUEUE_ANNOTATION = "fleet.crawl.example.com/queue"
 NODE_ANNOTATION = "fleet.crawl.example.com/worker-name"
 CONFIG_HASH_ANNOTATION = "fleet.crawl.example.com/config-sha256"
 CONTROLLER, BEAT = "fleet-controller", "fleet-beat"
+BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 RBAC_API = "rbac.authorization.k8s.io"
 # Directories a credential mount may not cover (or sit inside).
@@ -208,13 +209,13 @@ def binding_pair(
 
 def deployment(
     name: str, t: Target, component: str, pod_spec: dict[str, Any], provider: str | None = None,
-    annotations: dict[str, str] | None = None, strategy: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None, strategy: dict[str, Any] | None = None, replicas: int = 1,
 ) -> dict[str, Any]:
-    """A one-replica Deployment whose pod template carries the config hash."""
+    """A Deployment (one replica unless told) whose pod template carries the config hash."""
     meta = _meta(name, t, component, provider)
     if annotations:
         meta["annotations"] = annotations
-    spec: dict[str, Any] = {"replicas": 1}
+    spec: dict[str, Any] = {"replicas": replicas}
     if strategy:
         spec["strategy"] = strategy
     spec["selector"] = {"matchLabels": selector(component, provider)}
@@ -272,8 +273,9 @@ def controller(t: Target) -> list[dict[str, Any]]:
 
 
 def beat(t: Target) -> list[dict[str, Any]]:
-    """Exactly one: a single replica and Recreate, so a rollout never runs two
-    beats (which would double every check). Its schedule is built from the
+    """Two replicas, one active: only the holder of a Redis lock sends
+    (fleet.beatstate), the other takes over within the lock's TTL, so a
+    rolling update is safe (a stopping beat releases the lock). Its schedule is built from the
     file at start; the config hash restarts it when the file changes. No
     Kubernetes rights, no token. Ready while the broker answers; no liveness
     probe (no heartbeat to check; if it exits the container restarts)."""
@@ -291,7 +293,7 @@ def beat(t: Target) -> list[dict[str, Any]]:
     pod_spec = {"serviceAccountName": BEAT, "automountServiceAccountToken": False, "containers": [container], "volumes": volumes}
     return [
         service_account(BEAT, t, "beat", token=False),
-        deployment(BEAT, t, "beat", pod_spec, strategy={"type": "Recreate"}),
+        deployment(BEAT, t, "beat", pod_spec, strategy={"type": "RollingUpdate"}, replicas=BEAT_REPLICAS),
     ]
 
 

@@ -113,10 +113,12 @@ def test_controller_memory_limit_is_the_seeds_128mi(installed):
     assert c["resources"]["limits"]["memory"] == "128Mi"
 
 
-def test_exactly_one_beat(installed):
+def test_beat_runs_active_and_standby(installed):
+    """Two replicas behind the Redis lock (tests/integration/test_beat.py):
+    a rolling update is safe, so is one pod dying."""
     beat = by_kind(installed, "Deployment")["fleet-beat"]
-    assert beat["spec"]["replicas"] == 1
-    assert beat["spec"]["strategy"] == {"type": "Recreate"}
+    assert beat["spec"]["replicas"] == 2
+    assert beat["spec"]["strategy"] == {"type": "RollingUpdate"}
 
 
 def test_flower_is_never_open(rendered):
