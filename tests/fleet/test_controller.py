@@ -189,3 +189,106 @@ def test_overdue_sweep(make, kubeapi, caplog):
     # a fresh result brings it back
     ctl.record(res("kvm-home", at=later + 61))
     assert kubeapi.objects["kvm-home"]["status"]["conditions"][0]["status"] == "True"
+
+
+# --- issue 9: crafted or clock-skewed messages ---------------------------------
+
+def dropped(ctl, reason):
+    from prometheus_client import CollectorRegistry
+
+    from fleet import metrics
+
+    reg = CollectorRegistry()
+    for c in ctl.counters.collectors():
+        reg.register(c)
+    return reg.get_sample_value(metrics.RESULTS_DROPPED, {"reason": reason})
+
+
+CRAFTED = [
+    ({"checkedAt": 95_000_000_000.0}, "future"),  # year 5024
+    ({"checkedAt": float("inf")}, "invalid"),
+    ({"checkedAt": float("nan")}, "invalid"),
+    ({"checkedAt": 1e12}, "future"),
+    ({"checkedAt": "tomorrow"}, "invalid"),
+    ({"targets": [{"name": f"t{i}"} for i in range(5000)]}, "too_large"),
+    ({"supported": "yes"}, "invalid"),
+]
+
+
+@pytest.mark.parametrize("override, reason", CRAFTED)
+def test_a_crafted_result_is_dropped_counted_and_a_real_one_wins(make, kubeapi, caplog, override, reason):
+    import time
+
+    ctl = make()
+    now = time.time()
+    caplog.set_level(logging.DEBUG, logger="fleet.controller")
+    crafted = {**res(ready=True, at=now).to_dict(), **override}
+    assert ctl.record_message((crafted,), {}) == "dropped"
+    assert ctl.record_message((crafted,), {}) == "dropped"
+    assert dropped(ctl, reason) == 2
+    assert ctl.store.latest("kvm-home") is None and "kvm-home" not in kubeapi.objects
+    warns = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warns) == 1 and warns[0].fields["reason"] == reason and warns[0].fields["field"]  # once, with the field
+    real = res(ready=False, reason="Unreachable", at=now).to_dict()
+    assert ctl.record_message((real,), {}) == "patched"
+    cond = kubeapi.objects["kvm-home"]["status"]["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "TargetsNotReady")
+
+
+def test_wrong_call_shapes_are_dropped_not_raised(make):
+    ctl = make(writer=False)
+    assert ctl.record_message((), {}) == "dropped"
+    assert ctl.record_message(("a", "b"), {}) == "dropped"
+    assert ctl.record_message(([1, 2],), {}) == "dropped"
+    assert dropped(ctl, "invalid") == 3
+
+
+def test_unknown_provider_is_still_unconfigured(make):
+    import time
+
+    ctl = make(writer=False)
+    assert ctl.record_message((res("nobody", at=time.time()).to_dict(),), {}) == "dropped"
+    assert dropped(ctl, "unconfigured") == 1
+
+
+def test_logged_pairs_are_bounded(make, caplog, monkeypatch):
+    from fleet import controller as controller_mod
+    from fleet.limits import Limits
+
+    monkeypatch.setattr(controller_mod, "LIMITS", Limits(max_reported=3))
+    ctl = make(writer=False)
+    caplog.set_level(logging.WARNING, logger="fleet.controller")
+    for i in range(10):
+        ctl.record(res(f"gone-{i}"))
+    assert len(caplog.records) == 3 and len(ctl._reported) == 3
+
+
+@pytest.mark.parametrize("stored", [
+    {"checkedAt": 95_000_000_000.0},  # stored before messages were validated: year 5024
+    {"checkedAt": float("inf")},  # json.dumps writes Infinity
+    {"checkedAt": 1e12},
+    {"targets": "garbage"},
+])
+def test_a_stored_result_from_the_future_does_not_block_forever(make, kubeapi, redis_client, stored):
+    import json
+    import time
+
+    from fleet.store import RESULT_KEY
+
+    now = time.time()
+    redis_client.set(RESULT_KEY + "kvm-home", json.dumps({**res(at=now).to_dict(), **stored}))
+    # and the object it had made, with lastCheckTime in year 5024
+    kubeapi.add(managed("kvm-home", lastCheckTime="5024-06-01T00:00:00Z", targetsReady="1/1"))
+    ctl = make()
+    assert ctl.store.latest("kvm-home") is None and ctl.store.all() == {}  # readers do not crash
+    assert ctl.record(res(at=now, ready=False, reason="Unreachable")) == "patched"
+    assert ctl.store.latest("kvm-home").checked_at == now
+    st = kubeapi.objects["kvm-home"]["status"]
+    assert (st["lastCheckTime"], st["conditions"][0]["status"]) == (rfc3339(now), "False")
+
+
+def test_a_clock_within_the_skew_is_accepted(make):
+    import time
+
+    ctl = make(writer=False)
+    assert ctl.record_message((res(at=time.time() + 20).to_dict(),), {}) == "stored"

@@ -126,3 +126,62 @@ def test_counter_names_are_stable():
         "proxy_operator_foreign_objects_skipped_total",
         "proxy_operator_results_dropped_total",
     )
+
+
+def test_series_are_bounded_per_provider_and_in_all():
+    from fleet.limits import Limits
+
+    def many(name, n):
+        return CheckResult(name, "fake", True, CHECKED, tuple(TargetStatus(f"t{i}", ready=True) for i in range(n)))
+
+    results = [many("a", 50), many("b", 200_000), many("c", 50)]
+    reg = CollectorRegistry()
+    reg.register(metrics.ProviderTargetCollector(lambda: iter(results), limits=Limits(max_targets=100, max_series=180)))
+    text = generate_latest(reg).decode()
+    up = [line for line in text.splitlines() if line.startswith(metrics.TARGET_UP + "{")]
+    assert sum('provider="a"' in line for line in up) == 50
+    assert sum('provider="b"' in line for line in up) == 100  # per provider
+    assert sum('provider="c"' in line for line in up) == 30  # in all: 180
+    assert reg.get_sample_value(metrics.METRICS_TRUNCATED) == (200_000 - 100) + 20
+
+
+def test_overdue_uses_the_checked_at_of_the_results_read():
+    got = {}
+
+    def providers(checked):
+        got.update(checked)
+        return []
+
+    r = CheckResult("a", "fake", True, CHECKED)
+    reg = CollectorRegistry()
+    reg.register(metrics.ProviderTargetCollector(lambda: [r], providers))
+    generate_latest(reg)
+    assert got == {"a": CHECKED}
+
+
+def test_scrape_of_a_store_holding_bad_values(tmp_path):
+    """Values stored before validation (year 5024, Infinity, garbage) are skipped, never a crash."""
+    import json
+
+    import fakeredis
+
+    from fleet.config import parse
+    from fleet.controller import Controller
+    from fleet.serving import registry_for
+    from fleet.settings import Settings
+    from fleet.store import RESULT_KEY, Store
+
+    r = fakeredis.FakeRedis()
+    ok = CheckResult("good", "fake", True, CHECKED, (TargetStatus("t", ready=True),)).to_dict()
+    r.set(RESULT_KEY + "good", json.dumps(ok))
+    r.set(RESULT_KEY + "future", json.dumps({**ok, "provider": "future", "checkedAt": 95_000_000_000.0}))
+    r.set(RESULT_KEY + "inf", json.dumps({**ok, "provider": "inf", "checkedAt": float("inf")}))
+    r.set(RESULT_KEY + "junk", b"\xff{not json")
+    names = ("good", "future", "inf", "junk")
+    ctl = Controller(Settings(provider_check_interval=60.0), parse({"providers": [{"name": n, "type": "fake"} for n in names]}),
+                     Store(r), None)
+    reg = registry_for(ctl)
+    text = generate_latest(reg).decode()
+    assert 'proxy_operator_provider_target_up{provider="good",target="t"} 1.0' in text
+    assert [n for n in names if f'target_up{{provider="{n}"' in text] == ["good"]
+    assert 'proxy_operator_provider_check_overdue{provider="future"}' in text
