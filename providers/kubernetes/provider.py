@@ -53,13 +53,16 @@ class KubernetesProvider:
         return client.CoreV1Api(self.api_client())
 
     def _call(self, op: str, pid: str, deadline: Deadline, fn: Any) -> Any:
+        """Run fn(core, timeout) and translate whatever it raises: the
+        request, reading the body and parsing it all happen inside fn, so a
+        truncated or malformed answer is classified here like an HTTP error."""
         remaining = deadline.remaining()
         if remaining <= 0:
             raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
         try:
             return fn(self.core(), remaining)
         except Exception as exc:  # translated at this one boundary
-            raise base.wrap(classify(exc), op, self.name, pid, exc) from exc
+            raise base.wrap(classify(exc, op), op, self.name, pid, exc) from exc
 
     # -- Checker ---------------------------------------------------------------------
 
@@ -111,13 +114,14 @@ class KubernetesProvider:
 
     def get(self, provider_id: str, deadline: Deadline) -> Instance:
         ns, name = self._parse("get", provider_id)
-        raw = self._call(
+        return self._call(
             "get",
             provider_id,
             deadline,
-            lambda core, t: core.read_namespaced_pod(name, ns, _request_timeout=t, _preload_content=False),
+            lambda core, t: _instance(
+                provider_id, _json(core.read_namespaced_pod(name, ns, _request_timeout=t, _preload_content=False))
+            ),
         )
-        return _instance(provider_id, _json(raw))
 
     def delete(self, provider_id: str, deadline: Deadline) -> None:
         ns, name = self._parse("delete", provider_id)
@@ -132,16 +136,14 @@ class KubernetesProvider:
         self._call("delete", provider_id, deadline, delete)
 
     def list_by_tag(self, deadline: Deadline) -> list[Instance]:
-        raw = self._call(
-            "list",
-            "",
-            deadline,
-            lambda core, t: core.list_pod_for_all_namespaces(
-                label_selector=MANAGED_SELECTOR, _request_timeout=t, _preload_content=False
-            ),
-        )
-        pods = _json(raw).get("items") or []
-        return [_instance(f"{p['metadata']['namespace']}/{p['metadata']['name']}", p) for p in pods]
+        def list_pods(core: client.CoreV1Api, timeout: float) -> list[Instance]:
+            raw = core.list_pod_for_all_namespaces(
+                label_selector=MANAGED_SELECTOR, _request_timeout=timeout, _preload_content=False
+            )
+            pods = _json(raw).get("items") or []
+            return [_instance(f"{p['metadata']['namespace']}/{p['metadata']['name']}", p) for p in pods]
+
+        return self._call("list", "", deadline, list_pods)
 
     def _parse(self, op: str, provider_id: str) -> tuple[str, str]:
         ns, sep, name = provider_id.partition("/")
@@ -157,12 +159,18 @@ def own_namespace() -> str | None:
     try:
         with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
             return f.read().strip() or None
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
 
 
 def _json(resp: Any) -> dict[str, Any]:
-    return json.loads(resp.data)
+    """The body as a JSON object; reading it may fail too (a truncated
+    answer), so this runs inside `_call`. Anything but an object is a
+    ValueError, classified like any unreadable answer."""
+    data = json.loads(resp.data)
+    if not isinstance(data, dict):
+        raise ValueError(f"the API answered a JSON {type(data).__name__}, not an object")
+    return data
 
 
 def _instance(pid: str, pod: dict[str, Any]) -> Instance:

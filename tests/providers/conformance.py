@@ -1,19 +1,39 @@
-"""The provider contract as tests (docs/providers.md §2 and the §8 checklist).
+"""The provider contract as tests (docs/providers.md §2, §3, §5 and the
+§6 checklist).
 
-A provider's test module subclasses `ProviderConformance` and supplies a
-`provider` fixture (against its fake or lab) plus `make_request`; every rule
-below then runs against it. Rules that depend on a backend's timing (Running
-needs an IP) are checked on whatever state the backend reports.
+Three mixins, one per part of the contract; a provider's test module
+subclasses each that applies:
+
+- `ProviderConformance`: the four verbs. Supply a `provider` fixture
+  (against the provider's fake or lab) and, if needed, `make_request`.
+  Rules that depend on a backend's timing (Running needs an IP) are checked
+  on whatever state the backend reports.
+- `CheckerConformance`: the Checker rules (never raises, returns at the
+  deadline, one target per entry in a stable order, reasons from the shared
+  set or the provider's documented own set, sane names and latencies).
+  Supply a `make_checker` fixture: a function from a backend state (`HEALTHY`,
+  `UNREACHABLE`, …) to a Checker whose backend is in that state, and list
+  the states it can build in `checker_states`.
+- `FaultConformance`: every backend failure leaves an operation as one of
+  the four contract errors, with the backend's exception as `__cause__`
+  (httpx's "every backend error mapped at one boundary"). Supply a
+  `fault_backend` fixture (a `FaultBackend`) and list its `faults`; each
+  fault is injected at every backend request an operation makes, in turn.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import time
 import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import pytest
 
 from providers import base
-from providers.base import CreateRequest, Deadline, Instance, State
+from providers.base import CreateRequest, Deadline, Instance, State, TargetStatus
 
 DEADLINE = 30.0
 
@@ -82,3 +102,194 @@ class ProviderConformance:
         assert err.value.provider == self.provider_name
 
     provider_name = "conformance"
+
+
+# --- the Checker (docs/providers.md §5) -------------------------------------------------
+
+HEALTHY = "healthy"
+UNREACHABLE = "unreachable"  # nothing listens
+MALFORMED = "malformed"  # answers garbage: not the protocol, or not JSON
+SERVER_ERROR = "server-error"  # answers an error (a 500, a libvirt internal error)
+DROPPED = "dropped"  # closes the connection without an answer
+HANGS = "hangs"  # accepts and never answers
+CHECK_STATES = (HEALTHY, UNREACHABLE, MALFORMED, SERVER_ERROR, DROPPED, HANGS)
+# States in which no target may read ready. MALFORMED is left out: a check
+# that proves only that the backend answers (kubernetes reads the body
+# without parsing it) may call a garbage answer reachable.
+FAILING_STATES = (UNREACHABLE, SERVER_ERROR, DROPPED, HANGS)
+
+CHECK_DEADLINE = 5.0
+HANG_DEADLINE = 0.5
+# How far past its deadline a check may return: fleet.checking.run_check
+# abandons a checker at deadline + 2 s, so this stays well inside it.
+SLACK = 1.0
+
+
+def assert_valid_targets(got: Any, allowed_reasons: tuple[str, ...]) -> None:
+    """The shape rules every verdict list obeys, whatever the backend did."""
+    assert isinstance(got, list), f"check returned {type(got).__name__}, want a list"
+    for t in got:
+        assert isinstance(t, TargetStatus), f"not a TargetStatus: {t!r}"
+        assert isinstance(t.name, str) and t.name, f"a target needs a name: {t!r}"
+        assert t.reason in allowed_reasons, f"reason {t.reason!r} of {t.name} is not in {allowed_reasons}"
+        assert isinstance(t.latency, int | float) and math.isfinite(t.latency) and t.latency >= 0, t
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in t.details.items()), t.details
+        assert TargetStatus.from_dict(json.loads(json.dumps(t.to_dict()))).name == t.name  # travels as JSON
+    names = [t.name for t in got]
+    assert len(names) == len(set(names)), f"one entry per target, got {names}"
+
+
+class CheckerConformance:
+    # The states `make_checker` can put the backend in; HEALTHY first.
+    checker_states: tuple[str, ...] = CHECK_STATES
+    # Reasons of the provider's own, documented next to its checker.
+    own_reasons: tuple[str, ...] = ()
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "backend_state" in metafunc.fixturenames:
+            metafunc.parametrize("backend_state", self.checker_states)
+
+    @property
+    def allowed_reasons(self) -> tuple[str, ...]:
+        return base.SHARED_REASONS + tuple(r for r in self.own_reasons if r not in base.SHARED_REASONS)
+
+    def timed_check(self, checker: Any, seconds: float) -> tuple[list[TargetStatus], float]:
+        start = time.monotonic()
+        got = checker.check(Deadline.after(seconds))  # raising fails the test: the first rule
+        return got, time.monotonic() - start
+
+    def test_check_never_raises_and_keeps_the_rules(self, make_checker, backend_state):
+        checker = make_checker(backend_state)
+        assert isinstance(checker, base.Checker)
+        seconds = HANG_DEADLINE if backend_state == HANGS else CHECK_DEADLINE
+        got, took = self.timed_check(checker, seconds)
+        assert took <= seconds + SLACK, f"{backend_state}: returned after {took:.2f}s, deadline {seconds}s"
+        assert_valid_targets(got, self.allowed_reasons)
+        assert got, "at least one target"
+        if backend_state == HEALTHY:
+            assert all(t.ready for t in got), [(t.name, t.reason, t.message) for t in got]
+            assert all(t.reason == base.REASON_REACHABLE for t in got), [t.reason for t in got]
+        if backend_state in FAILING_STATES:
+            assert not any(t.ready for t in got), [(t.name, t.reason) for t in got]
+
+    def test_check_returns_at_the_deadline_when_the_backend_hangs(self, make_checker):
+        if HANGS not in self.checker_states:
+            pytest.skip("this backend cannot hang")
+        got, took = self.timed_check(make_checker(HANGS), HANG_DEADLINE)
+        assert took <= HANG_DEADLINE + SLACK, f"returned after {took:.2f}s"
+        assert got and not any(t.ready for t in got)
+
+    def test_check_with_an_expired_deadline_returns_at_once(self, make_checker):
+        got, took = self.timed_check(make_checker(HEALTHY), -1)
+        assert took <= SLACK, f"returned after {took:.2f}s"
+        assert_valid_targets(got, self.allowed_reasons)
+
+    def test_targets_keep_their_names_and_order(self, make_checker):
+        """The same targets, in the same order, across calls and whatever
+        the backend does: callers key metrics and conditions by position
+        and name."""
+        checker = make_checker(HEALTHY)
+        first = [t.name for t in self.timed_check(checker, CHECK_DEADLINE)[0]]
+        assert [t.name for t in self.timed_check(checker, CHECK_DEADLINE)[0]] == first
+        for state in self.checker_states:
+            seconds = HANG_DEADLINE if state == HANGS else CHECK_DEADLINE
+            names = [t.name for t in self.timed_check(make_checker(state), seconds)[0]]
+            assert names == first, f"{state}: {names}, healthy: {first}"
+
+
+# --- errors at the one boundary (docs/providers.md §3) -----------------------------------
+
+OPERATIONS = ("create", "get", "delete", "list_by_tag")
+FAULT_DEADLINE = 1.0
+MAX_REQUESTS = 12  # an operation making more backend requests than this fails the test
+
+
+class FaultBackend(Protocol):
+    """A provider and a handle on its backend that fails on request."""
+
+    provider: Any
+
+    def inject(self, fault: str | None, nth: int = -1) -> None:
+        """The `nth` backend request from now (0-based; -1 every one) fails
+        with `fault`; None: no faults."""
+
+    def fired(self) -> int:
+        """How many requests got the fault since `inject`."""
+
+    def release(self) -> None:
+        """End any request the backend holds (a hang)."""
+
+
+def assert_contract_error(
+    op: str,
+    provider_name: str,
+    outcome: BaseException | None,
+    may_be_gone: bool,
+) -> None:
+    """What an operation may do when its backend failed: return (a fault
+    can be an answer, e.g. a 404 on delete), or raise exactly one of the
+    four classes, naming the op and the configured provider, from the
+    backend's exception. Never NotFound from create (§2, SHOULD NOT), nor
+    from get unless the backend said "gone" (a false NotFound during an
+    outage creates a duplicate)."""
+    if outcome is None:
+        return
+    if not isinstance(outcome, base.ProviderError) or type(outcome) not in base.ERROR_CLASSES:
+        raise AssertionError(f"{op}: {type(outcome).__module__}.{type(outcome).__name__} escaped: {outcome!r}") from outcome
+    assert outcome.__cause__ is not None, f"{op}: {outcome!r} carries no __cause__"
+    assert outcome.op == ("list" if op == "list_by_tag" else op), outcome.op
+    assert outcome.provider == provider_name, outcome.provider
+    if op == "create" or (op == "get" and not may_be_gone):
+        assert not isinstance(outcome, base.NotFound), f"{op}: a false NotFound: {outcome!r}"
+
+
+class FaultConformance:
+    # The faults `fault_backend` can inject; those that mean "no such instance".
+    faults: tuple[str, ...] = ()
+    gone_faults: tuple[str, ...] = ()
+    provider_name = "conformance"
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "fault" in metafunc.fixturenames:
+            metafunc.parametrize("fault", self.faults)
+        if "operation" in metafunc.fixturenames:
+            metafunc.parametrize("operation", OPERATIONS)
+
+    def make_request(self, uid: str) -> CreateRequest:
+        return CreateRequest(name=base.name_from_uid(uid), uid=uid, namespace="default", cloud_init="#cloud-config\n")
+
+    def prepare(self, backend: FaultBackend, operation: str) -> Callable[[Deadline], Any]:
+        """With the backend healthy: whatever the operation needs to go its
+        full way (an existing instance), and the call to make."""
+        p = backend.provider
+        req = self.make_request(str(uuid.uuid4()))
+        if operation == "create":
+            return lambda d: p.create(req, d)
+        pid = p.create(req, Deadline.after(30))
+        if operation == "get":
+            return lambda d: p.get(pid, d)
+        if operation == "delete":
+            return lambda d: p.delete(pid, d)
+        return lambda d: p.list_by_tag(d)
+
+    def test_backend_failures_leave_as_contract_errors(self, fault_backend, operation, fault):
+        for nth in range(MAX_REQUESTS):
+            fault_backend.inject(None)
+            call = self.prepare(fault_backend, operation)
+            fault_backend.inject(fault, nth)
+            start = time.monotonic()
+            try:
+                call(Deadline.after(FAULT_DEADLINE))
+                outcome: BaseException | None = None
+            except Exception as exc:
+                outcome = exc
+            took = time.monotonic() - start
+            fired = fault_backend.fired()
+            fault_backend.inject(None)
+            fault_backend.release()
+            if not fired:
+                assert nth > 0, f"{operation} made no backend request"
+                return
+            assert took <= FAULT_DEADLINE + SLACK, f"{operation} with {fault} at request {nth}: {took:.2f}s"
+            assert_contract_error(operation, self.provider_name, outcome, fault in self.gone_faults)
+        raise AssertionError(f"{operation} made more than {MAX_REQUESTS} backend requests")

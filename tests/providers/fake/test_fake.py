@@ -5,6 +5,7 @@ import pytest
 from providers import base
 from providers.base import Deadline
 from providers.fake import FakeConfig, FakeTarget, new
+from tests.providers import conformance
 from tests.providers.conformance import ProviderConformance
 
 
@@ -35,3 +36,21 @@ def test_check_honours_the_deadline():
 def test_checks_false_has_no_checker():
     assert not isinstance(new("f", FakeConfig(checks=False)), base.Checker)
     assert isinstance(new("f", FakeConfig()), base.Checker)
+
+
+class TestFakeChecker(conformance.CheckerConformance):
+    """The fake has no wire: it can be healthy, scripted down, or slow."""
+
+    checker_states = (conformance.HEALTHY, conformance.UNREACHABLE, conformance.HANGS)
+
+    @pytest.fixture
+    def make_checker(self):
+        names = ("a", "b", "c")
+
+        def make(state: str):
+            if state == conformance.UNREACHABLE:
+                return new("f", FakeConfig(targets=[FakeTarget(name=n, ready=False) for n in names]))
+            latency = 600_000 if state == conformance.HANGS else 0
+            return new("f", FakeConfig(targets=[FakeTarget(name=n) for n in names], latencyMs=latency))
+
+        return make

@@ -1,5 +1,8 @@
 """The kubernetes provider's operations against the HTTP-level fake."""
 
+import json
+from http import HTTPStatus
+
 import pytest
 
 from providers import base
@@ -8,7 +11,9 @@ from providers.kubernetes.config import KubernetesConfig
 from providers.kubernetes.errors import classify
 from providers.kubernetes.provider import new
 from tests.fakes.kubeapi import status_body
+from tests.providers import conformance, faults
 from tests.providers.conformance import ProviderConformance
+from tests.providers.faults import FaultProxy, ProxiedBackend, closed_port_url
 
 
 class TestKubernetesConformance(ProviderConformance):
@@ -51,6 +56,80 @@ def test_classify_api_statuses(status, cls):
     assert classify(ApiException(status=status)) is cls
 
 
-@pytest.mark.parametrize("exc", [OSError("refused"), TimeoutError(), ValueError("?")])
+@pytest.mark.parametrize("op", ["create", "get", "delete", "list"])
+def test_classify_404_is_not_found_except_on_create(op):
+    from kubernetes.client.exceptions import ApiException
+
+    want = base.Permanent if op == "create" else base.NotFound  # create: the namespace is missing
+    assert classify(ApiException(status=404), op) is want
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [OSError("refused"), TimeoutError(), ValueError("?"), json.JSONDecodeError("x", "{", 1), KeyError("metadata"),
+     TypeError("string indices"), AttributeError("get")],
+)
 def test_classify_non_api_errors_are_transient(exc):
     assert classify(exc) is base.Transient
+
+
+# -- the Checker rules and fault injection at the wire (conformance.py) ---------------
+
+
+def kubeconfig_for(url: str, path: str) -> str:
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def error_body(status: int) -> dict:
+    return status_body(status, HTTPStatus(status).phrase.replace(" ", ""), "injected by the test")
+
+
+@pytest.fixture
+def proxied(kubeapi, tmp_path):
+    """A FaultProxy in front of the fake API, and a kubeconfig for it."""
+    with FaultProxy(kubeapi.server.url, error_body) as proxy:
+        yield proxy, kubeconfig_for(proxy.url, str(tmp_path / "proxied"))
+
+
+CHECK_FAULTS = {
+    conformance.MALFORMED: faults.MALFORMED,
+    conformance.SERVER_ERROR: "http-500",
+    conformance.DROPPED: faults.CLOSED,
+    conformance.HANGS: faults.HANG,
+}
+
+
+class TestKubernetesChecker(conformance.CheckerConformance):
+    @pytest.fixture
+    def make_checker(self, proxied, tmp_path):
+        proxy, kubeconfig = proxied
+
+        def make(state: str):
+            if state == conformance.UNREACHABLE:
+                return new("k8s-local", KubernetesConfig(kubeconfig=kubeconfig_for(closed_port_url(), str(tmp_path / "dead"))))
+            proxy.inject(CHECK_FAULTS.get(state))
+            return new("k8s-local", KubernetesConfig(kubeconfig=kubeconfig))
+
+        yield make
+        proxy.release()
+
+
+class TestKubernetesFaults(conformance.FaultConformance):
+    provider_name = "k8s-local"
+    faults = faults.HTTP_FAULTS
+    gone_faults = ("http-404",)
+
+    @pytest.fixture
+    def fault_backend(self, proxied):
+        proxy, kubeconfig = proxied
+        return ProxiedBackend(new(self.provider_name, KubernetesConfig(kubeconfig=kubeconfig)), proxy)
