@@ -69,12 +69,15 @@ def http_status(exc: BaseException) -> int:
     return code if isinstance(code, int) else 0
 
 
-def classify(exc: BaseException) -> type[base.ProviderError]:
-    """404 NotFound; 429, and 403 with a quota or rate-limit reason,
-    QuotaExceeded; 400, 401 and other 403s Permanent; 5xx, network errors and
-    anything unknown Transient. A failed operation: quota codes and 429
-    QuotaExceeded, any other 4xx Permanent (a bad image is a 404 there, and
-    must not read as "the instance is gone"), 5xx or no status Transient."""
+def classify(exc: BaseException, op: str = "") -> type[base.ProviderError]:
+    """404 NotFound, except on create: there it names a zone, machine type,
+    image or network that does not exist, so Permanent (create never says
+    NotFound); 429, and 403 with a quota or rate-limit reason, QuotaExceeded;
+    400, 401 and other 403s Permanent; 5xx, network errors, an answer that
+    does not parse and anything unknown Transient. A failed operation: quota
+    codes and 429 QuotaExceeded, any other 4xx Permanent (a bad image is a
+    404 there, and must not read as "the instance is gone"), 5xx or no status
+    Transient."""
     if isinstance(exc, OperationFailedError):
         if QUOTA_OPERATION_CODES.intersection(exc.codes) or exc.status == 429:
             return base.QuotaExceeded
@@ -83,7 +86,7 @@ def classify(exc: BaseException) -> type[base.ProviderError]:
         return base.Transient
     status = http_status(exc)
     if status == 404:
-        return base.NotFound
+        return base.Permanent if op == "create" else base.NotFound
     if status == 429:
         return base.QuotaExceeded
     if status == 403:

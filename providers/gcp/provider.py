@@ -32,7 +32,7 @@ from providers.gcp.errors import OperationFailedError, classify, error_reasons, 
 from providers.gcp.ids import SHAPE, format_id, parse_id
 from providers.gcp.insert import build_instance, placement_problem
 from providers.gcp.instances import to_instance
-from providers.gcp.listing import list_request, read_page
+from providers.gcp.listing import Page, list_request, read_page
 from providers.gcp.operations import DONE, OperationBook, PendingOperation
 
 log = logging.getLogger("providers.gcp")
@@ -95,14 +95,16 @@ class GcpProvider:
         )
 
     def _call(self, op: str, pid: str, deadline: Deadline, fn: Callable[[float], T]) -> T:
-        """Run one SDK call with the time left; translate its failure here."""
+        """Run one SDK call with the time left, and read its answer; translate
+        any failure of either here (an answer that does not parse fails inside
+        the SDK or in the reading, both within fn)."""
         remaining = deadline.remaining()
         if remaining <= 0:
             raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
         try:
             return fn(remaining)
         except Exception as exc:  # translated at this one boundary
-            cls = classify(exc)
+            cls = classify(exc, op)
             if cls is not base.NotFound:
                 self.log_api_error(op, pid, exc)
             raise base.wrap(cls, op, self.name, pid, exc) from exc
@@ -174,20 +176,23 @@ class GcpProvider:
                 "get",
                 provider_id,
                 deadline,
-                lambda t: self.compute.instances().get(
-                    project=self.cfg.project, zone=zone, instance=name, timeout=t, retry=_read_retry(deadline)
+                lambda t: to_instance(
+                    provider_id,
+                    self.compute.instances().get(
+                        project=self.cfg.project, zone=zone, instance=name, timeout=t, retry=_read_retry(deadline)
+                    ),
                 ),
             )
-        except base.NotFound:
+        except base.NotFound as gone:
             self.deletes.forget(provider_id)
             pending = self.inserts.get(provider_id)
             if pending is not None:
-                self._explain_missing(provider_id, pending, deadline)
+                self._explain_missing(provider_id, pending, deadline, gone)
             raise
         self.inserts.forget(provider_id)  # it exists: nothing more to learn from its insert
-        return to_instance(provider_id, inst)
+        return inst
 
-    def _explain_missing(self, pid: str, pending: PendingOperation, deadline: Deadline) -> None:
+    def _explain_missing(self, pid: str, pending: PendingOperation, deadline: Deadline, gone: base.NotFound) -> None:
         """The VM is not there but this process inserted it: say why. Raises
         the insert's error (once: then the book forgets it, so a later get
         is NotFound and the reconciler creates again), Transient while the
@@ -205,12 +210,12 @@ class GcpProvider:
                 self.name,
                 pid,
                 f"not visible yet: insert {op.name} is {op_status(op) or 'PENDING'}",
-            )
+            ) from gone
         self.inserts.forget(pid, pending)
         failed = operation_failure(op)
         if failed is not None:
             self.log_api_error("get", pid, failed)
-            raise base.wrap(classify(failed), "get", self.name, pid, failed) from failed
+            raise base.wrap(classify(failed, "get"), "get", self.name, pid, failed) from failed
 
     def delete(self, provider_id: str, deadline: Deadline) -> None:
         zone, name = self._parse("delete", provider_id)
@@ -244,7 +249,7 @@ class GcpProvider:
         failed = operation_failure(op)
         if failed is not None:
             self.log_api_error(op_name, pid, failed)
-            raise base.wrap(classify(failed), op_name, self.name, pid, failed) from failed
+            raise base.wrap(classify(failed, op_name), op_name, self.name, pid, failed) from failed
         if op_status(op) != DONE:
             pending.put(pid, PendingOperation(zone, op.name))
         log.debug(f"{op_name} accepted", extra=self._fields(id=pid, operation=op.name, status=op_status(op)))
@@ -254,14 +259,14 @@ class GcpProvider:
         out: list[Instance] = []
         unreachable: set[str] = set()
         pages = 0
+
+        def one_page(t: float) -> Page:
+            """One page per call, each with the time left, read inside `_call`."""
+            pager = self.compute.instances().aggregated_list(request=request, timeout=t, retry=_read_retry(deadline))
+            return read_page(next(iter(pager.pages)))  # the page already fetched; never the next one
+
         while True:
-            resp = self._call(
-                "list",
-                "",
-                deadline,
-                lambda t: self.compute.instances().aggregated_list(request=request, timeout=t, retry=_read_retry(deadline)),
-            )
-            page = read_page(next(iter(resp.pages)))  # one page per call: each gets the time left
+            page = self._call("list", "", deadline, one_page)
             pages += 1
             out.extend(page.instances)
             unreachable |= page.unreachable

@@ -52,3 +52,17 @@ def api(status: int, reason: str = "", info: str = "") -> gexc.GoogleAPICallErro
 )
 def test_classify(exc, want):
     assert classify(exc) is want
+
+
+@pytest.mark.parametrize(("op", "want"), [("create", base.Permanent), ("get", base.NotFound), ("delete", base.NotFound),
+                                          ("list", base.NotFound), ("", base.NotFound)])
+def test_a_404_is_not_found_except_on_create(op, want):
+    """On insert a 404 names a zone, machine type, image or network that does not exist."""
+    assert classify(api(404, "notFound"), op) is want
+
+
+@pytest.mark.parametrize(
+    "exc", [KeyError("items"), TypeError("bad"), AttributeError("x"), UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad")]
+)
+def test_an_answer_that_does_not_parse_is_transient(exc):
+    assert classify(exc, "list") is base.Transient
