@@ -72,8 +72,12 @@ def metadata_xml(uid: str, created_at: datetime, namespace: str = "", proxy: str
 
 def read_mark(domain_xml: str) -> Mark:
     """The mark from a domain's XML; an unparsable CreatedAt is None (counts
-    as very old for GC, which never shields an orphan forever)."""
-    root = ET.fromstring(domain_xml)
+    as very old for GC, which never shields an orphan forever). XML that does
+    not parse is a ValueError (ElementTree's ParseError is a SyntaxError)."""
+    try:
+        root = ET.fromstring(domain_xml)
+    except ET.ParseError as exc:
+        raise ValueError(f"domain XML does not parse: {exc}") from exc
     inst = root.find(f"metadata/{{{METADATA_NS}}}instance")
     if inst is None:
         return Mark(False, "", None)

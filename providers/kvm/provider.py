@@ -137,8 +137,9 @@ class KvmProvider:
         img = self._catalogue_entry(pid, "image", pl.image, "images", self.cfg.images)
         try:
             vendor = self.cfg.vendor_data() or (GUEST_AGENT_VENDOR_DATA if self.cfg.installGuestAgent else "")
-        except OSError as exc:
-            raise self._permanent("create", pid, f"vendorDataFile {self.cfg.vendorDataFile}: {exc.strerror or exc}") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise self._permanent("create", pid, f"vendorDataFile {self.cfg.vendorDataFile}: {why}") from exc
         host = self.cfg.host(host_name)
         assert host is not None
         log.info(
