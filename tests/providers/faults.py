@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tests.fakes.http import LoopbackServer
+from tests.providers import conformance
 
 STATUSES = (400, 401, 403, 404, 409, 429, 500, 503)
 MALFORMED = "malformed-json"
@@ -48,6 +49,14 @@ WRONG_SHAPE_BODY = {
 }
 MALFORMED_BODY = b'{"kind": "PodList", "items": [{"metadata": {"na'
 HANG_LIMIT = 30.0  # a hung answer is released by then at the latest
+# The fault on every request that puts an HTTP backend in each Checker state
+# (HEALTHY: none; UNREACHABLE: a URL nothing listens on, closed_port_url).
+STATE_FAULTS = {
+    conformance.MALFORMED: MALFORMED,
+    conformance.SERVER_ERROR: "http-500",
+    conformance.DROPPED: CLOSED,
+    conformance.HANGS: HANG,
+}
 
 
 def status_of(fault: str) -> int | None:

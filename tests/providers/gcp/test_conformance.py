@@ -26,13 +26,6 @@ def proxy(fake):
         yield p
 
 
-CHECK_FAULTS = {
-    conformance.MALFORMED: faults.MALFORMED,
-    conformance.SERVER_ERROR: "http-500",
-    conformance.DROPPED: faults.CLOSED,
-    conformance.HANGS: faults.HANG,
-}
-
 
 class TestGcpChecker(conformance.CheckerConformance):
     @pytest.fixture
@@ -40,7 +33,7 @@ class TestGcpChecker(conformance.CheckerConformance):
         def make(state: str):
             if state == conformance.UNREACHABLE:
                 return make_provider(apiEndpoint=closed_port_url())
-            proxy.inject(CHECK_FAULTS.get(state))
+            proxy.inject(faults.STATE_FAULTS.get(state))
             return make_provider(apiEndpoint=proxy.url)
 
         yield make

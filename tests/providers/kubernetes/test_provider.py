@@ -101,13 +101,6 @@ def proxied(kubeapi, tmp_path):
         yield proxy, kubeconfig_for(proxy.url, str(tmp_path / "proxied"))
 
 
-CHECK_FAULTS = {
-    conformance.MALFORMED: faults.MALFORMED,
-    conformance.SERVER_ERROR: "http-500",
-    conformance.DROPPED: faults.CLOSED,
-    conformance.HANGS: faults.HANG,
-}
-
 
 class TestKubernetesChecker(conformance.CheckerConformance):
     @pytest.fixture
@@ -117,7 +110,7 @@ class TestKubernetesChecker(conformance.CheckerConformance):
         def make(state: str):
             if state == conformance.UNREACHABLE:
                 return new("k8s-local", KubernetesConfig(kubeconfig=kubeconfig_for(closed_port_url(), str(tmp_path / "dead"))))
-            proxy.inject(CHECK_FAULTS.get(state))
+            proxy.inject(faults.STATE_FAULTS.get(state))
             return new("k8s-local", KubernetesConfig(kubeconfig=kubeconfig))
 
         yield make
