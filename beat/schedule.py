@@ -1,6 +1,8 @@
-"""The beat schedule as data: a check round and an overdue sweep every
-interval; nothing when checks are off. The round entry is expanded by
-`beat.scheduler.FleetScheduler` into one check per provider."""
+"""The beat schedule as data: a check round every interval; nothing when
+checks are off. The round entry is expanded by
+`beat.scheduler.FleetScheduler` into one check per provider. The overdue
+sweep is not here: the controller runs it on its own clock, so a dead beat
+is itself reported (CheckOverdue, "is fleet beat running?")."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from fleet.config import ProvidersConfig
 from fleet.settings import Settings
 
 ROUND = "check-round"
-SWEEP = "sweep-overdue"
 
 
 def build_schedule(settings: Settings, config: ProvidersConfig) -> dict[str, dict[str, Any]]:
@@ -25,10 +26,5 @@ def build_schedule(settings: Settings, config: ProvidersConfig) -> dict[str, dic
             "schedule": every,
             "kwargs": {"providers": config.names(), "timeout": settings.check_timeout},
             "options": {"expires": settings.provider_check_interval},
-        },
-        SWEEP: {
-            "task": routing.SWEEP_OVERDUE,
-            "schedule": every,
-            "options": {"queue": routing.CONTROLLER_QUEUE, "expires": settings.provider_check_interval},
         },
     }

@@ -1,7 +1,8 @@
 """Beat's state in Redis: the lock that makes one beat of several the active
 one, the time of the last round it sent, the schedule it runs, and the
-checks it skipped. Beat writes; the controller's gauge and `fleet get ph`
-read (`last_round`, `published_schedule`, `skipped_checks`).
+checks it skipped. Beat writes; the controller (the last-round gauge, the
+overdue message) and `fleet get ph` read (`last_round`,
+`published_schedule`, `skipped_checks`).
 
 The keys are not namespaced by installation, like every other key and queue
 in the broker's database: one Redis database holds one installation.
@@ -35,9 +36,6 @@ SKIPPED_KEY = "fleet:beat:skipped"
 LOCK_TTL = 15.0
 RENEW_EVERY = LOCK_TTL / 3
 STANDBY_EVERY = 1.0
-
-# The controller exports the last-round stamp under this name.
-LAST_ROUND_METRIC = "proxy_operator_last_round_timestamp_seconds"
 
 # 1 when ARGV[1] holds the lock afterwards (taken or extended), else 0.
 _HOLD = """

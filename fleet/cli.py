@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from fleet import commands, logs, routing
+from fleet import beatstate, commands, logs, routing
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
 from fleet.results import CheckResult, Verdict, parse_rfc3339, rfc3339
@@ -246,18 +246,34 @@ def cmd_get(args: argparse.Namespace) -> int:
                 print(f"providerhealth {args.name!r} not found", file=sys.stderr)
                 return EXIT_NOT_READY
             names = [args.name]
+        after, enabled, note = effective_schedule(beatstate.published_schedule(store.r), settings)
+        last_round = beatstate.last_round(store.r)
         rows = []
         for name in names:
             r = stored.get(name)
-            v = current_verdict(r, store.seen(name), now, settings.overdue_after, routing.provider_queue(name),
-                                settings.checks_enabled)
+            v = current_verdict(r, store.seen(name), now, after, routing.provider_queue(name), enabled, last_round)
             rows.append(summary(r, v, name, types.get(name, "")))
     except redis.RedisError as exc:
         raise Unreachable(f"cannot read results from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
     finally:
         store.r.close()
+    if note:
+        print(note, file=sys.stderr)
     print(render(rows, args.output, now))
     return EXIT_OK
+
+
+def effective_schedule(published: dict[str, Any] | None, settings: Settings) -> tuple[float, bool, str]:
+    """(overdue after, checks on, a note for stderr) to judge stored results
+    by: the schedule the deployed beat published, else this command's own
+    flags, said so (a 10 s deployment judged by the default 1m would show a
+    stale True for minutes)."""
+    if published is not None:
+        return float(published["overdue_after"]), float(published["interval"]) > 0, ""
+    return settings.overdue_after, settings.checks_enabled, (
+        "fleet get: no schedule published by beat in this Redis; judging overdue by "
+        f"--provider-check-interval={format_duration(settings.provider_check_interval)}"
+    )
 
 
 def _duration(text: str, flag: str, maximum: float | None = None) -> float:

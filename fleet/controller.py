@@ -1,5 +1,6 @@
 """The controller's work, kept thin: store the result, log transitions,
-publish ProviderHealth; sweep for overdue providers; clean up at start.
+publish ProviderHealth; sweep for overdue providers on its own clock (a
+thread, not a beat message, so a dead beat is reported too); clean up at start.
 
 Stateless between messages (the previous verdict comes from Redis), so
 replicas and restarts behave the same. Status decisions are in
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fleet import kube, metrics, status
+from fleet import beatstate, kube, metrics, status
 from fleet.config import ProvidersConfig
 from fleet.kube import HealthWriter, cluster_configuration
 from fleet.limits import LIMITS
@@ -143,6 +144,8 @@ class Controller:
             return []
         now = time.time() if now is None else now
         after = self.settings.overdue_after
+        last_round = beatstate.last_round(self.store.r)
+        stopped = status.rounds_stopped(last_round, now, after)
         overdue = []
         for pc in self.config.providers:
             last = self.store.latest(pc.name)
@@ -151,8 +154,31 @@ class Controller:
             if not status.is_overdue(checked, seen, now, after):
                 continue
             overdue.append(pc.name)
-            v = status.overdue_verdict(checked, provider_queue(pc.name), after)
+            v = status.overdue_verdict(checked, provider_queue(pc.name), after, stopped, last_round)
             if self.store.r.set(OVERDUE_KEY + pc.name, "1", nx=True):
                 log.warning("provider check overdue", extra=kv(provider=pc.name, message=v.message))
             self._publish(pc.name, None, lambda prev, pc=pc, v=v: status.overdue_status(prev, pc.type, v, now))
         return overdue
+
+    def sweep_every(self) -> float:
+        """How often the controller sweeps on its own clock: often enough that
+        CheckOverdue shows within a fraction of an interval of being due."""
+        return max(1.0, min(self.settings.provider_check_interval / 2, 30.0))
+
+    def run_sweeps(self, stop: threading.Event) -> threading.Thread | None:
+        """Sweep for overdue providers every `sweep_every` s in a daemon thread
+        until `stop` is set: on the controller's clock, not beat's, so a dead
+        beat is reported rather than silently freezing every status."""
+        if not self.settings.checks_enabled:
+            return None
+
+        def loop() -> None:
+            while not stop.wait(self.sweep_every()):
+                try:
+                    self.sweep_overdue()
+                except Exception as exc:  # Redis or the API down: the next sweep tries again
+                    log.warning("overdue sweep failed", extra=kv(error=f"{type(exc).__name__}: {exc}"))
+
+        thread = threading.Thread(target=loop, name="fleet-overdue", daemon=True)
+        thread.start()
+        return thread

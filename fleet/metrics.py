@@ -32,6 +32,7 @@ LABELS = ["provider", "target"]
 FOREIGN_SKIPPED = "proxy_operator_foreign_objects_skipped_total"
 RESULTS_DROPPED = "proxy_operator_results_dropped_total"
 METRICS_TRUNCATED = "proxy_operator_metrics_truncated"
+LAST_ROUND = "proxy_operator_last_round_timestamp_seconds"  # beat's stamp (fleet.beatstate), exported by the controller
 
 # Why a check result was dropped before it was stored or written (the
 # `reason` label); `fleet.messages` decides the last three.
@@ -106,11 +107,13 @@ class ProviderTargetCollector(Collector):
         read_providers: Callable[[dict[str, float]], Iterable[ProviderGauges]] = lambda checked: (),
         interval: float | None = None,
         limits: Limits = LIMITS,
+        read_last_round: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.read_results = read_results
         self.read_providers = read_providers
         self.interval = interval
         self.limits = limits
+        self.read_last_round = read_last_round
 
     def describe(self):  # static descriptions: no Redis read at registration
         return [
@@ -122,6 +125,7 @@ class ProviderTargetCollector(Collector):
             GaugeMetricFamily(CHECK_OVERDUE, "", labels=["provider"]),
             GaugeMetricFamily(METRICS_TRUNCATED, ""),
             GaugeMetricFamily(CHECK_INTERVAL, ""),
+            GaugeMetricFamily(LAST_ROUND, ""),
         ]
 
     def collect(self):
@@ -168,6 +172,15 @@ class ProviderTargetCollector(Collector):
         )
         if self.interval is not None:
             yield GaugeMetricFamily(CHECK_INTERVAL, "The configured --provider-check-interval.", value=self.interval)
+        try:
+            last_round = self.read_last_round()
+        except Exception:  # as above: no sample rather than a 500
+            log.exception("reading beat's last round for /metrics")
+            last_round = None
+        rounds = GaugeMetricFamily(LAST_ROUND, "Unix time of the last check round the active beat sent (no sample: none on record).")
+        if last_round is not None:
+            rounds.add_metric([], last_round)
+        yield rounds
 
 
 def parse_bind(address: str) -> tuple[str, int] | None:

@@ -19,7 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from fleet import heartbeat, status
+from fleet import beatstate, heartbeat, status
 from fleet.controller import Controller
 from fleet.logs import kv
 from fleet.metrics import ProviderGauges, ProviderTargetCollector, parse_bind
@@ -47,7 +47,8 @@ def collector_for(ctl: Controller) -> ProviderTargetCollector:
             out.append(ProviderGauges(n, q, ctl.store.queue_length(q), len(live.get(n, ())), overdue))
         return out
 
-    return ProviderTargetCollector(results, providers, ctl.settings.provider_check_interval)
+    return ProviderTargetCollector(results, providers, ctl.settings.provider_check_interval,
+                                   read_last_round=lambda: beatstate.last_round(ctl.store.r))
 
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -94,7 +95,10 @@ def serve_metrics(ctl: Controller) -> object | None:
         log.info("metrics endpoint off")
         return None
     app = with_probes(make_wsgi_app(registry_for(ctl)), ctl.store.r.ping)
-    server = make_server(bind[0], bind[1], app, ThreadingWSGIServer, handler_class=_QuietHandler)
+    try:
+        server = make_server(bind[0], bind[1], app, ThreadingWSGIServer, handler_class=_QuietHandler)
+    except OSError as exc:  # busy port, unknown host: say which address
+        raise OSError(exc.errno, f"cannot serve /metrics on {bind[0]}:{bind[1]}: {exc.strerror or exc}") from exc
     threading.Thread(target=server.serve_forever, name="fleet-metrics", daemon=True).start()
     log.info("serving /metrics", extra=kv(address=f"{bind[0]}:{bind[1]}"))
     return server

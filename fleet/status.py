@@ -48,14 +48,22 @@ def verdict(result: CheckResult) -> Verdict:
     return Verdict("False", REASON_TARGETS_NOT_READY, truncate("; ".join(failing)))
 
 
-def overdue_verdict(last_checked: float | None, queue: str, after: float) -> Verdict:
+def overdue_verdict(last_checked: float | None, queue: str, after: float, beat_stopped: bool = False,
+                    last_round: float | None = None) -> Verdict:
+    """Why a provider is overdue. When beat's rounds stopped too
+    (`rounds_stopped`), nobody sends checks: say so rather than blame the
+    provider's worker. Stamps, not ages, so a steady overdue state writes nothing."""
     last = rfc3339(last_checked) if last_checked else "never"
-    return Verdict(
-        "Unknown",
-        REASON_CHECK_OVERDUE,
-        f"no check result for more than {format_duration(after)} (last check: {last}); "
-        f"is a worker consuming queue {queue}?",
-    )
+    head = f"no check result for more than {format_duration(after)} (last check: {last}); "
+    if beat_stopped:
+        sent = rfc3339(last_round) if last_round else "none on record"
+        return Verdict("Unknown", REASON_CHECK_OVERDUE, head + f"no check round sent since {sent}: is fleet beat running?")
+    return Verdict("Unknown", REASON_CHECK_OVERDUE, head + f"is a worker consuming queue {queue}?")
+
+
+def rounds_stopped(last_round: float | None, now: float, after: float) -> bool:
+    """Beat sent no round (or none on record) for longer than `after`."""
+    return last_round is None or now - last_round > after
 
 
 def is_overdue(last_checked: float | None, first_seen: float | None, now: float, after: float) -> bool:
@@ -65,14 +73,26 @@ def is_overdue(last_checked: float | None, first_seen: float | None, now: float,
     return since is not None and now - since > after
 
 
+class _NotLookedUp:
+    """`last_round` was not read (callers that know nothing of beat)."""
+
+
+NOT_LOOKED_UP = _NotLookedUp()
+
+
 def current_verdict(
-    result: CheckResult | None, seen: float | None, now: float, after: float, queue: str, checks_enabled: bool = True
+    result: CheckResult | None, seen: float | None, now: float, after: float, queue: str, checks_enabled: bool = True,
+    last_round: float | _NotLookedUp | None = NOT_LOOKED_UP,
 ) -> Verdict:
     """The Ready verdict as of `now`, for readers of the store (`fleet get
-    ph`, the overdue gauge): overdue beats the last result."""
+    ph`, the overdue gauge): overdue beats the last result. With beat's
+    `last_round` (None: none on record), an overdue verdict says whether
+    rounds stopped."""
     last = result.checked_at if result else None
     if checks_enabled and is_overdue(last, seen, now, after):
-        return overdue_verdict(last, queue, after)
+        if isinstance(last_round, _NotLookedUp):
+            return overdue_verdict(last, queue, after)
+        return overdue_verdict(last, queue, after, rounds_stopped(last_round, now, after), last_round)
     if result is None:
         return Verdict("Unknown", REASON_NOT_CHECKED, f"no result yet; is a worker consuming queue {queue}?")
     return verdict(result)

@@ -1,4 +1,5 @@
-"""Controller tasks on `fleet.controller`, and the controller's start-up.
+"""Controller tasks on `fleet.controller`, and the controller's start-up
+(cleanup, /metrics, the overdue sweep on its own clock).
 
 Late acks: a controller that dies mid-message gets it redelivered, and
 `record` is idempotent (a result no newer than the stored one is dropped).
@@ -11,6 +12,8 @@ logged, never retried.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from typing import Any
 
 from celery import signals
@@ -65,12 +68,31 @@ def _consumes_controller_queue(consumer: object) -> bool:
     return any(q.name == routing.CONTROLLER_QUEUE for q in queues)
 
 
+# Start-up failures (no RBAC, no CRD, a busy or bad metrics address) end the
+# process with this code and one line, rather than a worker that says `ready`
+# and consumes without its cleanup, /metrics or probes; Kubernetes' restart
+# back-off (or `fleet up`'s) retries it.
+EXIT_STARTUP_FAILED = 1
+_stop_sweeps = threading.Event()
+
+
 @signals.worker_ready.connect
 def _start_controller(sender: object = None, **_: object) -> None:
     if not _consumes_controller_queue(sender):
         return
     from fleet.serving import serve_metrics
 
-    ctl = runtime.controller()
-    ctl.start()
-    serve_metrics(ctl)
+    try:
+        ctl = runtime.controller()
+        ctl.start()
+        serve_metrics(ctl)
+    except Exception as exc:
+        log.critical("controller start-up failed, exiting: %s: %s", type(exc).__name__, str(exc)[:1000])
+        logging.shutdown()
+        os._exit(EXIT_STARTUP_FAILED)
+    ctl.run_sweeps(_stop_sweeps)
+
+
+@signals.worker_shutdown.connect
+def _stop_controller(**_: object) -> None:
+    _stop_sweeps.set()

@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from beat.schedule import ROUND, SWEEP, build_schedule
+from beat.schedule import ROUND, build_schedule
 from fleet.config import parse
 from fleet.dispatch import check_options
 from fleet.settings import Settings
@@ -8,15 +8,14 @@ from fleet.settings import Settings
 CFG = parse({"providers": [{"name": "a", "type": "fake"}, {"name": "b", "type": "fake"}]})
 
 
-def test_a_round_and_a_sweep_every_interval():
+def test_one_round_every_interval_and_no_sweep():
+    """The overdue sweep runs on the controller's own clock, not beat's."""
     s = build_schedule(Settings(provider_check_interval=30), CFG)
-    assert sorted(s) == [ROUND, SWEEP]
+    assert sorted(s) == [ROUND]
     r = s[ROUND]
     assert r["schedule"] == timedelta(seconds=30)
     assert r["kwargs"] == {"providers": ["a", "b"], "timeout": 15}
     assert r["options"]["expires"] == 30
-    assert s[SWEEP]["task"] == "fleet.sweep_overdue"
-    assert s[SWEEP]["options"]["queue"] == "fleet.controller"
 
 
 def test_checks_off_schedules_nothing():

@@ -147,6 +147,31 @@ def test_get_reads_redis(capsys, config, monkeypatch):
     assert run(capsys, "get", "ph", "zzz", "-c", config)[0] == cli.EXIT_NOT_READY
 
 
+def test_get_judges_overdue_by_the_deployed_schedule(capsys, config, monkeypatch):
+    """A 10 s deployment: a result 60 s old is overdue (2 x 10 s + 10 s), though
+    this command's own default interval (1m) would call it fresh."""
+    import time
+
+    import fakeredis
+
+    from fleet import beatstate
+    from fleet.results import CheckResult
+    from fleet.store import Store
+
+    r = fakeredis.FakeRedis()
+    monkeypatch.setattr(Store, "from_url", classmethod(lambda cls, url: cls(r)))
+    now = time.time()
+    Store(r).save_if_newer(CheckResult("ok", "fake", True, now - 60, ()))
+    code, out, err = run(capsys, "get", "ph", "-c", config)
+    assert "AllTargetsReady" in out or "NoTargets" in out, out  # by the caller's 1m: fresh
+    assert "no schedule published by beat" in err
+    beatstate.publish_schedule(r, beatstate.schedule_doc(10, 10, 30, "default", ["ok"], "beat-1", now))
+    r.set(beatstate.LAST_ROUND_KEY, repr(now - 1))
+    code, out, err = run(capsys, "get", "ph", "-c", config)
+    assert "CheckOverdue" in out and err == "", (out, err)
+    assert "is a worker consuming queue provider.ok" in out  # beat sends rounds: the worker is the suspect
+
+
 @pytest.mark.parametrize(
     ("runs", "delays"),
     [

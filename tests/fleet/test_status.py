@@ -177,3 +177,29 @@ def test_current_verdict(has_result, seen, now, enabled, want):
     r = result(up("nas1")) if has_result else None
     v = status.current_verdict(r, seen, now, 135, "provider.kvm-home", enabled)
     assert v.reason == want
+
+
+@pytest.mark.parametrize(
+    ("last_round", "now", "blames"),
+    [
+        (T1 + 190, T1 + 200, "queue provider.kvm-home"),  # rounds go out: the worker is the suspect
+        (T1 - 10, T1 + 200, "is fleet beat running?"),  # rounds stopped before the results did
+        (None, T1 + 200, "none on record: is fleet beat running?"),
+    ],
+)
+def test_overdue_says_when_beat_stopped(last_round, now, blames):
+    v = status.current_verdict(result(up("nas1")), None, now, 135, "provider.kvm-home", True, last_round)
+    assert v.reason == "CheckOverdue" and blames in v.message
+
+
+def test_rounds_stopped():
+    assert status.rounds_stopped(None, T1, 135)
+    assert status.rounds_stopped(T1 - 136, T1, 135)
+    assert not status.rounds_stopped(T1 - 135, T1, 135)
+
+
+def test_beat_stopped_message_is_steady():
+    """Stamps, not ages: the same dead beat gives the same message later (no writes)."""
+    a = status.current_verdict(result(up("nas1")), None, T1 + 200, 135, "q", True, T1 - 10)
+    b = status.current_verdict(result(up("nas1")), None, T1 + 900, 135, "q", True, T1 - 10)
+    assert a == b
