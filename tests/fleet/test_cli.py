@@ -163,11 +163,12 @@ def test_get_judges_overdue_by_the_deployed_schedule(capsys, config, monkeypatch
     now = time.time()
     Store(r).save_if_newer(CheckResult("ok", "fake", True, now - 60, ()))
     code, out, err = run(capsys, "get", "ph", "-c", config)
+    assert code == 0
     assert "AllTargetsReady" in out or "NoTargets" in out, out  # by the caller's 1m: fresh
     assert "no schedule published by beat" in err
     beatstate.publish_schedule(r, beatstate.schedule_doc(10, 10, 30, "default", ["ok"], "beat-1", now))
     r.set(beatstate.LAST_ROUND_KEY, repr(now - 1))
-    code, out, err = run(capsys, "get", "ph", "-c", config)
+    _, out, err = run(capsys, "get", "ph", "-c", config)
     assert "CheckOverdue" in out and err == "", (out, err)
     assert "is a worker consuming queue provider.ok" in out  # beat sends rounds: the worker is the suspect
 
