@@ -28,7 +28,8 @@ from celery.beat import Scheduler
 
 from beat import decisions
 from beat.schedule import ROUND, build_schedule
-from fleet import beatstate, dispatch, heartbeat, routing, runtime
+from fleet import beatstate, heartbeat, routing, runtime
+from fleet.health import dispatch
 
 log = logging.getLogger("fleet.beat")
 

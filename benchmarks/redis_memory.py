@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleet import commands, routing
-from fleet.dispatch import send_check
+from fleet.health.dispatch import send_check
 from tests.integration.conftest import RedisServer, Stack, wait_for
 
 

@@ -38,9 +38,9 @@ import yaml
 from fleet import beatstate, commands, logs, routing
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
-from fleet.results import CheckResult, Verdict, parse_rfc3339, rfc3339
+from fleet.health.results import CheckResult, Verdict, parse_rfc3339, rfc3339
+from fleet.health.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE, current_verdict, verdict
 from fleet.settings import OPTIONS, Settings, SettingsError, env_name, redact_url, show
-from fleet.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE, current_verdict, verdict
 
 EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -200,7 +200,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from fleet.checking import run_check
+    from fleet.health.checking import run_check
     from providers import registry
 
     settings = settings_from(args)

@@ -19,7 +19,7 @@ from typing import Any
 from celery.worker.control import inspect_command
 
 from fleet import routing, runtime
-from fleet.results import rfc3339
+from fleet.health.results import rfc3339
 
 
 def _queues(state: Any) -> list[str]:

@@ -26,10 +26,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleet.limits import LIMITS
-from fleet.results import rfc3339
+from fleet.health.limits import LIMITS
+from fleet.health.results import rfc3339
+from fleet.health.status import merge_patch
 from fleet.settings import Settings
-from fleet.status import merge_patch
 from providers.kubernetes.client import default_kubeconfig, in_cluster, load_configuration
 
 log = logging.getLogger("fleet.kube")

@@ -18,8 +18,8 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from fleet.limits import LIMITS, Limits
-from fleet.results import CheckResult
+from fleet.health.limits import LIMITS, Limits
+from fleet.health.results import CheckResult
 
 TARGET_UP = "proxy_operator_provider_target_up"
 CHECK_DURATION = "proxy_operator_provider_check_duration_seconds"

@@ -9,7 +9,7 @@ import logging
 import threading
 
 from fleet.config import ProvidersConfig, load
-from fleet.results import CheckResult
+from fleet.health.results import CheckResult
 from fleet.settings import Settings
 from providers import registry
 from providers.base import Provider
@@ -44,7 +44,7 @@ def provider(name: str) -> Provider:
 
 @functools.cache
 def controller():  # -> fleet.controller.Controller; imported late, see module doc
-    from fleet.controller import Controller
+    from fleet.health.recording import Controller
 
     return Controller.from_settings(settings(), providers_config())
 

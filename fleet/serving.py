@@ -19,8 +19,9 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from fleet import beatstate, heartbeat, status
-from fleet.controller import Controller
+from fleet import beatstate, heartbeat
+from fleet.health import status
+from fleet.health.recording import Controller
 from fleet.logs import kv
 from fleet.metrics import ProviderGauges, ProviderTargetCollector, parse_bind
 from fleet.routing import provider_queue

@@ -21,11 +21,11 @@ from collections.abc import Iterable, Iterator
 
 import redis
 
-from fleet.limits import LIMITS, Limits
+from fleet.health.limits import LIMITS, Limits
+from fleet.health.messages import Rejection, validate_message
+from fleet.health.results import CheckResult
 from fleet.logs import kv
-from fleet.messages import Rejection, validate_message
 from fleet.metrics import DROP_INVALID, DROP_TOO_LARGE
-from fleet.results import CheckResult
 
 log = logging.getLogger("fleet.store")
 

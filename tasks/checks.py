@@ -6,7 +6,7 @@ from celery import signals
 
 from fleet import heartbeat, routing, runtime
 from fleet.app import app
-from fleet.checking import run_check
+from fleet.health.checking import run_check
 from fleet.tracing import span
 
 

@@ -21,8 +21,8 @@ from celery.worker.strategy import default as default_strategy
 
 from fleet import routing, runtime
 from fleet.app import app
-from fleet.limits import LIMITS
-from fleet.messages import Rejection, provider_of
+from fleet.health.limits import LIMITS
+from fleet.health.messages import Rejection, provider_of
 from fleet.metrics import DROP_TOO_LARGE
 from fleet.tracing import span
 

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 from beat.schedule import ROUND, build_schedule
 from fleet.config import parse
-from fleet.dispatch import check_options
+from fleet.health.dispatch import check_options
 from fleet.settings import Settings
 
 CFG = parse({"providers": [{"name": "a", "type": "fake"}, {"name": "b", "type": "fake"}]})

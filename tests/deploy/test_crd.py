@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet import status
+from fleet.health import status
+from fleet.health.results import CheckResult
 from fleet.kube import GROUP, KIND, PLURAL, VERSION
-from fleet.results import CheckResult
 from providers.base import TargetStatus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -155,7 +155,7 @@ def test_get_judges_overdue_by_the_deployed_schedule(capsys, config, monkeypatch
     import fakeredis
 
     from fleet import beatstate
-    from fleet.results import CheckResult
+    from fleet.health.results import CheckResult
     from fleet.store import Store
 
     r = fakeredis.FakeRedis()

@@ -4,7 +4,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fleet import metrics
-from fleet.results import CheckResult
+from fleet.health.results import CheckResult
 from providers.base import TargetStatus
 
 CHECKED = 1757602800.0
@@ -129,7 +129,7 @@ def test_counter_names_are_stable():
 
 
 def test_series_are_bounded_per_provider_and_in_all():
-    from fleet.limits import Limits
+    from fleet.health.limits import Limits
 
     def many(name, n):
         return CheckResult(name, "fake", True, CHECKED, tuple(TargetStatus(f"t{i}", ready=True) for i in range(n)))
@@ -166,7 +166,7 @@ def test_scrape_of_a_store_holding_bad_values(tmp_path):
     import fakeredis
 
     from fleet.config import parse
-    from fleet.controller import Controller
+    from fleet.health.recording import Controller
     from fleet.serving import registry_for
     from fleet.settings import Settings
     from fleet.store import RESULT_KEY, Store

@@ -133,7 +133,7 @@ class Stack:
             wait_for(lambda role=role: "ready." in self.log(role), timeout, f"{role} to be ready:\n{self.log(role)[-2000:]}")
 
     def send_check(self, provider: str, timeout: float = 5.0) -> None:
-        from fleet.dispatch import send_check
+        from fleet.health.dispatch import send_check
 
         send_check(self.sender, provider, timeout, 10.0)
 

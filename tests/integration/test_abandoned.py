@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from fleet import checking
-from fleet.checking import CheckSlots, run_check
+from fleet.health import checking
+from fleet.health.checking import CheckSlots, run_check
 from providers import base
 from providers.gcp.config import GcpConfig
 from providers.gcp.provider import new as new_gcp

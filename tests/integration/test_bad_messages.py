@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleet import routing
-from fleet.results import rfc3339
+from fleet.health.results import rfc3339
 from fleet.store import RESULT_KEY, Store
 from tests.integration.conftest import free_port, wait_for
 

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from fleet.limits import LIMITS, Limits
-from fleet.messages import Rejection, oversized, provider_of, unpack_args, validate_message
-from fleet.results import CheckResult, rfc3339
+from fleet.health.limits import LIMITS, Limits
+from fleet.health.messages import Rejection, oversized, provider_of, unpack_args, validate_message
+from fleet.health.results import CheckResult, rfc3339
 from providers.base import TargetStatus
 
 NOW = 1_795_000_000.0  # 2026-11-18

@@ -21,8 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from fleet.health.results import CheckResult
 from fleet.logs import kv
-from fleet.results import CheckResult
 from providers import base
 from providers.base import Checker, Deadline, Provider, TargetStatus
 

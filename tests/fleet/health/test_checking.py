@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from fleet import checking
-from fleet.checking import STILL_RUNNING, CheckSlots, run_check
+from fleet.health import checking
+from fleet.health.checking import STILL_RUNNING, CheckSlots, run_check
 from providers import base
 from providers.fake import FakeConfig, FakeTarget, new
 from tests.leaks import open_sockets, threads_named

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.durations import format_duration
-from fleet.results import CheckResult, Verdict, rfc3339
+from fleet.health.results import CheckResult, Verdict, rfc3339
 from providers.base import TargetStatus
 
 CONDITION_READY = "Ready"

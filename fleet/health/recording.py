@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fleet import beatstate, kube, metrics, status
+from fleet import beatstate, kube, metrics
 from fleet.config import ProvidersConfig
+from fleet.health import status
+from fleet.health.limits import LIMITS
+from fleet.health.messages import Rejection, provider_of, unpack_args, validate_message
+from fleet.health.results import CheckResult
 from fleet.kube import HealthWriter, cluster_configuration
-from fleet.limits import LIMITS
 from fleet.logs import kv
-from fleet.messages import Rejection, provider_of, unpack_args, validate_message
-from fleet.results import CheckResult
 from fleet.routing import provider_queue
 from fleet.settings import Settings
 from fleet.store import Store

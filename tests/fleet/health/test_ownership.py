@@ -11,7 +11,8 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fleet import kube, metrics
-from fleet.controller import DROPPED, Controller, drop_reason
+from fleet.health.recording import DROPPED, Controller, drop_reason
+from fleet.health.results import rfc3339
 from fleet.kube import (
     FIELD_MANAGER,
     FOREIGN,
@@ -25,12 +26,11 @@ from fleet.kube import (
     labels_for,
     selector_for,
 )
-from fleet.results import rfc3339
 from fleet.serving import registry_for
 from fleet.settings import Settings
 from fleet.store import Store
 from providers.kubernetes.client import load_configuration
-from tests.fleet.test_controller import PH, T0, config, managed, res
+from tests.fleet.health.test_recording import PH, T0, config, managed, res
 
 KIND = "ProviderHealth"
 

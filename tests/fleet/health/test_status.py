@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from fleet import status
-from fleet.results import CheckResult, rfc3339
+from fleet.health import status
+from fleet.health.results import CheckResult, rfc3339
 from providers import base
 from providers.base import TargetStatus
 

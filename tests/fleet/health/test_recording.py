@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client
 
 from fleet.config import parse
-from fleet.controller import Controller
+from fleet.health.recording import Controller
+from fleet.health.results import CheckResult, rfc3339
 from fleet.kube import HealthWriter, labels_for, selector_for
-from fleet.results import CheckResult, rfc3339
 from fleet.settings import Settings
 from fleet.store import Store
 from providers.base import TargetStatus
@@ -252,8 +252,8 @@ def test_unknown_provider_is_still_unconfigured(make):
 
 
 def test_logged_pairs_are_bounded(make, caplog, monkeypatch):
-    from fleet import controller as controller_mod
-    from fleet.limits import Limits
+    from fleet.health import recording as controller_mod
+    from fleet.health.limits import Limits
 
     monkeypatch.setattr(controller_mod, "LIMITS", Limits(max_reported=3))
     ctl = make(writer=False)

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.config import validate_name
-from fleet.limits import LIMITS, Limits
+from fleet.health.limits import LIMITS, Limits
+from fleet.health.results import CheckResult
 from fleet.metrics import DROP_FUTURE, DROP_INVALID, DROP_TOO_LARGE
-from fleet.results import CheckResult
 from providers.base import TargetStatus
 
 
