@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet import commands, routing
+from fleet import routing
+from fleet.cli import commands
 from fleet.store import Store
 from tests.fakes.kubeapi import FakeKubeAPI, Server
 from tests.integration.conftest import RedisServer, Stack, wait_for

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from fleet.cli.render import render as render_workers
 from fleet.config import load
-from fleet.render import render as render_workers
 from tests.deploy import kustomize
 
 ROOT = Path(__file__).resolve().parents[2]

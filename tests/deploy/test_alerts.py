@@ -202,8 +202,8 @@ def test_absolute_runbook_links_on_request():
 
 def _deploy_objects() -> list[dict[str, Any]]:
     """deploy/'s manifests and what `fleet render` adds (the controller's Service among them)."""
+    from fleet.cli.render import render
     from fleet.config import load
-    from fleet.render import render
 
     out = []
     for path in sorted((ROOT / "deploy").rglob("*.yaml")):

@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from fleet import cli, commands
+from fleet.cli import commands
+from fleet.cli import subcommands as cli
+from fleet.cli.render import CONFIG_PATH, TMP_SIZE, UID, render
 from fleet.config import load
-from fleet.render import CONFIG_PATH, TMP_SIZE, UID, render
 from tests.deploy.conftest import ROOT, by_kind, pod
 
 EXAMPLE = ROOT / "deploy/examples/providers.yaml"

@@ -15,8 +15,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from fleet import cli, routing
-from fleet.render import BROKER_SECRET, CONFIG_DIR, CONFIG_MAP, TMP_SIZE, UID
+from fleet import routing
+from fleet.cli import subcommands as cli
+from fleet.cli.render import BROKER_SECRET, CONFIG_DIR, CONFIG_MAP, TMP_SIZE, UID
 from tests.deploy import kustomize
 from tests.deploy.conftest import DEPLOY, by_kind, component, pod
 
@@ -224,7 +225,7 @@ def test_everything_namespaced_is_in_fleet_system(installed, monitoring):
 
 def test_controller_queue_is_the_one_routing_declares(installed):
     (c,) = pod(by_kind(installed, "Deployment")["fleet-controller"])["containers"]
-    from fleet import commands
+    from fleet.cli import commands
 
     argv = commands.controller_argv(_parse(c["command"]).concurrency)
     assert argv[argv.index("-Q") + 1] == routing.CONTROLLER_QUEUE

@@ -9,7 +9,9 @@ import sys
 import fakeredis
 import pytest
 
-from fleet import cli, commands, heartbeat, probe
+from fleet import heartbeat
+from fleet.cli import commands, probe
+from fleet.cli import subcommands as cli
 from fleet.serving import with_probes
 
 UNREACHABLE = "redis://127.0.0.1:1/0"
@@ -48,7 +50,7 @@ def test_the_probe_never_touches_a_backend():
     """A dead hypervisor cannot make a pod unready: the probe does not even
     import the providers or their SDKs."""
     code = (
-        "import sys, fleet.probe; "
+        "import sys, fleet.cli.probe; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('providers', 'libvirt', 'paramiko', 'google', 'kubernetes')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True).stdout

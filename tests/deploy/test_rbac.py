@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from fleet.cli.render import INSTALLATION_LABEL, render
 from fleet.config import load
-from fleet.render import INSTALLATION_LABEL, render
 from providers import base
 from providers.base import CreateRequest, Deadline
 from providers.kubernetes.config import KubernetesConfig

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import cli, commands
-from fleet.config import load
-from fleet.render import (
+from fleet.cli import commands
+from fleet.cli import subcommands as cli
+from fleet.cli.render import (
     CONFIG_HASH_ANNOTATION,
     CONFIG_MAP,
     INSTALLATION_LABEL,
@@ -25,6 +25,7 @@ from fleet.render import (
     credentials_secret,
     render,
 )
+from fleet.config import load
 from tests.deploy.conftest import THREE, by_kind, of_component, pod
 from tests.deploy.test_manifests import validate
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
+from fleet.cli.render import CONFIG_MAP, SECRETS_DIR, render, secrets_secret
 from fleet.config import load, parse
-from fleet.render import CONFIG_MAP, SECRETS_DIR, render, secrets_secret
 from providers.kvm.config import KvmConfig
 from tests.deploy.conftest import by_kind, pod
 from tests.deploy.test_manifests import validate

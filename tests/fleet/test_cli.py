@@ -6,7 +6,8 @@ import json
 import pytest
 import yaml
 
-from fleet import cli
+from fleet.cli import subcommands as cli
+from fleet.cli import supervise
 
 PROVIDERS = {
     "providers": [
@@ -181,12 +182,12 @@ def test_get_judges_overdue_by_the_deployed_schedule(capsys, config, monkeypatch
     ],
 )
 def test_restart_backoff(runs, delays):
-    child = cli._Child("worker:a", [], {})
+    child = supervise.Child("worker:a", [], {})
     got, now = [], 1000.0
     for ran in runs:
         child.started = now
         now += ran
-        got.append(cli.next_restart(child, now))
+        got.append(supervise.next_restart(child, now))
     assert got == delays
 
 
@@ -208,11 +209,11 @@ def fake_up(monkeypatch, capsys, *argv, ticks=1, on_tick=None):
     """Run `fleet up` in-process with fake children for `ticks` loop turns."""
     procs: list[FakeProc] = []
     handlers = {}
-    monkeypatch.setattr(cli.subprocess, "Popen", lambda argv, env, **kw: procs.append(FakeProc(argv, env)) or procs[-1])
-    monkeypatch.setattr(cli.signal, "signal", lambda sig, fn: handlers.__setitem__(sig, fn))
-    monkeypatch.setattr(cli.os, "killpg", lambda pid, sig: None)
+    monkeypatch.setattr(supervise.subprocess, "Popen", lambda argv, env, **kw: procs.append(FakeProc(argv, env)) or procs[-1])
+    monkeypatch.setattr(supervise.signal, "signal", lambda sig, fn: handlers.__setitem__(sig, fn))
+    monkeypatch.setattr(supervise.os, "killpg", lambda pid, sig: None)
     clock = [0.0]
-    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(supervise.time, "monotonic", lambda: clock[0])
     turns = [0]
 
     def tick(_):
@@ -221,9 +222,9 @@ def fake_up(monkeypatch, capsys, *argv, ticks=1, on_tick=None):
         if on_tick:
             on_tick(turns[0], procs)
         if turns[0] >= ticks:
-            handlers[cli.signal.SIGINT]()
+            handlers[supervise.signal.SIGINT]()
 
-    monkeypatch.setattr(cli.time, "sleep", tick)
+    monkeypatch.setattr(supervise.time, "sleep", tick)
     code, _, err = run(capsys, "up", *argv)
     return code, err, procs
 

@@ -2,7 +2,7 @@
 and a message naming the file (or flag) and the field, in well under a
 second and a bounded amount of memory, and never echoes a secret.
 
-The CLI runs in-process (`fleet.cli.main`) for speed; the cases that used to
+The CLI runs in-process (`fleet.cli.subcommands.main`) for speed; the cases that used to
 blow up memory or hang also run as a subprocess under an RLIMIT_AS, where a
 MemoryError would show as exit 1 and a hang as a timeout.
 """
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet import cli
+from fleet.cli import subcommands as cli
+from fleet.cli import supervise
 
 SENTINEL = "SENTINEL-PASSWORD-7c1d"
 KVM = {"sshKeyFile": "/k", "knownHostsFile": "/kh", "hosts": [{"name": "h", "address": "h:22", "user": "u"}]}
@@ -231,7 +232,7 @@ FLAGS: list[tuple[list[str], dict[str, str], str]] = [
 def test_hostile_flag_exits_2_before_anything_starts(capsys, tmp_path, monkeypatch, argv, env, message):
     started = []
     monkeypatch.setattr(cli.os, "execvpe", lambda *a: started.append(a))
-    monkeypatch.setattr(cli.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(supervise.subprocess, "Popen", lambda *a, **k: started.append(a))
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     cfg = tmp_path / "providers.yaml"

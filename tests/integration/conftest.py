@@ -19,7 +19,7 @@ import redis
 import yaml
 from celery import Celery
 
-from fleet import commands
+from fleet.cli import commands
 from tests.procs import die_with_parent
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from fleet import beatstate, commands, heartbeat, routing
+from fleet import beatstate, heartbeat, routing
+from fleet.cli import commands
 from fleet.store import Store
 from tests.integration.conftest import wait_for
 

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from fleet import commands
+from fleet.cli import commands
 from fleet.store import Store
 from tests.integration.conftest import free_port, wait_for
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from fleet import cli
+from fleet.cli import subcommands as cli
 from tests.providers.kvm.lab import TEST_POOL, TEST_URI
 
 pytestmark = pytest.mark.integration

@@ -39,7 +39,8 @@ from typing import Any
 
 import yaml
 
-from fleet import commands, routing
+from fleet import routing
+from fleet.cli import commands
 from fleet.config import ProviderConfig, ProvidersConfig
 from providers.blocks import Block, Runtime
 

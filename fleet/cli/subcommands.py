@@ -18,28 +18,21 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
 import re
-import secrets
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from fleet import beatstate, commands, logs, routing
+from fleet import beatstate, logs, routing
+from fleet.cli import commands, supervise, tables
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
-from fleet.health.results import CheckResult, Verdict, parse_rfc3339, rfc3339
-from fleet.health.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE, current_verdict, verdict
+from fleet.health.status import current_verdict, verdict
 from fleet.settings import OPTIONS, Settings, SettingsError, env_name, redact_url, show
 
 EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -125,65 +118,6 @@ def _positive_duration(text: str, flag: str, maximum: float) -> float:
     return seconds
 
 
-# --- output -------------------------------------------------------------------
-
-
-def summary(result: CheckResult | None, v: Verdict, name: str = "", type_name: str = "") -> dict[str, Any]:
-    """The JSON shape of `fleet check` and `fleet get ph`."""
-    return {
-        "provider": result.provider if result else name,
-        "type": result.type if result else type_name,
-        "supported": result.supported if result else None,
-        "checkedAt": rfc3339(result.checked_at) if result else None,
-        "ready": v.status,
-        "reason": v.reason,
-        "message": v.message,
-        "targetsReady": (
-            f"{sum(t.ready for t in result.targets)}/{len(result.targets)}" if result and result.supported else ""
-        ),
-        "targets": [t.to_dict() for t in result.targets] if result else [],
-    }
-
-
-def _age(iso: str | None, now: float) -> str:
-    if not iso:
-        return "<none>"
-    secs = max(0, int(now - parse_rfc3339(iso)))
-    if secs < 120:
-        return f"{secs}s"
-    if secs < 7200:
-        return f"{secs // 60}m"
-    return f"{secs // 3600}h"
-
-
-def render(rows: list[dict[str, Any]], fmt: str, now: float) -> str:
-    if fmt == "json":
-        return json.dumps(rows, indent=2)
-    if fmt == "yaml":
-        return yaml.safe_dump(rows, sort_keys=False).rstrip()
-    head = ("NAME", "TYPE", "READY", "TARGETS", "LAST CHECK", "REASON")
-    table = [head] + [
-        (r["provider"], r["type"], r["ready"], r["targetsReady"] or "-", _age(r["checkedAt"], now), r["reason"]) for r in rows
-    ]
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
-    lines = ["   ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    for r in rows:
-        if r["reason"] != REASON_ALL_TARGETS_READY and r["message"] and not r["targets"]:
-            lines.append(f"  {r['provider']}: {r['message']}")
-        for t in r["targets"]:
-            state = "ready" if t["ready"] else "NOT READY"
-            addr = f" ({t['address']})" if t["address"] else ""
-            line = f"  {r['provider']}/{t['name']}{addr}: {state} {t['reason']} {t['latencyMillis']}ms"
-            if t["message"]:
-                line += f" - {t['message']}"
-            if t["details"]:
-                line += " [" + ", ".join(f"{k}={v}" for k, v in sorted(t["details"].items())) + "]"
-            lines.append(line)
-        if r["reason"] == REASON_CHECK_OVERDUE and r["targets"]:
-            lines.append(f"  {r['provider']}: {r['message']}")
-    return "\n".join(lines)
-
-
 # --- subcommands ----------------------------------------------------------------
 
 
@@ -219,8 +153,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
         results = list(pool.map(one, chosen))
-    rows = [summary(r, verdict(r)) for r in results]
-    print(render(rows, args.output, time.time()))
+    rows = [tables.summary(r, verdict(r)) for r in results]
+    print(tables.render_rows(rows, args.output, time.time()))
     return EXIT_OK if all(r.all_ready for r in results) else EXIT_NOT_READY
 
 
@@ -252,14 +186,14 @@ def cmd_get(args: argparse.Namespace) -> int:
         for name in names:
             r = stored.get(name)
             v = current_verdict(r, store.seen(name), now, after, routing.provider_queue(name), enabled, last_round)
-            rows.append(summary(r, v, name, types.get(name, "")))
+            rows.append(tables.summary(r, v, name, types.get(name, "")))
     except redis.RedisError as exc:
         raise Unreachable(f"cannot read results from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
     finally:
         store.r.close()
     if note:
         print(note, file=sys.stderr)
-    print(render(rows, args.output, now))
+    print(tables.render_rows(rows, args.output, now))
     return EXIT_OK
 
 
@@ -326,7 +260,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from fleet import probe
+    from fleet.cli import probe
 
     if args.mode == "live" and not args.provider:
         raise BadInput("probe live needs -p/--provider NAME")
@@ -337,7 +271,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from fleet import render as rendering
+    from fleet.cli import render as rendering
 
     settings = settings_from(args)
     config = config_from(settings)
@@ -358,59 +292,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     print(json.dumps(objects, indent=2) if args.output == "json" else rendering.to_yaml(objects).rstrip())
     return EXIT_OK
 
-
-@dataclass
-class _Child:
-    """One process of `fleet up`, restarted with backoff when it exits."""
-
-    role: str
-    argv: list[str]
-    env: dict[str, str]
-    proc: subprocess.Popen | None = None
-    started: float = 0.0
-    delay: float = RESTART_MIN
-    restart_at: float = 0.0
-    restarts: int = field(default=0)
-
-
-def _say(text: str) -> None:
-    print(f"fleet up: {text}", file=sys.stderr, flush=True)
-
-
-def _start(child: _Child) -> None:
-    child.proc = subprocess.Popen(child.argv, env=child.env, start_new_session=True)
-    child.started = time.monotonic()
-    _say(f"{'restarted' if child.restarts else 'started'} {child.role} (pid {child.proc.pid})")
-
-
-def next_restart(child: _Child, now: float) -> float:
-    """After `child` exited at `now`: the delay before starting it again.
-    1s, doubling to 30s; back to 1s after a run of at least 60s."""
-    if now - child.started >= RESTART_RESET_AFTER:
-        child.delay = RESTART_MIN
-    delay = child.delay
-    child.delay = min(child.delay * 2, RESTART_MAX)
-    return delay
-
-
-def flower_auth(environ: dict[str, str]) -> tuple[dict[str, str], str | None]:
-    """Flower's environment for `fleet up`: the user's FLOWER_BASIC_AUTH /
-    FLOWER_AUTH, else a generated `fleet:<random>` (returned, to print once)."""
-    if environ.get("FLOWER_BASIC_AUTH") or environ.get("FLOWER_AUTH"):
-        return environ, None
-    generated = f"fleet:{secrets.token_urlsafe(18)}"
-    return {**environ, "FLOWER_BASIC_AUTH": generated}, generated
-
-
 def cmd_up(args: argparse.Namespace) -> int:
-    stopping = False
-
-    def stop(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    stop = supervise.Stop()
     env = _prepare(args)
     settings = settings_from(args)
     config = config_from(settings)
@@ -419,46 +302,22 @@ def cmd_up(args: argparse.Namespace) -> int:
         env["FLEET_METRICS_BIND_ADDRESS"] = LOCAL_METRICS_BIND
     # Flower's credentials go to Flower only.
     base_env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
-    children = [_Child(f"worker:{n}", commands.worker_argv(n), base_env) for n in config.names()]
-    children += [_Child("controller", commands.controller_argv(), base_env), _Child("beat", commands.beat_argv(), base_env)]
+    children = [supervise.Child(f"worker:{n}", commands.worker_argv(n), base_env) for n in config.names()]
+    children += [supervise.Child("controller", commands.controller_argv(), base_env),
+                 supervise.Child("beat", commands.beat_argv(), base_env)]
     generated = None
     if args.flower and importlib.util.find_spec("flower") is not None:
-        flower_env, generated = flower_auth(env)
-        children.append(_Child("flower", commands.flower_argv(args.flower_port, LOCAL_ADDRESS), flower_env))
-    for child in children:
-        if not stopping:
-            _start(child)
-    if generated:
-        user, _, password = generated.partition(":")
-        _say(f"Flower on http://{LOCAL_ADDRESS}:{args.flower_port}/ with user {user!r}, password {password!r} "
-             "(generated; set FLOWER_BASIC_AUTH=user:password to choose)")
-    while not stopping:
-        now = time.monotonic()
-        for child in children:
-            if child.proc is not None and child.proc.poll() is not None:
-                delay = next_restart(child, now)
-                _say(f"{child.role} exited with {child.proc.returncode}; restarting in {format_duration(delay)}")
-                child.proc, child.restart_at = None, now + delay
-            elif child.proc is None and now >= child.restart_at:
-                child.restarts += 1
-                _start(child)
-        time.sleep(0.2)
-    running = [c.proc for c in children if c.proc is not None]
-    for p in running:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    for p in running:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    _say("stopped")
-    return EXIT_OK
+        flower_env, generated = supervise.flower_auth(env)
+        children.append(supervise.Child("flower", commands.flower_argv(args.flower_port, LOCAL_ADDRESS), flower_env))
 
+    def started() -> None:
+        if generated:
+            user, _, password = generated.partition(":")
+            supervise.say(f"Flower on http://{LOCAL_ADDRESS}:{args.flower_port}/ with user {user!r}, password {password!r} "
+                          "(generated; set FLOWER_BASIC_AUTH=user:password to choose)")
+
+    supervise.run(children, stop, started)
+    return EXIT_OK
 
 def _option(flag: str):
     return next(o for o in OPTIONS if o.flag == flag)

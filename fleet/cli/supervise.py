@@ -1,0 +1,111 @@
+"""`fleet up`: every process of a local stack as a child, restarted with
+back-off when it exits, stopped together on SIGINT/SIGTERM (SIGTERM to each
+process group, SIGKILL after 15 s)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.durations import format_duration
+
+# A child that exits is restarted after 1s, doubling to 30s; a child that
+# stayed up 60s starts again from 1s.
+RESTART_MIN, RESTART_MAX, RESTART_RESET_AFTER = 1.0, 30.0, 60.0
+STOP_GRACE = 15.0
+
+
+@dataclass
+class Child:
+    """One process of `fleet up`, restarted with backoff when it exits."""
+
+    role: str
+    argv: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    delay: float = RESTART_MIN
+    restart_at: float = 0.0
+    restarts: int = field(default=0)
+
+
+def say(text: str) -> None:
+    print(f"fleet up: {text}", file=sys.stderr, flush=True)
+
+
+def _start(child: Child) -> None:
+    child.proc = subprocess.Popen(child.argv, env=child.env, start_new_session=True)
+    child.started = time.monotonic()
+    say(f"{'restarted' if child.restarts else 'started'} {child.role} (pid {child.proc.pid})")
+
+
+def next_restart(child: Child, now: float) -> float:
+    """After `child` exited at `now`: the delay before starting it again.
+    1s, doubling to 30s; back to 1s after a run of at least 60s."""
+    if now - child.started >= RESTART_RESET_AFTER:
+        child.delay = RESTART_MIN
+    delay = child.delay
+    child.delay = min(child.delay * 2, RESTART_MAX)
+    return delay
+
+
+def flower_auth(environ: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """Flower's environment for `fleet up`: the user's FLOWER_BASIC_AUTH /
+    FLOWER_AUTH, else a generated `fleet:<random>` (returned, to print once)."""
+    if environ.get("FLOWER_BASIC_AUTH") or environ.get("FLOWER_AUTH"):
+        return environ, None
+    generated = f"fleet:{secrets.token_urlsafe(18)}"
+    return {**environ, "FLOWER_BASIC_AUTH": generated}, generated
+
+class Stop:
+    """Set by SIGINT or SIGTERM (installed on creation)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGINT, self._set)
+        signal.signal(signal.SIGTERM, self._set)
+
+    def _set(self, *_: Any) -> None:
+        self.requested = True
+
+
+def run(children: list[Child], stop: Stop, started: Callable[[], None] = lambda: None) -> None:
+    """Start `children`, call `started`, restart what exits until `stop`;
+    then stop them all."""
+    for child in children:
+        if not stop.requested:
+            _start(child)
+    started()
+    while not stop.requested:
+        now = time.monotonic()
+        for child in children:
+            if child.proc is not None and child.proc.poll() is not None:
+                delay = next_restart(child, now)
+                say(f"{child.role} exited with {child.proc.returncode}; restarting in {format_duration(delay)}")
+                child.proc, child.restart_at = None, now + delay
+            elif child.proc is None and now >= child.restart_at:
+                child.restarts += 1
+                _start(child)
+        time.sleep(0.2)
+    running = [c.proc for c in children if c.proc is not None]
+    for p in running:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    for p in running:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    say("stopped")

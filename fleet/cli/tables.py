@@ -1,0 +1,70 @@
+"""How `fleet check` and `fleet get ph` print results: one summary row per
+provider (the JSON shape), shown as a table, JSON or YAML. Pure: rows in,
+text out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from fleet.health.results import CheckResult, Verdict, parse_rfc3339, rfc3339
+from fleet.health.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE
+
+
+def summary(result: CheckResult | None, v: Verdict, name: str = "", type_name: str = "") -> dict[str, Any]:
+    """The JSON shape of `fleet check` and `fleet get ph`."""
+    return {
+        "provider": result.provider if result else name,
+        "type": result.type if result else type_name,
+        "supported": result.supported if result else None,
+        "checkedAt": rfc3339(result.checked_at) if result else None,
+        "ready": v.status,
+        "reason": v.reason,
+        "message": v.message,
+        "targetsReady": (
+            f"{sum(t.ready for t in result.targets)}/{len(result.targets)}" if result and result.supported else ""
+        ),
+        "targets": [t.to_dict() for t in result.targets] if result else [],
+    }
+
+
+def _age(iso: str | None, now: float) -> str:
+    if not iso:
+        return "<none>"
+    secs = max(0, int(now - parse_rfc3339(iso)))
+    if secs < 120:
+        return f"{secs}s"
+    if secs < 7200:
+        return f"{secs // 60}m"
+    return f"{secs // 3600}h"
+
+
+def render_rows(rows: list[dict[str, Any]], fmt: str, now: float) -> str:
+    if fmt == "json":
+        return json.dumps(rows, indent=2)
+    if fmt == "yaml":
+        return yaml.safe_dump(rows, sort_keys=False).rstrip()
+    head = ("NAME", "TYPE", "READY", "TARGETS", "LAST CHECK", "REASON")
+    table = [head] + [
+        (r["provider"], r["type"], r["ready"], r["targetsReady"] or "-", _age(r["checkedAt"], now), r["reason"]) for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
+    lines = ["   ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    for r in rows:
+        if r["reason"] != REASON_ALL_TARGETS_READY and r["message"] and not r["targets"]:
+            lines.append(f"  {r['provider']}: {r['message']}")
+        for t in r["targets"]:
+            state = "ready" if t["ready"] else "NOT READY"
+            addr = f" ({t['address']})" if t["address"] else ""
+            line = f"  {r['provider']}/{t['name']}{addr}: {state} {t['reason']} {t['latencyMillis']}ms"
+            if t["message"]:
+                line += f" - {t['message']}"
+            if t["details"]:
+                line += " [" + ", ".join(f"{k}={v}" for k, v in sorted(t["details"].items())) + "]"
+            lines.append(line)
+        if r["reason"] == REASON_CHECK_OVERDUE and r["targets"]:
+            lines.append(f"  {r['provider']}: {r['message']}")
+    return "\n".join(lines)
+
