@@ -48,6 +48,8 @@ proxy_operator_metrics_truncated 0.0
 # HELP proxy_operator_provider_check_interval_seconds The configured --provider-check-interval.
 # TYPE proxy_operator_provider_check_interval_seconds gauge
 proxy_operator_provider_check_interval_seconds 60.0
+# HELP proxy_operator_last_round_timestamp_seconds Unix time of the last check round the active beat sent (no sample: none on record).
+# TYPE proxy_operator_last_round_timestamp_seconds gauge
 """
     assert text == expected
 
@@ -185,3 +187,18 @@ def test_scrape_of_a_store_holding_bad_values(tmp_path):
     assert 'proxy_operator_provider_target_up{provider="good",target="t"} 1.0' in text
     assert [n for n in names if f'target_up{{provider="{n}"' in text] == ["good"]
     assert 'proxy_operator_provider_check_overdue{provider="future"}' in text
+
+
+def test_last_round_gauge_has_a_sample_only_when_beat_stamped_one():
+    def last_round_lines(read):
+        reg = CollectorRegistry()
+        reg.register(metrics.ProviderTargetCollector(lambda: [], read_last_round=read))
+        return [x for x in generate_latest(reg).decode().splitlines() if x.startswith(metrics.LAST_ROUND + " ")]
+
+    assert last_round_lines(lambda: CHECKED) == [f"{metrics.LAST_ROUND} 1.7576028e+09"]
+    assert last_round_lines(lambda: None) == []  # none on record: the alert's absent branch, not a 0
+
+    def down():
+        raise ConnectionError("redis down")
+
+    assert last_round_lines(down) == []  # no sample, not a 500

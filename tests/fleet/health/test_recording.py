@@ -8,6 +8,7 @@ import fakeredis
 import pytest
 from kubernetes import client
 
+from fleet import beatstate
 from fleet.config import parse
 from fleet.health.recording import Controller
 from fleet.health.results import CheckResult, rfc3339
@@ -169,13 +170,14 @@ def test_standalone_stores_without_a_cluster(make):
     assert dataclasses.replace(stored, recorded_at=None) == res()
 
 
-def test_overdue_sweep(make, kubeapi, caplog):
+def test_overdue_sweep(make, kubeapi, caplog, redis_client):
     ctl = make(names=("kvm-home", "local"))
     ctl.record(res("kvm-home", at=T0))
     ctl.store.first_seen("local", now=T0)
     caplog.set_level(logging.WARNING, logger="fleet.controller")
     assert ctl.sweep_overdue(now=T0 + 100) == []  # within 2 × 60s + 15s
     later = T0 + 136
+    redis_client.set(beatstate.LAST_ROUND_KEY, repr(later - 5))  # beat sends rounds: the workers are the suspects
     assert ctl.sweep_overdue(now=later) == ["kvm-home", "local"]
     for name in ("kvm-home", "local"):
         cond = kubeapi.objects[name]["status"]["conditions"][0]
@@ -189,6 +191,19 @@ def test_overdue_sweep(make, kubeapi, caplog):
     # a fresh result brings it back
     ctl.record(res("kvm-home", at=later + 61))
     assert kubeapi.objects["kvm-home"]["status"]["conditions"][0]["status"] == "True"
+
+
+def test_overdue_sweep_without_rounds_blames_beat(make, kubeapi, redis_client):
+    """The sweep runs on the controller's clock: with beat's last round as old
+    as the results (or none), the message says rounds stopped."""
+    ctl = make(names=("kvm-home",))
+    ctl.record(res("kvm-home", at=T0))
+    for last_round, said in ((None, "none on record"), (T0, rfc3339(T0))):
+        if last_round is not None:
+            redis_client.set(beatstate.LAST_ROUND_KEY, repr(last_round))
+        assert ctl.sweep_overdue(now=T0 + 136) == ["kvm-home"]
+        msg = kubeapi.objects["kvm-home"]["status"]["conditions"][0]["message"]
+        assert f"no check round sent since {said}: is fleet beat running?" in msg, msg
 
 
 # --- issue 9: crafted or clock-skewed messages ---------------------------------
