@@ -18,20 +18,8 @@ from typing import Any
 
 from celery.worker.control import inspect_command
 
-from fleet import routing, runtime
+from fleet import roles, routing, runtime
 from fleet.health.results import rfc3339
-
-
-def _queues(state: Any) -> list[str]:
-    queues = getattr(getattr(state.consumer, "task_consumer", None), "queues", None) or []
-    return [q.name for q in queues]
-
-
-def _role(queues: list[str]) -> tuple[str, list[str]]:
-    providers = [p for q in queues if (p := routing.provider_of_queue(q))]
-    if providers:
-        return "provider-worker", providers
-    return ("controller" if routing.CONTROLLER_QUEUE in queues else "other"), []
 
 
 def provider_status_of(name: str) -> dict[str, Any]:
@@ -54,14 +42,13 @@ def provider_status_of(name: str) -> dict[str, Any]:
 @inspect_command()
 def provider_status(state: Any, **_: Any) -> dict[str, Any]:
     """Providers served by this worker, their last verdicts and connections."""
-    role, providers = _role(_queues(state))
-    return {"role": role, "providers": [provider_status_of(n) for n in providers]}
+    role = roles.of_consumer(state.consumer)
+    return {"role": role.kind, "providers": [provider_status_of(n) for n in role.providers]}
 
 
 @inspect_command()
 def provider_config(state: Any, **_: Any) -> dict[str, Any]:
     """The effective config of this worker's providers, secrets redacted."""
-    role, providers = _role(_queues(state))
-    if role == "controller":
-        providers = runtime.providers_config().names()
-    return {"role": role, "providers": [runtime.providers_config().get(n).redacted() for n in providers]}
+    role = roles.of_consumer(state.consumer)
+    providers = runtime.providers_config().names() if role.kind == roles.CONTROLLER else role.providers
+    return {"role": role.kind, "providers": [runtime.providers_config().get(n).redacted() for n in providers]}

@@ -141,6 +141,13 @@ def cluster_configuration(settings: Settings) -> tuple[client.Configuration | No
     return None, "standalone mode: no cluster configured, results are kept in Redis only (fleet get ph)"
 
 
+def connect(settings: Settings) -> tuple[HealthWriter | None, str]:
+    """The controller's writer for the configured cluster (None standalone),
+    and the sentence saying which mode that is (`cluster_configuration`)."""
+    cfg, mode = cluster_configuration(settings)
+    return (HealthWriter(client.ApiClient(cfg), settings.installation_id) if cfg is not None else None), mode
+
+
 class HealthWriter:
     def __init__(self, api_client: client.ApiClient, installation: str) -> None:
         self.api = client.CustomObjectsApi(api_client)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import signals
 
-from fleet import heartbeat, routing, runtime
+from fleet import heartbeat, roles, routing, runtime
 from fleet.app import app
 from fleet.health.checking import run_check
 from fleet.tracing import span
@@ -26,10 +26,9 @@ def check_provider(self, provider: str, timeout: float, scheduled_at: float | No
 @signals.worker_ready.connect
 def _start_heartbeat(sender: object = None, **_: object) -> None:
     """Announce which providers this worker serves (see fleet.heartbeat)."""
-    queues = getattr(getattr(sender, "task_consumer", None), "queues", None) or []
-    providers = [p for q in queues if (p := routing.provider_of_queue(q.name))]
-    if providers:
-        heartbeat.start(runtime.settings().broker, providers, getattr(sender, "hostname", "") or "")
+    role = roles.of_consumer(sender)
+    if role.kind == roles.PROVIDER_WORKER:
+        heartbeat.start(runtime.settings().broker, list(role.providers), getattr(sender, "hostname", "") or "")
 
 
 @signals.worker_shutdown.connect

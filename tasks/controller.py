@@ -1,5 +1,5 @@
 """Controller tasks on `fleet.controller`, and the controller's start-up
-(cleanup, /metrics, the overdue sweep on its own clock).
+(`controller_startup`: cleanup, /metrics, the overdue sweep on its own clock).
 
 Late acks: a controller that dies mid-message gets it redelivered, and
 `record` is idempotent (a result no newer than the stored one is dropped).
@@ -19,7 +19,7 @@ from typing import Any
 from celery import signals
 from celery.worker.strategy import default as default_strategy
 
-from fleet import routing, runtime
+from fleet import roles, routing, runtime
 from fleet.app import app
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of
@@ -63,11 +63,6 @@ def sweep_overdue(*_args: Any, **_kwargs: Any) -> list[str]:
     return runtime.controller().sweep_overdue()
 
 
-def _consumes_controller_queue(consumer: object) -> bool:
-    queues = getattr(getattr(consumer, "task_consumer", None), "queues", None) or []
-    return any(q.name == routing.CONTROLLER_QUEUE for q in queues)
-
-
 # Start-up failures (no RBAC, no CRD, a busy or bad metrics address) end the
 # process with this code and one line, rather than a worker that says `ready`
 # and consumes without its cleanup, /metrics or probes; Kubernetes' restart
@@ -76,10 +71,17 @@ EXIT_STARTUP_FAILED = 1
 _stop_sweeps = threading.Event()
 
 
-@signals.worker_ready.connect
-def _start_controller(sender: object = None, **_: object) -> None:
-    if not _consumes_controller_queue(sender):
-        return
+def controller_startup() -> None:
+    """The controller's start-up, once its worker is ready to consume
+    `fleet.controller`: say the mode and clean up what belongs to providers no
+    longer configured (`Controller.start`), serve /metrics and the probes,
+    then sweep for overdue providers on the controller's own clock.
+
+    Exit-on-failure policy: any exception before the sweeps start logs one
+    CRITICAL line (the error, cut to 1,000 characters) and ends the process
+    at once with `os._exit(EXIT_STARTUP_FAILED)`, without Celery's own
+    shutdown, so the controller never consumes without its start-up.
+    Restarting is left to Kubernetes' back-off or `fleet up`."""
     from fleet.serving import serve_metrics
 
     try:
@@ -91,6 +93,13 @@ def _start_controller(sender: object = None, **_: object) -> None:
         logging.shutdown()
         os._exit(EXIT_STARTUP_FAILED)
     ctl.run_sweeps(_stop_sweeps)
+
+
+@signals.worker_ready.connect
+def _start_controller(sender: object = None, **_: object) -> None:
+    """Runs `controller_startup` in the worker that consumes `fleet.controller`."""
+    if roles.of_consumer(sender).kind == roles.CONTROLLER:
+        controller_startup()
 
 
 @signals.worker_shutdown.connect

@@ -27,7 +27,7 @@ from fleet.health import status
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of, unpack_args, validate_message
 from fleet.health.results import CheckResult
-from fleet.kube import HealthWriter, cluster_configuration
+from fleet.kube import HealthWriter
 from fleet.logs import kv
 from fleet.routing import provider_queue
 from fleet.settings import Settings
@@ -64,10 +64,7 @@ class Controller:
 
     @classmethod
     def from_settings(cls, settings: Settings, config: ProvidersConfig) -> Controller:
-        from kubernetes import client
-
-        cfg, mode = cluster_configuration(settings)
-        writer = HealthWriter(client.ApiClient(cfg), settings.installation_id) if cfg is not None else None
+        writer, mode = kube.connect(settings)
         return cls(settings, config, Store.from_url(settings.broker), writer, mode)
 
     def tracked(self) -> set[str]:
