@@ -25,8 +25,7 @@ from providers.base import NotFound, Permanent, QuotaExceeded, error_class
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 300.0
 QUOTA_RETRY = 300.0
-REASON_PERMANENT = "PermanentError"
-REASON_QUOTA = "QuotaExceeded"
+LATCH_PERMANENT = "PermanentError"  # the Proxy condition reason of a latched failure (seed)
 
 
 @dataclass(frozen=True)
@@ -61,5 +60,5 @@ def next_step(error: BaseException, attempt: int) -> Step:
     if cls is QuotaExceeded:
         return Retry(QUOTA_RETRY, counts_as_error=False)
     if cls is Permanent:
-        return Latch(REASON_PERMANENT)
+        return Latch(LATCH_PERMANENT)
     return Retry(backoff(attempt))
