@@ -15,7 +15,7 @@ settings = runtime.settings()
 brokerfix.install()
 assert inspection.provider_status  # registers `celery inspect provider_status|provider_config`
 
-app = Celery("fleet", include=["tasks.checks", "tasks.controller"])
+app = Celery("fleet", include=["tasks.checks", "tasks.controller", "tasks.provider_calls"])
 app.conf.update(
     broker_url=settings.broker,
     result_backend=settings.broker,

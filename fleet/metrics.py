@@ -27,6 +27,9 @@ CHECK_TIMESTAMP = "proxy_operator_provider_check_timestamp_seconds"
 QUEUE_LENGTH = "proxy_operator_provider_queue_length"
 WORKERS = "proxy_operator_provider_workers"
 CHECK_OVERDUE = "proxy_operator_provider_check_overdue"
+# Provider calls (fleet.calls), counted by the provider worker that made them and served on its own /metrics.
+REQUESTS_TOTAL = "proxy_operator_provider_requests_total"  # {provider,op,result}, the seed's name
+REQUEST_DURATION = "proxy_operator_provider_request_duration_seconds"  # {provider,op}
 CHECK_INTERVAL = "proxy_operator_provider_check_interval_seconds"
 LABELS = ["provider", "target"]
 FOREIGN_SKIPPED = "proxy_operator_foreign_objects_skipped_total"

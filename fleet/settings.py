@@ -123,9 +123,9 @@ def broker_problem(url: str) -> str | None:
     return None
 
 
-def parse_bind_address(address: str) -> tuple[str, int] | None:
+def parse_bind_address(address: str, flag: str = "--metrics-bind-address") -> tuple[str, int] | None:
     """`0` (or empty) → None (off); `:8080` → ("0.0.0.0", 8080);
-    `127.0.0.1:9000`, `localhost:9000`. Raises SettingsError."""
+    `127.0.0.1:9000`, `localhost:9000`. Raises SettingsError naming `flag`."""
     if address in ("0", ""):
         return None
     host, sep, port = address.rpartition(":")
@@ -142,7 +142,7 @@ def parse_bind_address(address: str) -> tuple[str, int] | None:
         except ValueError:
             why = "not a valid IPv4 address"
     if why:
-        raise SettingsError(f"--metrics-bind-address must be host:port, :port or 0 ({why}), got {show(address)}")
+        raise SettingsError(f"{flag} must be host:port, :port or 0 ({why}), got {show(address)}")
     return (host or "0.0.0.0"), int(port)
 
 
@@ -179,6 +179,10 @@ OPTIONS: tuple[Option, ...] = (
         "duration",
     ),
     Option("metrics-bind-address", "host:port of the controller's /metrics; 0 turns it off. Default :8080."),
+    Option(
+        "worker-metrics-bind-address",
+        "host:port of a provider worker's /metrics (its provider-call counters); 0 turns it off. Default 0.",
+    ),
     Option("kubeconfig", "Kubeconfig for the controller's ProviderHealth writes (default: in-cluster, $KUBECONFIG, ~/.kube/config)."),
     Option("kube-context", "Context in that kubeconfig."),
     Option(
@@ -205,6 +209,7 @@ class Settings:
     provider_check_interval: float = 60.0
     provider_check_timeout: float = 0.0  # 0: derived, see `check_timeout`
     metrics_bind_address: str = ":8080"
+    worker_metrics_bind_address: str = "0"
     kubeconfig: str | None = None
     kube_context: str | None = None
     installation: str | None = None
@@ -277,6 +282,7 @@ class Settings:
         if why:
             raise SettingsError(f"--broker {why}, got {show(redact_url(self.broker), 200)}")
         parse_bind_address(self.metrics_bind_address)
+        parse_bind_address(self.worker_metrics_bind_address, "--worker-metrics-bind-address")
         for what, value in (("--kubeconfig", self.kubeconfig), ("--kube-context", self.kube_context),
                             ("--providers-config", self.providers_config)):
             if value is not None and (len(value) > 4096 or not value.isprintable()):

@@ -97,12 +97,32 @@ def span(name: str, **attributes: Any) -> Iterator[Span]:
 OPS = {"create": "create", "get": "get", "delete": "delete", "list_by_tag": "list"}
 
 
+@contextmanager
+def provider_span(provider: str, op: str, provider_id: str | None = None) -> Iterator[Span]:
+    """The seed's WithTracing, in one place: a client span `provider.<op>`
+    (`op` one of create, get, delete, list) with provider.name, provider.id
+    and provider.result (ok or the error class). NotFound keeps the span OK:
+    polling until NotFound is expected. The exception goes on unchanged.
+    Used by `fleet.calls` (the provider-call task base) and `TracedProvider`."""
+    with tracer().start_as_current_span(
+        f"provider.{op}", kind=trace.SpanKind.CLIENT,
+        attributes={"provider.name": provider, **({"provider.id": provider_id} if provider_id else {})},
+        record_exception=False, set_status_on_exception=False,  # NotFound is decided below
+    ) as s:
+        try:
+            yield s
+        except BaseException as exc:
+            s.set_attribute("provider.result", base.result_label(exc))
+            if not isinstance(exc, base.NotFound):
+                s.record_exception(exc)
+                s.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        s.set_attribute("provider.result", "ok")
+
+
 class TracedProvider:
-    """The seed's WithTracing decorator: one client span per provider call,
-    `provider.create|get|delete|list`, with provider.name, provider.id and
-    provider.result (ok or the error class). NotFound keeps the span OK:
-    polling until NotFound is expected. Checks are not wrapped: call the raw
-    provider's `check`."""
+    """A provider whose calls each open `provider_span`. Checks are not
+    wrapped: call the raw provider's `check`."""
 
     def __init__(self, inner: base.Provider, name: str) -> None:
         self.inner = inner
@@ -118,23 +138,10 @@ class TracedProvider:
     def _wrap(self, op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            pid = _provider_id(op, args)
-            with tracer().start_as_current_span(
-                f"provider.{op}", kind=trace.SpanKind.CLIENT,
-                attributes={"provider.name": self.name, **({"provider.id": pid} if pid else {})},
-                record_exception=False, set_status_on_exception=False,  # NotFound is decided below
-            ) as s:
-                try:
-                    out = fn(*args, **kwargs)
-                except BaseException as exc:
-                    s.set_attribute("provider.result", base.result_label(exc))
-                    if not isinstance(exc, base.NotFound):
-                        s.record_exception(exc)
-                        s.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                    raise
+            with provider_span(self.name, op, _provider_id(op, args)) as s:
+                out = fn(*args, **kwargs)
                 if op == "create":
                     s.set_attribute("provider.id", out)
-                s.set_attribute("provider.result", "ok")
                 return out
 
         return call

@@ -1,0 +1,183 @@
+"""fleet.calls: the provider-call task base — outcomes, counter, histogram,
+span, refusals — without a broker (the tasks run in this process)."""
+
+import math
+
+import pytest
+import yaml
+from opentelemetry.trace import StatusCode
+from prometheus_client import generate_latest
+
+from fleet import calls, exposition, runtime
+from providers import base
+from providers.base import Deadline, Instance, State
+from providers.retry import BACKOFF_FIRST, LATCH_PERMANENT, QUOTA_RETRY
+
+SENTINEL = "CLOUD-INIT-SENTINEL-7f3a"
+
+
+class Scripted:
+    """A provider whose get raises what it is told."""
+
+    def __init__(self, exc=None):
+        self.exc = exc
+
+    def get(self, provider_id, deadline):
+        assert deadline.remaining() > 0
+        if self.exc:
+            raise self.exc
+        return Instance(provider_id, State.RUNNING, "10.0.0.1", "u")
+
+
+def sample(recorder, name, **labels):
+    for family in recorder.requests.collect() + recorder.duration.collect():
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return s.value
+    return None
+
+
+@pytest.mark.parametrize(
+    ("exc", "attempt", "error_class", "step"),
+    [
+        (None, 1, None, None),
+        (base.NotFound("get", "edge", "x", "no such"), 1, "not_found", {"gone": True}),
+        (base.QuotaExceeded("get", "edge", "x", "slow down"), 3, "quota_exceeded",
+         {"retry_after": QUOTA_RETRY, "counts_as_error": False}),
+        (base.Transient("get", "edge", "x", "503"), 1, "transient", {"retry_after": BACKOFF_FIRST, "counts_as_error": True}),
+        (base.Transient("get", "edge", "x", "503"), 3, "transient", {"retry_after": 4 * BACKOFF_FIRST, "counts_as_error": True}),
+        (base.Permanent("get", "edge", "x", "bad id"), 1, "permanent", {"latch": LATCH_PERMANENT}),
+        (RuntimeError("a provider bug"), 1, "transient", {"retry_after": BACKOFF_FIRST, "counts_as_error": True}),
+    ],
+)
+def test_outcome_counter_histogram_span(spans, exc, attempt, error_class, step):
+    rec = calls.CallMetrics()
+    out = calls.call("edge", "get", lambda p, d: calls.instance_dict(p.get("fake/x", d)), provider_id="fake/x",
+                     attempt=attempt, build=lambda name: Scripted(exc), recorder=rec)
+    result = error_class or "ok"
+    assert out["ok"] is (exc is None) and out["provider"] == "edge" and out["op"] == "get" and out["attempt"] == attempt
+    if exc is None:
+        assert out["result"] == {"id": "fake/x", "state": "Running", "ip": "10.0.0.1", "uid": "u", "createdAt": None}
+    else:
+        assert out["error_class"] == error_class and out["step"] == step and out["message"]
+    assert sample(rec, "proxy_operator_provider_requests_total", provider="edge", op="get", result=result) == 1
+    assert sample(rec, "proxy_operator_provider_request_duration_seconds_count", provider="edge", op="get") == 1
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "provider.get"]
+    assert span.attributes["provider.result"] == result
+    assert span.attributes["provider.name"] == "edge" and span.attributes["provider.id"] == "fake/x"
+    failed = exc is not None and not isinstance(exc, base.NotFound)
+    assert (span.status.status_code is StatusCode.ERROR) is failed
+
+
+def test_outcomes_are_json_values():
+    import json
+
+    for out in (
+        calls.succeeded("edge", "list", 1, []),
+        calls.failed("edge", "get", 2, base.Transient("get", "edge", "x", "e" * 5000)),
+        calls.refused(["not", "a", "name"], "get", "why"),
+    ):
+        assert json.loads(json.dumps(out)) == out
+    assert len(calls.failed("edge", "get", 1, base.Transient("get", "edge", "x", "e" * 5000))["message"]) < 1100
+
+
+def run_op(p, deadline, provider_id):
+    return None
+
+
+@pytest.mark.parametrize(
+    ("provider", "timeout", "attempt", "args", "kwargs", "problem"),
+    [
+        ("edge", 10, 1, (), {"provider_id": "fake/x"}, None),
+        ("edge", 0.5, 7, (), {"provider_id": "fake/x"}, None),
+        ("edge", 10, 1, ("fake/x",), {}, "keyword arguments only"),
+        (None, 10, 1, (), {"provider_id": "fake/x"}, "provider name"),
+        (["edge"], 10, 1, (), {"provider_id": "fake/x"}, "provider name"),
+        ("edge", 0, 1, (), {"provider_id": "fake/x"}, "timeout"),
+        ("edge", math.inf, 1, (), {"provider_id": "fake/x"}, "timeout"),
+        ("edge", 601, 1, (), {"provider_id": "fake/x"}, "timeout"),
+        ("edge", "10", 1, (), {"provider_id": "fake/x"}, "timeout"),
+        ("edge", True, 1, (), {"provider_id": "fake/x"}, "timeout"),
+        ("edge", 10, 0, (), {"provider_id": "fake/x"}, "attempt"),
+        ("edge", 10, 1.5, (), {"provider_id": "fake/x"}, "attempt"),
+        ("edge", 10, 1, (), {"provider_id": "x" * 1025}, "at most 1024"),
+        ("edge", 10, 1, (), {"provider_id": {"a": 1}}, "must be a string"),
+        ("edge", 10, 1, (), {}, "do not match"),
+        ("edge", 10, 1, (), {"provider_id": "fake/x", "cloud_init": "x"}, "do not match"),
+    ],
+)
+def test_message_problem(provider, timeout, attempt, args, kwargs, problem):
+    got = calls.message_problem(provider, timeout, attempt, args, kwargs, run_op)
+    assert (got is None) if problem is None else (problem in got)
+
+
+@pytest.fixture
+def configured(tmp_path, monkeypatch):
+    path = tmp_path / "providers.yaml"
+    path.write_text(yaml.safe_dump({"providers": [{"name": "edge", "type": "fake"}]}))
+    monkeypatch.setenv("FLEET_PROVIDERS_CONFIG", str(path))
+    runtime.reset()
+    yield
+    runtime.reset()
+
+
+def test_tasks_run_on_the_base(configured, spans):
+    from tasks import provider_calls as t
+
+    fake = runtime.provider("edge")
+    pid = fake.create(base.CreateRequest(name="proxy-a", uid="u", cloud_init=SENTINEL), Deadline.after(5))
+    before = sample(calls.METRICS, "proxy_operator_provider_requests_total", provider="edge", op="get", result="ok") or 0
+    got = t.get_instance.apply(kwargs={"provider": "edge", "provider_id": pid, "timeout": 5}).get()
+    assert got["ok"] and got["result"]["id"] == pid and got["result"]["state"] == "Running" and got["result"]["createdAt"]
+    listed = t.list_instances.apply(kwargs={"provider": "edge"}).get()
+    assert [i["id"] for i in listed["result"]] == [pid]
+    assert t.delete_instance.apply(kwargs={"provider": "edge", "provider_id": pid}).get() == calls.succeeded("edge", "delete", 1, None)
+    gone = t.get_instance.apply(kwargs={"provider": "edge", "provider_id": pid, "attempt": 2}).get()
+    assert gone["error_class"] == "not_found" and gone["step"] == {"gone": True} and gone["attempt"] == 2
+    latched = t.get_instance.apply(kwargs={"provider": "edge", "provider_id": "bad"}).get()
+    assert latched["step"] == {"latch": LATCH_PERMANENT}
+    assert sample(calls.METRICS, "proxy_operator_provider_requests_total", provider="edge", op="get", result="ok") == before + 1
+    assert SENTINEL not in repr([dict(s.attributes) for s in spans.get_finished_spans()])
+
+
+def test_refused_messages_call_nothing(configured, spans):
+    from tasks import provider_calls as t
+
+    for kwargs, why in (
+        ({"provider": "other", "provider_id": "fake/x"}, "not a configured provider"),
+        ({"provider": "edge"}, "do not match"),
+        ({"provider": "edge", "provider_id": "fake/x", "timeout": -1}, "timeout"),
+    ):
+        out = t.get_instance.apply(kwargs=kwargs).get()
+        assert out["ok"] is False and out["error_class"] == "invalid" and why in out["message"]
+    assert not [s for s in spans.get_finished_spans() if s.name.startswith("provider.")]
+
+
+def test_a_call_from_another_providers_queue_is_refused(configured):
+    from tasks import provider_calls as t
+
+    out = t.get_instance.apply(kwargs={"provider": "edge", "provider_id": "fake/x"},
+                               routing_key="provider.other").get()
+    assert out["error_class"] == "invalid" and "must come from provider.edge" in out["message"]
+
+
+def test_worker_exposition_serves_the_series_at_zero():
+    rec = calls.CallMetrics()
+    rec.start(["edge"])
+    text = generate_latest(exposition.registry_for(rec)).decode()
+    assert 'proxy_operator_provider_requests_total{op="get",provider="edge",result="permanent"} 0.0' in text
+    assert 'proxy_operator_provider_request_duration_seconds_count{op="list",provider="edge"} 0.0' in text
+    assert exposition.serve("0", ["edge"], rec) is None
+    with pytest.raises(ValueError, match="--worker-metrics-bind-address must be host:port"):
+        exposition.serve("nope", ["edge"], rec)
+
+
+@pytest.mark.parametrize(("value", "ok"), [("0", True), (":9090", True), ("127.0.0.1:9", True), ("9090", False), (":0", False)])
+def test_worker_metrics_flag_is_validated(value, ok):
+    from fleet.settings import Settings, SettingsError
+
+    if ok:
+        assert Settings.from_env({"FLEET_WORKER_METRICS_BIND_ADDRESS": value}).worker_metrics_bind_address == value
+    else:
+        with pytest.raises(SettingsError, match=r"^--worker-metrics-bind-address must be"):
+            Settings.from_env({"FLEET_WORKER_METRICS_BIND_ADDRESS": value})
