@@ -1,13 +1,21 @@
-"""The beat schedule as data: a check round every interval; nothing when
-checks are off. The round entry is expanded by
-`beat.scheduler.FleetScheduler` into one check per provider. The overdue
-sweep is not here: the controller runs it on its own clock, so a dead beat
-is itself reported (CheckOverdue, "is fleet beat running?")."""
+"""The beat schedule as data: `Entry` values, built from the settings and the
+providers config at every start (nothing when checks are off).
+
+Today one entry: the check round, every interval, fanned out into one
+`fleet.check_provider` per provider (`beat.fanout`). An entry names its task
+and arguments, never a queue: `fleet.routing` places every message. The
+overdue sweep is not here: the controller runs it on its own clock, so a
+dead beat is itself reported (CheckOverdue, "is fleet beat running?")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
+
+from celery import signature
 
 from fleet import routing
 from fleet.config import ProvidersConfig
@@ -16,15 +24,42 @@ from fleet.settings import Settings
 ROUND = "check-round"
 
 
-def build_schedule(settings: Settings, config: ProvidersConfig) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True)
+class Entry:
+    """One beat entry. `fan_out`: every `every` seconds, one message per
+    provider with a live worker, its `kwargs` plus `provider` and the round's
+    tick time as `scheduled_at` (the task must take both); otherwise one
+    message with `kwargs`. `expires` in seconds; `link`: the task the result
+    is handed to."""
+
+    name: str
+    task: str
+    every: float
+    kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    fan_out: bool = False
+    expires: float | None = None
+    link: str | None = None
+
+
+def build_schedule(settings: Settings, config: ProvidersConfig) -> tuple[Entry, ...]:
     if not settings.checks_enabled:
-        return {}
-    every = timedelta(seconds=settings.provider_check_interval)
-    return {
-        ROUND: {
-            "task": routing.CHECK_PROVIDER,
-            "schedule": every,
-            "kwargs": {"providers": config.names(), "timeout": settings.check_timeout},
-            "options": {"expires": settings.provider_check_interval},
-        },
-    }
+        return ()
+    interval = settings.provider_check_interval
+    return (
+        Entry(ROUND, routing.CHECK_PROVIDER, interval, MappingProxyType({"timeout": settings.check_timeout}),
+              fan_out=True, expires=interval, link=routing.RECORD_CHECK),
+    )
+
+
+def celery_entries(entries: Iterable[Entry]) -> dict[str, dict[str, Any]]:
+    """The entries as Celery's beat reads them (`Scheduler.merge_inplace`).
+    A fan-out entry's message is built by `beat.fanout`, not by Celery."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        options: dict[str, Any] = {}
+        if e.expires is not None:
+            options["expires"] = e.expires
+        if e.link:
+            options["link"] = signature(e.link)
+        out[e.name] = {"task": e.task, "schedule": timedelta(seconds=e.every), "kwargs": dict(e.kwargs), "options": options}
+    return out

@@ -10,10 +10,12 @@ newly active beat resumes one interval after the last round any beat sent,
 so a takeover neither doubles nor skips a round; with no round on record the
 first is due at once.
 
-A round entry fans out into one check per provider with a live worker
-heartbeat, under a single span; the round is stamped in Redis with the
-schedule it ran (`beatstate.record_round`). Decisions are in
-`beat.decisions`.
+The entries are data (`beat.schedule.Entry`). A fan-out entry goes out as
+one message per provider with a live worker heartbeat, under a single span
+(`beat.fanout.send_round`); the round is stamped in Redis with the schedule
+it ran (`beatstate.record_round`). Any other entry is sent by Celery's own
+scheduler. No entry names a queue: `fleet.routing` places every message.
+Decisions are in `beat.decisions`.
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import redis
 from celery.beat import Scheduler
 
-from beat import decisions
-from beat.schedule import ROUND, build_schedule
+from beat import decisions, fanout
+from beat.schedule import Entry, build_schedule, celery_entries
 from fleet import beatstate, heartbeat, routing, runtime
-from fleet.health import dispatch
+from fleet.store import Store, StoreError
 
 log = logging.getLogger("fleet.beat")
 
@@ -41,19 +42,22 @@ class FleetScheduler(Scheduler):
         self._checked = float("-inf")  # monotonic time the lock was last confirmed
         self._redis_failing = False
         self._skipped: set[str] = set()  # providers the last round left out
-        self._redis: redis.Redis | None = None
+        self._redis: Store | None = None
         self._doc: dict[str, Any] = {}
         self._interval = 0.0
-        self._timeout = 0.0
+        self._entries: dict[str, Entry] = {}  # by name: the data behind each Celery entry
+        self._providers: list[str] = []
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
         settings = runtime.settings()
         config = runtime.providers_config()
         entries = build_schedule(settings, config)
-        self.merge_inplace(entries)
-        self._redis = beatstate.client(settings.broker)
-        self._interval, self._timeout = settings.provider_check_interval, settings.check_timeout
+        self._entries = {e.name: e for e in entries}
+        self._providers = config.names()
+        self.merge_inplace(celery_entries(entries))
+        self._redis = beatstate.connect(settings.broker)
+        self._interval = settings.provider_check_interval
         self._doc = beatstate.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
                                            settings.overdue_after if settings.checks_enabled else 0, settings.installation_id,
                                            config.names(), self._owner, time.time())
@@ -78,7 +82,7 @@ class FleetScheduler(Scheduler):
             return True
         try:
             held = beatstate.hold(self._client(), self._owner)
-        except redis.RedisError as exc:
+        except StoreError as exc:
             if not self._redis_failing:
                 log.warning("beat lock: Redis error, sending nothing until it answers", extra={"fields": {"error": str(exc)}})
             self._redis_failing = True
@@ -106,7 +110,7 @@ class FleetScheduler(Scheduler):
         try:
             last = beatstate.last_round(r)
             beatstate.publish_schedule(r, {**self._doc, "published_at": wall})
-        except redis.RedisError:
+        except StoreError:
             last = None
         start = decisions.resume_at(last, self._interval, wall)
         for entry in self.schedule.values():
@@ -125,35 +129,37 @@ class FleetScheduler(Scheduler):
     # --- rounds ---------------------------------------------------------------------
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
-        if entry.name != ROUND:
+        spec = self._entries.get(entry.name)
+        if spec is None or not spec.fan_out:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         entry = self.reserve(entry) if advance else entry
-        kw = entry.kwargs
         r = self._client()
         live = heartbeat.live_workers(r)
-        plan = decisions.plan_round(self._role == decisions.ACTIVE, kw["providers"], live)
+        plan = decisions.plan_round(self._role == decisions.ACTIVE, self._providers, live)
         if not plan.record:
             return None
         tick = time.time()
-        dispatch.send_round(self.app, list(plan.send), kw["timeout"], entry.options["expires"], tick=tick, skipped=len(plan.skip))
+        fanout.send_round(self.app, spec, plan.send, tick, skipped=len(plan.skip))
         self._note_workers(set(plan.skip))
         try:
             beatstate.record_round(r, tick, self._doc, list(plan.skip))
-        except redis.RedisError as exc:
+        except StoreError as exc:
             log.warning("could not stamp the round in Redis", extra={"fields": {"error": str(exc)}})
         log.debug("check round sent", extra={"fields": {"providers": len(plan.send), "skipped": list(plan.skip)}})
         return None
 
     def _catch_up(self) -> None:
-        """A provider skipped in the last round gets its check as soon as a
-        worker of it is alive."""
+        """A provider skipped in the last round gets its message of each
+        fan-out entry as soon as a worker of it is alive."""
         if not self._skipped:
             return
         live = self._quiet(heartbeat.live_workers) or {}
         back = decisions.catch_up(self._skipped, live)
         tick = time.time()
         for name in back:
-            dispatch.send_check(self.app, name, self._timeout, self._interval, tick)
+            for spec in self._entries.values():
+                if spec.fan_out:
+                    fanout.send(self.app, spec, name, tick)
         if back:
             self._note_workers(self._skipped - set(back))
 
@@ -169,13 +175,13 @@ class FleetScheduler(Scheduler):
 
     # --- plumbing -------------------------------------------------------------------
 
-    def _client(self) -> redis.Redis:
+    def _client(self) -> Store:
         if self._redis is None:
-            self._redis = beatstate.client(runtime.settings().broker)
+            self._redis = beatstate.connect(runtime.settings().broker)
         return self._redis
 
     def _quiet(self, fn, *args):
         try:
             return fn(self._client(), *args)
-        except redis.RedisError:
+        except StoreError:
             return None

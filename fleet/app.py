@@ -24,6 +24,9 @@ app.conf.update(
     accept_content=["json"],
     result_accept_content=["json"],
     event_serializer="json",
+    # Every message is placed by the one router (fleet.routing.PLACEMENT):
+    # senders name no queue, and a task the table lacks cannot be sent. The
+    # default queue is only what a worker without -Q consumes.
     task_routes=(routing.route,),
     task_default_queue=routing.CONTROLLER_QUEUE,
     task_create_missing_queues=True,

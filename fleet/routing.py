@@ -1,11 +1,19 @@
-"""Queue and task names, and the one routing function.
+"""Queue and task names, the one placement table, and the one router.
 
 A provider's calls run only on `provider.<name>`, consumed only by that
 provider's workers; everything the controller does runs on `fleet.controller`.
+`PLACEMENT` says which, per task; `route` is the app's only `task_routes`
+entry and the only reader of the table, so senders (`send_task`, beat's
+entries, the `link` signature the worker applies after a check) never name
+a queue. A task missing from the table cannot be sent (`Unroutable`), rather
+than landing on a default queue nobody expects it on.
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from kombu import Queue
@@ -17,8 +25,22 @@ CHECK_PROVIDER = "fleet.check_provider"
 RECORD_CHECK = "fleet.record_check"
 SWEEP_OVERDUE = "fleet.sweep_overdue"
 
-CONTROLLER_TASKS = (RECORD_CHECK, SWEEP_OVERDUE)
-PROVIDER_TASKS = (CHECK_PROVIDER,)
+
+class Placement(enum.Enum):
+    PROVIDER = "provider"  # on provider.<name>, <name> from the task's `provider` keyword argument
+    CONTROLLER = "controller"  # on fleet.controller
+
+
+PLACEMENT: Mapping[str, Placement] = MappingProxyType({
+    CHECK_PROVIDER: Placement.PROVIDER,
+    RECORD_CHECK: Placement.CONTROLLER,
+    SWEEP_OVERDUE: Placement.CONTROLLER,
+    **dict.fromkeys(("fleet.get_instance", "fleet.delete_instance", "fleet.list_instances"), Placement.PROVIDER),  # tasks.provider_calls
+})
+
+
+class Unroutable(ValueError):
+    """A task the table does not place, or a provider task without its provider."""
 
 
 def provider_queue(name: str) -> str:
@@ -33,13 +55,19 @@ def declare(provider_names: list[str]) -> tuple[Queue, ...]:
     return (Queue(CONTROLLER_QUEUE),) + tuple(Queue(provider_queue(n)) for n in provider_names)
 
 
-def route(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> dict[str, str] | None:
-    """Celery router: provider tasks by their `provider` argument."""
-    if name in PROVIDER_TASKS:
-        provider = (kwargs or {}).get("provider") or (args[0] if args else None)
-        if not provider:
-            raise ValueError(f"{name} needs a provider argument to be routed")
-        return {"queue": provider_queue(provider)}
-    if name in CONTROLLER_TASKS:
-        return {"queue": CONTROLLER_QUEUE}
-    return None
+def queue_of(name: str, kwargs: Mapping[str, Any] | None = None) -> str:
+    """The queue of a message of task `name` with these keyword arguments."""
+    placement = PLACEMENT.get(name)
+    if placement is None:
+        raise Unroutable(f"task {name!r} has no placement in fleet.routing.PLACEMENT")
+    if placement is Placement.CONTROLLER:
+        return CONTROLLER_QUEUE
+    provider = (kwargs or {}).get("provider")
+    if not provider or not isinstance(provider, str):
+        raise Unroutable(f"{name} is placed by its provider: send it with a `provider` keyword argument")
+    return provider_queue(provider)
+
+
+def route(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **kw: Any) -> dict[str, str]:
+    """The Celery router (`task_routes=(route,)`): every message, callbacks included."""
+    return {"queue": queue_of(name, kwargs)}

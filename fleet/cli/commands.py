@@ -12,9 +12,14 @@ CELERY = [sys.executable, "-m", "celery", "-A", "fleet.app"]
 WORKER_POOL = ["--pool", "threads"]
 
 
+def worker_node(provider: str) -> str:
+    """The worker name template of a provider's workers (`%h`: the host)."""
+    return f"{provider}@%h"
+
+
 def worker_argv(provider: str, concurrency: int = 4) -> list[str]:
     return CELERY + [
-        "worker", "-Q", routing.provider_queue(provider), "-n", f"{provider}@%h",
+        "worker", "-Q", routing.provider_queue(provider), "-n", worker_node(provider),
         *WORKER_POOL, "--concurrency", str(concurrency), "--without-mingle",
     ]
 

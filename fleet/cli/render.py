@@ -13,8 +13,8 @@ It prints, for one installation (default: the namespace):
 - beat: ServiceAccount (no token) and the Deployment;
 - per provider, a ServiceAccount, RBAC only when the provider talks to this
   cluster, and a worker Deployment running `fleet worker -p NAME` (which
-  execs `commands.worker_argv`: queue `provider.<name>`, worker name
-  `<name>@%h`). What a provider needs mounted or granted is declared once per
+  execs `commands.worker_argv`: queue `provider.<name>` from `fleet.routing`,
+  worker name `<name>@%h`). What a provider needs mounted or granted is declared once per
   type, by its config block's `runtime()` (providers/blocks.py); this module
   only turns that into volumes, environment and RBAC, and mounts a provider's
   credentials in its own worker and nowhere else.
@@ -108,9 +108,9 @@ def rbac_name(installation: str, *role: str) -> str:
 
 
 def queue_and_node(provider: str) -> tuple[str, str]:
-    """The queue and node name template, read back from the one command line."""
-    argv = commands.worker_argv(provider)
-    return argv[argv.index("-Q") + 1], argv[argv.index("-n") + 1]
+    """The provider's queue (`fleet.routing`) and worker name template
+    (`commands.worker_node`), the same two `commands.worker_argv` runs with."""
+    return routing.provider_queue(provider), commands.worker_node(provider)
 
 
 def selector(component: str, provider: str | None = None) -> dict[str, str]:
@@ -459,7 +459,6 @@ def render(
     out = [config_map(copy, t), *controller(t), *beat(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
-        assert routing.provider_queue(pc.name) == queue_and_node(pc.name)[0]
         out.append(service_account(worker_name(pc.name), t, "worker", rt.in_cluster, pc.name))
         if pc.name in moved:
             out.append(secret(pc.name, moved[pc.name], t))
