@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleet import routing
 from fleet.cli import commands
+from fleet.health.stored import StoredResults
 from fleet.store import Store
 from tests.fakes.kubeapi import FakeKubeAPI, Server
 from tests.integration.conftest import RedisServer, Stack, wait_for
@@ -61,7 +62,7 @@ def main() -> None:
         stack = Stack(tmp_path, redis_srv.url, providers, {"FLEET_KUBECONFIG": kube.kubeconfig(str(tmp_path / "kc")),
                                                            "FLEET_LOG_LEVEL": "warning"})
         try:
-            store = Store(redis_srv.client())
+            store = StoredResults(Store(redis_srv.client()))
             groups = [names[i :: args.workers] for i in range(args.workers)]
             for i, group in enumerate(groups):
                 queues = ",".join(routing.provider_queue(n) for n in group)

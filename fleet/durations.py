@@ -5,12 +5,15 @@ Parsing is strict and bounded: ASCII digits only (Python's `\\d` and
 `float()` also take Arabic-Indic and other Unicode digits), at most
 `MAX_TEXT` characters, and a value of at most `MAX_DURATION` (24h) either
 way, so no interval or timeout can overflow a datetime or a timer later.
+
+Times as the Kubernetes API prints them: `rfc3339`, `parse_rfc3339`.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)(ms|s|m|h)", re.ASCII)
@@ -66,3 +69,12 @@ def format_duration(seconds: float) -> str:
     if m:
         return f"{sign}{int(m)}m{secs}"
     return f"{sign}{secs}"
+
+
+def rfc3339(ts: float) -> str:
+    """Second precision, as metav1.Time serializes."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -10,33 +10,39 @@ Every worker answers, the controller included (it says so), so a missing
 answer means a missing worker. Imported by `fleet.app`, so the commands are
 registered in the `celery inspect` client as well as in the workers (the
 client refuses commands it does not know).
+
+What a feature knows of a provider (the health feature: the last check) it
+adds to `provider_status` through `reports`, so this module knows no feature.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from celery.worker.control import inspect_command
 
 from fleet import roles, routing, runtime
-from fleet.health.results import rfc3339
+
+# Each adds its fields to a provider's `provider_status` entry.
+_reporters: list[Callable[[str], dict[str, Any]]] = []
+
+
+def reports(fn: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
+    """Register `fn(provider name) -> fields` for `provider_status`."""
+    _reporters.append(fn)
+    return fn
 
 
 def provider_status_of(name: str) -> dict[str, Any]:
     pc = runtime.providers_config().get(name)
-    last = runtime.last_result(name)
     built = runtime.built(name)
     state = getattr(built, "connection_state", None)
-    return {
-        "name": name,
-        "type": pc.type,
-        "queue": routing.provider_queue(name),
-        "lastCheck": rfc3339(last.checked_at) if last else None,
-        "targets": [
-            {"name": t.name, "ready": t.ready, "reason": t.reason, "message": t.message} for t in (last.targets if last else ())
-        ],
-        "connections": state() if callable(state) else None,
-    }
+    out: dict[str, Any] = {"name": name, "type": pc.type, "queue": routing.provider_queue(name)}
+    for report in _reporters:
+        out.update(report(name))
+    out["connections"] = state() if callable(state) else None
+    return out
 
 
 @inspect_command()

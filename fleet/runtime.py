@@ -1,15 +1,16 @@
 """Per-process state, built on first use: settings, the providers config,
 provider instances (only the ones this process is asked for, so a worker
-imports only its own provider's SDK), and the controller."""
+imports only its own provider's SDK). Feature state (the health controller,
+the latest results) is the feature's: `fleet.health.runtime`."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import threading
+from collections.abc import Callable
 
 from fleet.config import ProvidersConfig, load
-from fleet.health.results import CheckResult
 from fleet.settings import Settings
 from providers import registry
 from providers.base import Provider
@@ -17,8 +18,6 @@ from providers.base import Provider
 log = logging.getLogger("fleet.runtime")
 _lock = threading.Lock()
 _providers: dict[str, Provider] = {}
-# This process's latest result per provider, for `celery inspect provider_status`.
-_last: dict[str, CheckResult] = {}
 
 
 @functools.cache
@@ -40,21 +39,6 @@ def provider(name: str) -> Provider:
             pc = providers_config().get(name)
             _providers[name] = registry.build(pc.name, pc.type, pc.block)
         return _providers[name]
-
-
-@functools.cache
-def controller():  # -> fleet.controller.Controller; imported late, see module doc
-    from fleet.health.recording import Controller
-
-    return Controller.from_settings(settings(), providers_config())
-
-
-def remember(result: CheckResult) -> None:
-    _last[result.provider] = result
-
-
-def last_result(name: str) -> CheckResult | None:
-    return _last.get(name)
 
 
 def built(name: str) -> Provider | None:
@@ -80,10 +64,19 @@ def close_providers() -> None:
 
 
 def reset() -> None:
-    """Forget everything (tests)."""
+    """Forget everything (tests), the features' per-process state included."""
     settings.cache_clear()
     providers_config.cache_clear()
-    controller.cache_clear()
     with _lock:
         _providers.clear()
-    _last.clear()
+    for hook in _resets:
+        hook()
+
+
+_resets: list[Callable[[], None]] = []
+
+
+def on_reset(hook: Callable[[], None]) -> Callable[[], None]:
+    """Have `reset` call `hook` too (a feature's per-process state)."""
+    _resets.append(hook)
+    return hook

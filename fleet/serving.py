@@ -1,4 +1,5 @@
-"""The controller's /metrics endpoint, and its probes on the same port.
+"""A /metrics endpoint, and the probes on the same port (the controller's:
+what it serves is `fleet.health.gauges.serve_metrics`).
 
 `/readyz` answers 200 only while Redis answers PING (the gauges read Redis at
 scrape time and turn an outage into an empty scrape, so /metrics itself
@@ -11,45 +12,18 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
-from fleet import beatstate, heartbeat
-from fleet.health import status
-from fleet.health.recording import Controller
 from fleet.logs import kv
-from fleet.metrics import ProviderGauges, ProviderTargetCollector, parse_bind
-from fleet.routing import provider_queue
+from fleet.metrics import parse_bind
 
 log = logging.getLogger("fleet.metrics")
-
-
-def collector_for(ctl: Controller) -> ProviderTargetCollector:
-    """Results are read a chunk of keys at a time, and the overdue gauge uses
-    the checkedAt of the results already read: one pass over Redis per scrape,
-    holding a few results at once."""
-
-    def results():
-        return ctl.store.iter_latest(ctl.config.names())
-
-    def providers(checked: dict[str, float]):
-        now = time.time()
-        live = heartbeat.live_workers(ctl.store.r)
-        out = []
-        for n in ctl.config.names():
-            q = provider_queue(n)
-            overdue = ctl.settings.checks_enabled and status.is_overdue(
-                checked.get(n), ctl.store.seen(n), now, ctl.settings.overdue_after)
-            out.append(ProviderGauges(n, q, ctl.store.queue_length(q), len(live.get(n, ())), overdue))
-        return out
-
-    return ProviderTargetCollector(results, providers, ctl.settings.provider_check_interval,
-                                   read_last_round=lambda: beatstate.last_round(ctl.store.r))
 
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -81,21 +55,22 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def registry_for(ctl: Controller) -> CollectorRegistry:
-    """What the controller's /metrics serves: the Redis-read gauges and its counters."""
+def registry_of(collectors: Iterable[Collector]) -> CollectorRegistry:
+    """A registry of its own (nothing is registered globally) holding `collectors`."""
     registry = CollectorRegistry()
-    registry.register(collector_for(ctl))
-    for c in ctl.counters.collectors():
+    for c in collectors:
         registry.register(c)
     return registry
 
 
-def serve_metrics(ctl: Controller) -> object | None:
-    bind = parse_bind(ctl.settings.metrics_bind_address)
+def serve_metrics(bind_address: str, registry: CollectorRegistry, ping: Callable[[], object]) -> object | None:
+    """Serve `registry` at /metrics and the probes (`/readyz`: `ping` succeeds)
+    on `bind_address` in a daemon thread; None when the address is `0`."""
+    bind = parse_bind(bind_address)
     if bind is None:
         log.info("metrics endpoint off")
         return None
-    app = with_probes(make_wsgi_app(registry_for(ctl)), ctl.store.r.ping)
+    app = with_probes(make_wsgi_app(registry), ping)
     try:
         server = make_server(bind[0], bind[1], app, ThreadingWSGIServer, handler_class=_QuietHandler)
     except OSError as exc:  # busy port, unknown host: say which address

@@ -6,6 +6,7 @@ from celery import signals
 
 from fleet import heartbeat, roles, routing, runtime
 from fleet.app import app
+from fleet.health import runtime as health
 from fleet.health.checking import run_check
 from fleet.tracing import span
 
@@ -19,7 +20,7 @@ def check_provider(self, provider: str, timeout: float, scheduled_at: float | No
         result = run_check(pc.name, pc.type, lambda: runtime.provider(provider), timeout, scheduled_at, self.request.hostname or "")
         s.set_attribute("provider.targets", len(result.targets))
         s.set_attribute("provider.targets_not_ready", sum(not t.ready for t in result.targets))
-    runtime.remember(result)
+    health.remember(result)
     return result.to_dict()
 
 

@@ -19,8 +19,9 @@ from typing import Any
 from celery import signals
 from celery.worker.strategy import default as default_strategy
 
-from fleet import roles, routing, runtime
+from fleet import roles, routing
 from fleet.app import app
+from fleet.health import runtime as health
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of
 from fleet.metrics import DROP_TOO_LARGE
@@ -40,7 +41,7 @@ def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
     def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> Any:
         size = len(message.body or b"")
         if size > limit:
-            runtime.controller().reject("?", Rejection(DROP_TOO_LARGE, "message", f"{size} bytes, at most {limit}"))
+            health.controller().reject("?", Rejection(DROP_TOO_LARGE, "message", f"{size} bytes, at most {limit}"))
             ack(log, consumer.connection_errors)
             return None
         return handle(message, body, ack, reject, callbacks, **kw)
@@ -52,7 +53,7 @@ def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
 def record_check(*args: Any, **kwargs: Any) -> str:
     """`record_check(result)`; any other shape is dropped as invalid."""
     with span("fleet.record", **{"provider.name": provider_of(args[0]) if len(args) == 1 else "?"}) as s:
-        outcome = runtime.controller().record_message(args, kwargs)
+        outcome = health.controller().record_message(args, kwargs)
         s.set_attribute("fleet.outcome", outcome)
     return outcome
 
@@ -60,7 +61,7 @@ def record_check(*args: Any, **kwargs: Any) -> str:
 @app.task(name=routing.SWEEP_OVERDUE, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
 def sweep_overdue(*_args: Any, **_kwargs: Any) -> list[str]:
     """Takes no arguments; any a message carries are ignored."""
-    return runtime.controller().sweep_overdue()
+    return health.controller().sweep_overdue()
 
 
 # Start-up failures (no RBAC, no CRD, a busy or bad metrics address) end the
@@ -82,10 +83,10 @@ def controller_startup() -> None:
     at once with `os._exit(EXIT_STARTUP_FAILED)`, without Celery's own
     shutdown, so the controller never consumes without its start-up.
     Restarting is left to Kubernetes' back-off or `fleet up`."""
-    from fleet.serving import serve_metrics
+    from fleet.health.gauges import serve_metrics
 
     try:
-        ctl = runtime.controller()
+        ctl = health.controller()
         ctl.start()
         serve_metrics(ctl)
     except Exception as exc:

@@ -9,7 +9,7 @@
 
 Neither looks at a backend: a dead hypervisor or cloud API shows in
 ProviderHealth and the gauges, never as an unready or restarted pod. Kept
-light (redis only), since it runs inside the process' memory limit.
+light (fleet.store only), since it runs inside the process' memory limit.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from __future__ import annotations
 import socket
 import sys
 
-import redis
-
-from fleet import heartbeat
+from fleet.store import Store, StoreError, keys
 
 OK, FAILED = 0, 1
 
@@ -29,23 +27,24 @@ def node_name(provider: str, hostname: str | None = None) -> str:
     return f"{provider}@{hostname or socket.gethostname()}"
 
 
-def _client(url: str, timeout: float) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+def _connect(url: str, timeout: float) -> Store:
+    return Store.from_url(url, timeout=timeout, connect_timeout=timeout, health_check_interval=0)
 
 
-def ready(client: redis.Redis) -> tuple[int, str]:
+def ready(store: Store) -> tuple[int, str]:
     try:
-        client.ping()
-    except redis.RedisError as exc:
+        store.ping()
+    except StoreError as exc:
         return FAILED, f"not ready: broker unreachable: {exc}"
     return OK, "ready: broker answers"
 
 
-def live(client: redis.Redis, provider: str, hostname: str | None = None) -> tuple[int, str]:
-    key = f"{heartbeat.KEY}{provider}:{node_name(provider, hostname)}"
+def live(store: Store, provider: str, hostname: str | None = None) -> tuple[int, str]:
+    node = node_name(provider, hostname)
+    key = keys.worker(provider, node)
     try:
-        fresh = client.exists(key)
-    except redis.RedisError as exc:
+        fresh = store.heartbeats.alive(provider, node)
+    except StoreError as exc:
         return OK, f"alive: broker unreachable ({exc}); not a reason to restart"
     if not fresh:
         return FAILED, f"not alive: no heartbeat at {key} (the worker never became ready, or stopped beating)"
@@ -53,10 +52,10 @@ def live(client: redis.Redis, provider: str, hostname: str | None = None) -> tup
 
 
 def run(mode: str, url: str, provider: str | None, timeout: float) -> int:
-    client = _client(url, timeout)
+    store = _connect(url, timeout)
     try:
-        code, message = ready(client) if mode == "ready" else live(client, provider or "")
+        code, message = ready(store) if mode == "ready" else live(store, provider or "")
     finally:
-        client.close()
+        store.close()
     print(message, file=sys.stderr if code else sys.stdout)
     return code

@@ -159,9 +159,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    import redis
-
-    from fleet.store import Store
+    from fleet.health.stored import StoredResults
+    from fleet.store import Store, StoreError
 
     if args.resource not in ("ph", "providerhealth", "providerhealths"):
         raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth)")
@@ -172,7 +171,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     store = Store.from_url(settings.broker)
     now = time.time()
     try:
-        stored = store.all()
+        stored = StoredResults(store).all()
         names = config.names() if config else sorted(stored)
         types = {p.name: p.type for p in config.providers} if config else {}
         if args.name:
@@ -180,17 +179,17 @@ def cmd_get(args: argparse.Namespace) -> int:
                 print(f"providerhealth {args.name!r} not found", file=sys.stderr)
                 return EXIT_NOT_READY
             names = [args.name]
-        after, enabled, note = effective_schedule(beatstate.published_schedule(store.r), settings)
-        last_round = beatstate.last_round(store.r)
+        after, enabled, note = effective_schedule(beatstate.published_schedule(store), settings)
+        last_round = beatstate.last_round(store)
         rows = []
         for name in names:
             r = stored.get(name)
-            v = current_verdict(r, store.seen(name), now, after, routing.provider_queue(name), enabled, last_round)
+            v = current_verdict(r, store.marks.seen(name), now, after, routing.provider_queue(name), enabled, last_round)
             rows.append(tables.summary(r, v, name, types.get(name, "")))
-    except redis.RedisError as exc:
+    except StoreError as exc:
         raise Unreachable(f"cannot read results from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
     finally:
-        store.r.close()
+        store.close()
     if note:
         print(note, file=sys.stderr)
     print(tables.render_rows(rows, args.output, now))

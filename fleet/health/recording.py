@@ -27,6 +27,7 @@ from fleet.health import status
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of, unpack_args, validate_message
 from fleet.health.results import CheckResult
+from fleet.health.stored import StoredResults
 from fleet.kube import HealthWriter
 from fleet.logs import kv
 from fleet.routing import provider_queue
@@ -35,7 +36,6 @@ from fleet.store import Store
 
 log = logging.getLogger("fleet.controller")
 
-OVERDUE_KEY = "fleet:overdue:"
 DROPPED = "dropped"  # record's outcome for a result refused or of a provider not tracked
 
 
@@ -55,6 +55,7 @@ class Controller:
         self.settings = settings
         self.config = config
         self.store = store
+        self.results = StoredResults(store)
         self.writer = writer
         self.mode = mode
         self.counters = metrics.ControllerCounters(kinds=(kube.KIND,))
@@ -126,11 +127,11 @@ class Controller:
         if reason is not None:
             return self._drop(result.provider, reason)
         result = dataclasses.replace(result, recorded_at=time.time())
-        stored, prev = self.store.save_if_newer(result)
+        stored, prev = self.results.save_if_newer(result)
         if not stored:
             log.debug("dropped a result no newer than the stored one", extra=kv(provider=result.provider))
             return "stale"
-        self.store.r.delete(OVERDUE_KEY + result.provider)
+        self.store.marks.clear_overdue(result.provider)
         for t in status.transitions(prev, result):
             log.log(t.level, t.message, extra=kv(**t.fields))
         return self._publish(result.provider, result.checked_at, lambda prev: status.build_status(prev, result))
@@ -142,18 +143,18 @@ class Controller:
             return []
         now = time.time() if now is None else now
         after = self.settings.overdue_after
-        last_round = beatstate.last_round(self.store.r)
+        last_round = beatstate.last_round(self.store)
         stopped = status.rounds_stopped(last_round, now, after)
         overdue = []
         for pc in self.config.providers:
-            last = self.store.latest(pc.name)
-            seen = self.store.first_seen(pc.name, now)
+            last = self.results.latest(pc.name)
+            seen = self.store.marks.first_seen(pc.name, now)
             checked = last.checked_at if last else None
             if not status.is_overdue(checked, seen, now, after):
                 continue
             overdue.append(pc.name)
             v = status.overdue_verdict(checked, provider_queue(pc.name), after, stopped, last_round)
-            if self.store.r.set(OVERDUE_KEY + pc.name, "1", nx=True):
+            if self.store.marks.mark_overdue(pc.name):
                 log.warning("provider check overdue", extra=kv(provider=pc.name, message=v.message))
             self._publish(pc.name, None, lambda prev, pc=pc, v=v: status.overdue_status(prev, pc.type, v, now))
         return overdue

@@ -4,19 +4,12 @@ value stored in Redis, and what `fleet check`/`fleet get ph` print."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from fleet.durations import parse_rfc3339, rfc3339
 from providers.base import TargetStatus
 
-
-def rfc3339(ts: float) -> str:
-    """Second precision, as metav1.Time serializes."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+__all__ = ["CheckResult", "Verdict", "parse_rfc3339", "rfc3339"]  # the times: fleet.durations
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import pytest
 
 from fleet import beatstate
 from fleet.settings import Settings
+from fleet.store import Store, keys
 
 SETTINGS = Settings(provider_check_interval=10, installation="lab")
 
@@ -20,29 +21,29 @@ def doc(owner="beat-1"):
 
 def test_nothing_on_record():
     r = fakeredis.FakeRedis()
-    assert beatstate.last_round(r) is None
-    assert beatstate.published_schedule(r) is None
-    assert beatstate.skipped_checks(r) == {}
+    assert beatstate.last_round(Store(r)) is None
+    assert beatstate.published_schedule(Store(r)) is None
+    assert beatstate.skipped_checks(Store(r)) == {}
 
 
 def test_a_round_stamps_the_time_republishes_the_schedule_and_counts_skips():
     r = fakeredis.FakeRedis()
-    beatstate.record_round(r, 1700000000.25, doc(), ["b"])
-    beatstate.record_round(r, 1700000010.5, doc(), ["b"])
-    assert beatstate.last_round(r) == 1700000010.5
-    assert beatstate.published_schedule(r) == {
+    beatstate.record_round(Store(r), 1700000000.25, doc(), ["b"])
+    beatstate.record_round(Store(r), 1700000010.5, doc(), ["b"])
+    assert beatstate.last_round(Store(r)) == 1700000010.5
+    assert beatstate.published_schedule(Store(r)) == {
         "interval": 10.0, "timeout": 10.0, "overdue_after": 30.0, "installation": "lab", "providers": ["a", "b"],
         "beat": "beat-1", "published_at": 1700000010.5,
     }
-    assert beatstate.skipped_checks(r) == {"b": 2}
-    assert r.ttl(beatstate.SCHEDULE_KEY) == -1, "readers need the schedule with beat gone: no expiry"
+    assert beatstate.skipped_checks(Store(r)) == {"b": 2}
+    assert r.ttl(keys.BEAT_SCHEDULE) == -1, "readers need the schedule with beat gone: no expiry"
 
 
 def test_published_at_start():
     r = fakeredis.FakeRedis()
-    beatstate.publish_schedule(r, doc())
-    assert beatstate.published_schedule(r)["overdue_after"] == SETTINGS.overdue_after
-    assert beatstate.last_round(r) is None
+    beatstate.publish_schedule(Store(r), doc())
+    assert beatstate.published_schedule(Store(r))["overdue_after"] == SETTINGS.overdue_after
+    assert beatstate.last_round(Store(r)) is None
 
 
 @pytest.mark.parametrize(
@@ -52,15 +53,15 @@ def test_published_at_start():
 )
 def test_a_schedule_that_is_not_ours_reads_as_none(raw):
     r = fakeredis.FakeRedis()
-    r.set(beatstate.SCHEDULE_KEY, raw)
-    assert beatstate.published_schedule(r) is None
+    r.set(keys.BEAT_SCHEDULE, raw)
+    assert beatstate.published_schedule(Store(r)) is None
 
 
 @pytest.mark.parametrize("raw", [b"soon", b"nan", b"inf"])
 def test_a_bad_stamp_reads_as_none(raw):
     r = fakeredis.FakeRedis()
-    r.set(beatstate.LAST_ROUND_KEY, raw)
-    assert beatstate.last_round(r) is None
+    r.set(keys.BEAT_LAST_ROUND, raw)
+    assert beatstate.last_round(Store(r)) is None
 
 
 def test_lock_timing_lets_a_standby_take_over_within_the_ttl():

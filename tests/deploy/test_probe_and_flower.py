@@ -13,13 +13,14 @@ from fleet import heartbeat
 from fleet.cli import commands, probe
 from fleet.cli import subcommands as cli
 from fleet.serving import with_probes
+from fleet.store import Store
 
 UNREACHABLE = "redis://127.0.0.1:1/0"
 
 
 @pytest.fixture
 def client():
-    return fakeredis.FakeRedis()
+    return Store(fakeredis.FakeRedis())
 
 
 def test_ready_when_the_broker_answers(client):

@@ -157,18 +157,19 @@ def test_get_judges_overdue_by_the_deployed_schedule(capsys, config, monkeypatch
 
     from fleet import beatstate
     from fleet.health.results import CheckResult
-    from fleet.store import Store
+    from fleet.health.stored import StoredResults
+    from fleet.store import Store, keys
 
     r = fakeredis.FakeRedis()
-    monkeypatch.setattr(Store, "from_url", classmethod(lambda cls, url: cls(r)))
+    monkeypatch.setattr(Store, "from_url", classmethod(lambda cls, url, **_: cls(r)))
     now = time.time()
-    Store(r).save_if_newer(CheckResult("ok", "fake", True, now - 60, ()))
+    StoredResults(Store(r)).save_if_newer(CheckResult("ok", "fake", True, now - 60, ()))
     code, out, err = run(capsys, "get", "ph", "-c", config)
     assert code == 0
     assert "AllTargetsReady" in out or "NoTargets" in out, out  # by the caller's 1m: fresh
     assert "no schedule published by beat" in err
-    beatstate.publish_schedule(r, beatstate.schedule_doc(10, 10, 30, "default", ["ok"], "beat-1", now))
-    r.set(beatstate.LAST_ROUND_KEY, repr(now - 1))
+    beatstate.publish_schedule(Store(r), beatstate.schedule_doc(10, 10, 30, "default", ["ok"], "beat-1", now))
+    r.set(keys.BEAT_LAST_ROUND, repr(now - 1))
     _, out, err = run(capsys, "get", "ph", "-c", config)
     assert "CheckOverdue" in out and err == "", (out, err)
     assert "is a worker consuming queue provider.ok" in out  # beat sends rounds: the worker is the suspect

@@ -16,7 +16,8 @@ import pytest
 
 from fleet import routing
 from fleet.health.results import rfc3339
-from fleet.store import RESULT_KEY, Store
+from fleet.health.stored import StoredResults
+from fleet.store import Store, keys
 from tests.integration.conftest import free_port, wait_for
 
 pytestmark = pytest.mark.integration
@@ -98,11 +99,11 @@ def test_crafted_messages_are_dropped_and_a_real_result_wins(redis_server, make_
         return all(sample(text, "proxy_operator_results_dropped_total", reason=k) == v for k, v in sent.items()) and text
 
     text = wait_for(counted, 60, f"drops counted as {sent}", interval=0.3)
-    assert r.get(RESULT_KEY + "p") is None and "p" not in kubeapi.objects  # none got through
-    assert r.get(RESULT_KEY + "nobody") is None
+    assert r.get(keys.RESULT + "p") is None and "p" not in kubeapi.objects  # none got through
+    assert r.get(keys.RESULT + "nobody") is None
 
     stack.send_check("p")  # the real round: edge-2 is down
-    store = Store(r)
+    store = StoredResults(Store(r))
     got = wait_for(lambda: store.latest("p"), 30, "the real result")
     assert got.worker.startswith("p@") and abs(got.checked_at - time.time()) < 30
     wait_for(lambda: ready(kubeapi) == ("False", "TargetsNotReady"), 20, "ProviderHealth to follow the real result")
@@ -136,7 +137,7 @@ def test_a_result_from_the_future_stored_before_the_fix_is_replaced(redis_server
     r = redis_server.client()
     stale = {"provider": "p", "type": "fake", "supported": True, "checkedAt": YEAR_5024,
              "targets": [{"name": "edge-1", "ready": True, "reason": "Reachable", "latencyMillis": 1, "details": {}}]}
-    r.set(RESULT_KEY + "p", json.dumps(stale))
+    r.set(keys.RESULT + "p", json.dumps(stale))
     kubeapi.add({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProviderHealth",
                  "metadata": {"name": "p", "labels": {"app.kubernetes.io/managed-by": "egress-proxies-operator",
                                                       "fleet.crawl.example.com/installation": "default"}},
@@ -145,14 +146,14 @@ def test_a_result_from_the_future_stored_before_the_fix_is_replaced(redis_server
                                             "lastTransitionTime": "5024-06-01T00:00:00Z"}]}})
     stack = make_stack(redis_server.url, FAILING, FLEET_KUBECONFIG=kubeapi.kubeconfig_path, FLEET_INSTALLATION="default")
     for value in (YEAR_5024, math.inf, 1e12):
-        r.set(RESULT_KEY + "p", json.dumps({**stale, "checkedAt": value}))
+        r.set(keys.RESULT + "p", json.dumps({**stale, "checkedAt": value}))
         out = stack.fleet("get", "ph")
         assert out.returncode == 0 and "OverflowError" not in out.stderr and "ValueError" not in out.stderr, out.stderr
     stack.worker("p")
     stack.controller()
     stack.wait_ready("worker:p", "controller")
     stack.send_check("p")
-    store = Store(r)
+    store = StoredResults(Store(r))
     got = wait_for(lambda: store.latest("p"), 30, "the real result to replace the one from the future")
     wait_for(lambda: ready(kubeapi) == ("False", "TargetsNotReady"), 20, "the object to be rewritten")
     assert kubeapi.objects["p"]["status"]["lastCheckTime"] == rfc3339(got.checked_at)
@@ -182,7 +183,7 @@ def test_a_25_mb_message_is_refused_before_its_body_is_decoded(redis_server, mak
     assert peak < 400, f"peak RSS {peak:.0f} MiB (before: {before:.0f} MiB)"  # 530+ when its JSON was decoded
     ok = {**huge_result(2), "checkedAt": time.time()}
     stack.sender.send_task(routing.RECORD_CHECK, args=[ok], queue=routing.CONTROLLER_QUEUE)
-    wait_for(lambda: redis_server.client().get(RESULT_KEY + "p"), 20, "the next message to be recorded")
+    wait_for(lambda: redis_server.client().get(keys.RESULT + "p"), 20, "the next message to be recorded")
     assert "Traceback" not in stack.log("controller")
     assert "reason=too_large field=message" in stack.log("controller")
 

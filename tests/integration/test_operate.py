@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 
 from fleet.cli import commands
+from fleet.health.stored import StoredResults
 from fleet.store import Store
 from tests.integration.conftest import free_port, wait_for
 
@@ -47,7 +48,7 @@ def test_active_queues_one_queue_per_worker(stack):
 
 
 def test_inspect_provider_status_and_config(stack, redis_server):
-    store = Store(redis_server.client())
+    store = StoredResults(Store(redis_server.client()))
     stack.send_check("edge-a")
     wait_for(lambda: store.latest("edge-a"), 20, "edge-a's result")
 

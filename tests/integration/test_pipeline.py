@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from fleet.health.stored import StoredResults
 from fleet.store import Store
 from tests.integration.conftest import free_port, wait_for
 
@@ -34,8 +35,8 @@ def test_full_round_from_beat_tick_to_status_and_metrics(redis_server, make_stac
     stack = make_stack(redis_server.url, PROVIDERS, FLEET_KUBECONFIG=kubeapi.kubeconfig_path,
                        FLEET_METRICS_BIND_ADDRESS=f"127.0.0.1:{metrics_port}", FLEET_INSTALLATION="pipeline")
     # The orphan has been expected for a while: no worker consumes its queue.
-    store = Store(redis_server.client())
-    store.first_seen("orphan", time.time() - 60)
+    store = StoredResults(Store(redis_server.client()))
+    store.store.marks.first_seen("orphan", time.time() - 60)
     for name in ("lab-ok", "lab-bad", "nochecks"):
         stack.worker(name)
     stack.controller()
@@ -98,7 +99,7 @@ def test_full_round_from_beat_tick_to_status_and_metrics(redis_server, make_stac
 def test_sigkilled_worker_loses_no_later_result(redis_server, make_stack, kubeapi):
     providers = [{"name": "slow", "type": "fake", "fake": {"latencyMs": 3000, "targets": [{"name": "t"}]}}]
     stack = make_stack(redis_server.url, providers, FLEET_KUBECONFIG=kubeapi.kubeconfig_path)
-    store = Store(redis_server.client())
+    store = StoredResults(Store(redis_server.client()))
     stack.worker("slow")
     stack.controller()
     stack.wait_ready("worker:slow", "controller")
@@ -121,7 +122,7 @@ def test_sigkilled_worker_loses_no_later_result(redis_server, make_stack, kubeap
 def test_redis_restart_between_rounds_loses_no_later_result(redis_server, make_stack, kubeapi):
     providers = [{"name": "p", "type": "fake", "fake": {"targets": [{"name": "t"}]}}]
     stack = make_stack(redis_server.url, providers, FLEET_KUBECONFIG=kubeapi.kubeconfig_path)
-    store = Store(redis_server.client())
+    store = StoredResults(Store(redis_server.client()))
     stack.worker("p")
     stack.controller()
     stack.wait_ready("worker:p", "controller")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleet.health.stored import StoredResults
 from fleet.store import Store
 from tests.integration.conftest import free_port, wait_for
 from tests.procs import die_with_parent
@@ -100,7 +101,7 @@ def up(tmp_path, redis_server):
 
 def test_up_runs_everything_and_ctrl_c_stops_it_quietly(up, redis_server):
     u = up("--no-flower")
-    store = Store(redis_server.client())
+    store = StoredResults(Store(redis_server.client()))
     wait_for(lambda: {"a", "b"} <= set(store.all()), 60, "both providers checked through fleet up")
     kids = children(u.proc.pid)
     assert len(kids) == 4  # two workers, controller, beat

@@ -11,6 +11,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 
 from fleet import kube, metrics
+from fleet.health.gauges import registry_for
 from fleet.health.recording import DROPPED, Controller, drop_reason
 from fleet.health.results import rfc3339
 from fleet.kube import (
@@ -26,7 +27,6 @@ from fleet.kube import (
     labels_for,
     selector_for,
 )
-from fleet.serving import registry_for
 from fleet.settings import Settings
 from fleet.store import Store
 from providers.kubernetes.client import load_configuration
@@ -129,7 +129,7 @@ def test_an_object_without_our_labels_is_left_alone_logged_once_and_counted(flee
     blue = fleet("blue", "kvm-home")
 
     assert blue.record(res("kvm-home", at=T0, ready=False, reason="Unreachable")) == FOREIGN
-    blue.store.first_seen("kvm-home", T0 - 1000)
+    blue.store.marks.first_seen("kvm-home", T0 - 1000)
     assert blue.sweep_overdue(now=T0 + 1000) == ["kvm-home"]  # overdue: would write, but it is not ours
     assert blue.record(res("kvm-home", at=T0 + 1001)) == FOREIGN
 
@@ -188,7 +188,7 @@ def test_results_of_an_unconfigured_provider_are_dropped_and_counted(fleet, kube
     assert blue.record(res("retired", at=T0 + 60)) == DROPPED
     assert kubeapi.requests[n:] == []
     assert "retired" not in kubeapi.objects
-    assert blue.store.all() == {}
+    assert blue.results.all() == {}
     assert dropped_count(blue, "unconfigured") == 2
     assert dropped_count(blue, "checks_off") == 0
     (warn,) = [r for r in warnings(caplog, "fleet.controller") if r.getMessage().startswith("dropped")]
@@ -203,7 +203,7 @@ def test_with_checks_off_results_and_sweeps_write_nothing(fleet, kubeapi):
     n = len(kubeapi.requests)
     assert blue.record(res("kvm-home", at=T0)) == DROPPED
     assert blue.sweep_overdue(now=T0 + 10_000) == []
-    assert kubeapi.requests[n:] == [] and blue.store.all() == {}
+    assert kubeapi.requests[n:] == [] and blue.results.all() == {}
     assert dropped_count(blue, "checks_off") == 1
 
 

@@ -8,13 +8,12 @@ import fakeredis
 import pytest
 from kubernetes import client
 
-from fleet import beatstate
 from fleet.config import parse
 from fleet.health.recording import Controller
 from fleet.health.results import CheckResult, rfc3339
 from fleet.kube import HealthWriter, labels_for, selector_for
 from fleet.settings import Settings
-from fleet.store import Store
+from fleet.store import Store, keys
 from providers.base import TargetStatus
 from providers.kubernetes.client import load_configuration
 
@@ -85,7 +84,7 @@ def test_stale_or_redelivered_result_writes_nothing(make, kubeapi):
     assert ctl.record(res(at=T0 + 60)) == "stale"  # redelivery
     assert ctl.record(res(at=T0)) == "stale"  # out of order
     assert len(kubeapi.requests) == n
-    assert ctl.store.latest("kvm-home").checked_at == T0 + 60
+    assert ctl.results.latest("kvm-home").checked_at == T0 + 60
 
 
 def test_older_result_than_the_object_is_not_written(make, kubeapi, redis_client):
@@ -137,18 +136,18 @@ def test_checks_off_cleans_up_everything_labelled(make, kubeapi, redis_client):
     kubeapi.add(managed("kvm-home"))
     kubeapi.add({"metadata": {"name": "foreign"}})
     ctl = make(interval=0)
-    ctl.store.save_if_newer(res())
+    ctl.results.save_if_newer(res())
     ctl.start()
     assert sorted(kubeapi.objects) == ["foreign"]
-    assert ctl.store.latest("kvm-home") is None
+    assert ctl.results.latest("kvm-home") is None
 
 
 def test_start_forgets_results_of_unconfigured_providers(make, redis_client):
     ctl = make(names=("kvm-home",), writer=False)
-    ctl.store.save_if_newer(res("gone"))
-    ctl.store.save_if_newer(res("kvm-home"))
+    ctl.results.save_if_newer(res("gone"))
+    ctl.results.save_if_newer(res("kvm-home"))
     ctl.start()
-    assert sorted(ctl.store.all()) == ["kvm-home"]
+    assert sorted(ctl.results.all()) == ["kvm-home"]
 
 
 def test_transition_logs_are_not_repeated_by_a_second_replica(make, caplog):
@@ -165,7 +164,7 @@ def test_transition_logs_are_not_repeated_by_a_second_replica(make, caplog):
 def test_standalone_stores_without_a_cluster(make):
     ctl = make(writer=False)
     assert ctl.record(res()) == "stored"
-    stored = ctl.store.latest("kvm-home")
+    stored = ctl.results.latest("kvm-home")
     assert stored.recorded_at >= stored.checked_at
     assert dataclasses.replace(stored, recorded_at=None) == res()
 
@@ -173,11 +172,11 @@ def test_standalone_stores_without_a_cluster(make):
 def test_overdue_sweep(make, kubeapi, caplog, redis_client):
     ctl = make(names=("kvm-home", "local"))
     ctl.record(res("kvm-home", at=T0))
-    ctl.store.first_seen("local", now=T0)
+    ctl.store.marks.first_seen("local", now=T0)
     caplog.set_level(logging.WARNING, logger="fleet.controller")
     assert ctl.sweep_overdue(now=T0 + 100) == []  # within 2 × 60s + 15s
     later = T0 + 136
-    redis_client.set(beatstate.LAST_ROUND_KEY, repr(later - 5))  # beat sends rounds: the workers are the suspects
+    redis_client.set(keys.BEAT_LAST_ROUND, repr(later - 5))  # beat sends rounds: the workers are the suspects
     assert ctl.sweep_overdue(now=later) == ["kvm-home", "local"]
     for name in ("kvm-home", "local"):
         cond = kubeapi.objects[name]["status"]["conditions"][0]
@@ -200,7 +199,7 @@ def test_overdue_sweep_without_rounds_blames_beat(make, kubeapi, redis_client):
     ctl.record(res("kvm-home", at=T0))
     for last_round, said in ((None, "none on record"), (T0, rfc3339(T0))):
         if last_round is not None:
-            redis_client.set(beatstate.LAST_ROUND_KEY, repr(last_round))
+            redis_client.set(keys.BEAT_LAST_ROUND, repr(last_round))
         assert ctl.sweep_overdue(now=T0 + 136) == ["kvm-home"]
         msg = kubeapi.objects["kvm-home"]["status"]["conditions"][0]["message"]
         assert f"no check round sent since {said}: is fleet beat running?" in msg, msg
@@ -241,7 +240,7 @@ def test_a_crafted_result_is_dropped_counted_and_a_real_one_wins(make, kubeapi, 
     assert ctl.record_message((crafted,), {}) == "dropped"
     assert ctl.record_message((crafted,), {}) == "dropped"
     assert dropped(ctl, reason) == 2
-    assert ctl.store.latest("kvm-home") is None and "kvm-home" not in kubeapi.objects
+    assert ctl.results.latest("kvm-home") is None and "kvm-home" not in kubeapi.objects
     warns = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warns) == 1 and warns[0].fields["reason"] == reason and warns[0].fields["field"]  # once, with the field
     real = res(ready=False, reason="Unreachable", at=now).to_dict()
@@ -288,16 +287,15 @@ def test_a_stored_result_from_the_future_does_not_block_forever(make, kubeapi, r
     import json
     import time
 
-    from fleet.store import RESULT_KEY
 
     now = time.time()
-    redis_client.set(RESULT_KEY + "kvm-home", json.dumps({**res(at=now).to_dict(), **stored}))
+    redis_client.set(keys.RESULT + "kvm-home", json.dumps({**res(at=now).to_dict(), **stored}))
     # and the object it had made, with lastCheckTime in year 5024
     kubeapi.add(managed("kvm-home", lastCheckTime="5024-06-01T00:00:00Z", targetsReady="1/1"))
     ctl = make()
-    assert ctl.store.latest("kvm-home") is None and ctl.store.all() == {}  # readers do not crash
+    assert ctl.results.latest("kvm-home") is None and ctl.results.all() == {}  # readers do not crash
     assert ctl.record(res(at=now, ready=False, reason="Unreachable")) == "patched"
-    assert ctl.store.latest("kvm-home").checked_at == now
+    assert ctl.results.latest("kvm-home").checked_at == now
     st = kubeapi.objects["kvm-home"]["status"]
     assert (st["lastCheckTime"], st["conditions"][0]["status"]) == (rfc3339(now), "False")
 

@@ -1,0 +1,38 @@
+"""Every Redis key fleet writes, defined once. The strings are what an
+operator sees in `redis-cli` and the runbooks: keep them stable.
+
+The keys are not namespaced by installation, like every queue in the
+broker's database: one Redis database holds one installation.
+"""
+
+from __future__ import annotations
+
+RESULT = "fleet:result:"  # + provider: its latest check result (JSON), no expiry
+SEEN = "fleet:seen:"  # + provider: when a result was first expected (Unix time), set once
+OVERDUE = "fleet:overdue:"  # + provider: CheckOverdue was logged (cleared by the next result)
+WORKER = "fleet:worker:"  # + provider:node: a provider worker's heartbeat, with a TTL
+
+BEAT_LOCK = "fleet:beat:lock"  # the active beat's owner id, with a TTL
+BEAT_LAST_ROUND = "fleet:beat:last_round"  # Unix time of the last round sent
+BEAT_SCHEDULE = "fleet:beat:schedule"  # the schedule the active beat runs (JSON)
+BEAT_SKIPPED = "fleet:beat:skipped"  # hash: provider → checks not sent (no live worker)
+
+
+def result(provider: str) -> str:
+    return RESULT + provider
+
+
+def seen(provider: str) -> str:
+    return SEEN + provider
+
+
+def overdue(provider: str) -> str:
+    return OVERDUE + provider
+
+
+def worker(provider: str, node: str) -> str:
+    return f"{WORKER}{provider}:{node}"
+
+
+def text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
