@@ -1,16 +1,19 @@
-"""The controller's Kubernetes writer: one ProviderHealth per provider.
+"""The controller's Kubernetes writer: one `publish` for every custom resource.
 
-Reads are uncached GETs. An object is created when missing, labelled
+`Writer.publish(resource, name, namespace, decide)` reads the object with an
+uncached GET and creates it when missing, labelled
 `app.kubernetes.io/managed-by=egress-proxies-operator` and
-`fleet.crawl.example.com/installation=<--installation>`; the writer touches
-only objects carrying both (`foreign_owner`): anything else is left alone,
-logged once and reported as FOREIGN. Its status is merge-patched only when
-it changed, with the read resourceVersion in the patch so two replicas can't
-interleave (a 409 re-reads and retries). A result older than the object's
-lastCheckTime is dropped rather than written over a newer one. Every write
-names the field manager `fleet-controller`. A 401/403 (RBAC) or a 404 on the
-collection (CRD missing) becomes a ClusterAccessError naming the verb and
-the resource.
+`fleet.crawl.example.com/installation=<--installation>`. It touches only
+objects carrying both (`foreign_owner`): anything else is left alone, logged
+once and reported as FOREIGN. Then the feature's pure `decide(current)`
+(`fleet.resources`: a `Patch` of the status or a `Skip`) says what to write;
+the writer merge-patches the status subresource with the read
+resourceVersion in the patch, so two replicas can't interleave (a 409
+re-reads, decides again and retries). Every write names the field manager
+`fleet-controller`. A 401/403 (RBAC) or a 404 on the collection (CRD
+missing) becomes a ClusterAccessError naming the verb and `plural.group`.
+The kinds are data (`fleet.resources.Resource`); cluster-scoped and
+namespaced ones go through the same code. This module knows no feature.
 """
 
 from __future__ import annotations
@@ -19,34 +22,27 @@ import json
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleet.health.limits import LIMITS
-from fleet.health.results import rfc3339
-from fleet.health.status import merge_patch
+from fleet.resources import KNOWN, UNCHANGED, Decide, Resource, Skip
 from fleet.settings import Settings
 from providers.kubernetes.client import default_kubeconfig, in_cluster, load_configuration
 
 log = logging.getLogger("fleet.kube")
 
-GROUP = "crawl.example.com"
-VERSION = "v1alpha1"
-PLURAL = "providerhealths"
-KIND = "ProviderHealth"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "egress-proxies-operator"
 LABEL_INSTALLATION = "fleet.crawl.example.com/installation"  # value: Settings.installation_id
 FIELD_MANAGER = "fleet-controller"
 RBAC_ROLE = "the ClusterRole fleet:<installation>:controller from `fleet render`"
-# publish outcomes
-PATCHED, UNCHANGED, STALE, FOREIGN = "patched", "unchanged", "stale", "foreign"
+# publish outcomes besides a Skip's reason (UNCHANGED, or the feature's own)
+PATCHED, FOREIGN = "patched", "foreign"
 CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = 10.0
+
 
 
 class WriteConflict(Exception):
@@ -55,7 +51,8 @@ class WriteConflict(Exception):
 
 class ClusterAccessError(Exception):
     """The API server refused a verb on a resource for a reason an admin
-    fixes (credentials, RBAC, a missing CRD); the message says which."""
+    fixes (credentials, RBAC, a missing CRD); the message says which.
+    `resource` is as RBAC names it (`providerhealths`, `providerhealths/status`)."""
 
     def __init__(self, message: str, verb: str, resource: str, status: int) -> None:
         super().__init__(message)
@@ -85,30 +82,33 @@ def foreign_owner(obj: dict[str, Any], installation: str) -> str | None:
     return None
 
 
-def access_error(status: int, verb: str, resource: str, name: str | None, server_message: str) -> ClusterAccessError | None:
+def access_error(
+    status: int, verb: str, resource: Resource, name: str | None, server_message: str, subresource: str = "",
+    namespace: str | None = None,
+) -> ClusterAccessError | None:
     """The admin-facing error for a refused request, or None when the caller
-    handles the status itself. `resource` is as RBAC names it
-    (`providerhealths`, `providerhealths/status`); 404 counts as a missing
-    CRD only on the collection (create, list): on a named object it means
-    the object is gone."""
-    plural, _, sub = resource.partition("/")
-    what = f"{plural}.{GROUP}" + (f"/{sub}" if sub else "") + (f" {name!r}" if name else "")
+    handles the status itself. 404 counts as a missing CRD only on the
+    collection (create, list): on a named object it means the object is gone."""
+    rbac = resource.plural + (f"/{subresource}" if subresource else "")
+    what = resource.crd_name + (f"/{subresource}" if subresource else "") + (f" {name!r}" if name else "")
+    if namespace:
+        what += f" in namespace {namespace!r}"
     said = f" (API server: {server_message})" if server_message else ""
     if status == 401:
         msg = f"cannot {verb} {what}: the API server rejected the controller's credentials (401){said}"
     elif status == 403:
         msg = (
             f"cannot {verb} {what}: forbidden (403). The controller's ServiceAccount needs verb {verb!r} on resource "
-            f"{resource!r} in API group {GROUP!r} ({RBAC_ROLE}){said}"
+            f"{rbac!r} in API group {resource.group!r} ({RBAC_ROLE}){said}"
         )
     elif status == 404 and verb in ("create", "list"):
         msg = (
-            f"cannot {verb} {what}: the API server does not serve {PLURAL}.{GROUP}/{VERSION} (404). Is the {KIND} CRD "
-            f"installed? kubectl apply -k deploy{said}"
+            f"cannot {verb} {what}: the API server does not serve {resource.crd_name}/{resource.version} (404). "
+            f"Is the {resource.kind} CRD installed? kubectl apply -k deploy{said}"
         )
     else:
         return None
-    return ClusterAccessError(msg, verb, resource, status)
+    return ClusterAccessError(msg, verb, rbac, status)
 
 
 def _server_message(exc: ApiException) -> str:
@@ -118,135 +118,153 @@ def _server_message(exc: ApiException) -> str:
         return str(exc.reason or "")
 
 
-def _refused(exc: ApiException, verb: str, resource: str = PLURAL, name: str | None = None) -> Exception:
-    return access_error(exc.status or 0, verb, resource, name, _server_message(exc)) or exc
-
-
 def cluster_configuration(settings: Settings) -> tuple[client.Configuration | None, str]:
     """The cluster to write to, and a sentence saying which mode that is.
 
     In-cluster service account, else an explicit --kubeconfig, $KUBECONFIG
     or ~/.kube/config; with none of them: standalone on Redis alone.
     """
+    kinds = " and ".join(r.kind for r in KNOWN)
     if settings.kubeconfig or settings.kube_context:
         cfg = load_configuration(settings.kubeconfig, settings.kube_context)
-        return cfg, f"cluster mode: writing ProviderHealth objects to {cfg.host} (kubeconfig {settings.kubeconfig or default_kubeconfig()})"
+        return cfg, f"cluster mode: writing {kinds} objects to {cfg.host} (kubeconfig {settings.kubeconfig or default_kubeconfig()})"
     if in_cluster():
         cfg = load_configuration()
-        return cfg, f"cluster mode: writing ProviderHealth objects to {cfg.host} (in-cluster service account)"
+        return cfg, f"cluster mode: writing {kinds} objects to {cfg.host} (in-cluster service account)"
     path = default_kubeconfig()
     if all(os.path.exists(p) for p in path.split(os.pathsep) if p):
         cfg = load_configuration()
-        return cfg, f"cluster mode: writing ProviderHealth objects to {cfg.host} (kubeconfig {path})"
+        return cfg, f"cluster mode: writing {kinds} objects to {cfg.host} (kubeconfig {path})"
     return None, "standalone mode: no cluster configured, results are kept in Redis only (fleet get ph)"
 
 
-def connect(settings: Settings) -> tuple[HealthWriter | None, str]:
+def connect(settings: Settings) -> tuple[Writer | None, str]:
     """The controller's writer for the configured cluster (None standalone),
     and the sentence saying which mode that is (`cluster_configuration`)."""
     cfg, mode = cluster_configuration(settings)
-    return (HealthWriter(client.ApiClient(cfg), settings.installation_id) if cfg is not None else None), mode
+    return (Writer(client.ApiClient(cfg), settings.installation_id) if cfg is not None else None), mode
 
 
-class HealthWriter:
+def _check_scope(resource: Resource, namespace: str | None) -> None:
+    if resource.namespaced and not namespace:
+        raise ValueError(f"{resource.kind} is namespaced: a namespace is required")
+    if not resource.namespaced and namespace:
+        raise ValueError(f"{resource.kind} is cluster-scoped: no namespace ({namespace!r})")
+
+
+class Writer:
+    """Creates, status-patches and cleans up this installation's custom
+    objects of any `Resource`, cluster-scoped or namespaced."""
+
     def __init__(self, api_client: client.ApiClient, installation: str) -> None:
         self.api = client.CustomObjectsApi(api_client)
         self.installation = installation
         self.writes = 0  # creates + patches, for the benchmark and tests
-        self._reported: set[str] = set()  # foreign objects already logged by this process
+        self._reported: set[tuple[str, str, str]] = set()  # (kind, namespace, name) logged as foreign by this process
         self._lock = threading.Lock()
 
-    def _get(self, name: str) -> dict[str, Any] | None:
+    def _call(self, verb: str, resource: Resource, namespace: str | None, *args: Any, status: bool = False, **kw: Any) -> Any:
+        """CustomObjectsApi's `<verb>_{cluster,namespaced}_custom_object[_status]`."""
+        scope = "namespaced" if resource.namespaced else "cluster"
+        method = getattr(self.api, f"{verb}_{scope}_custom_object" + ("_status" if status else ""))
+        where = (namespace, resource.plural) if resource.namespaced else (resource.plural,)
+        return method(resource.group, resource.version, *where, *args, _request_timeout=REQUEST_TIMEOUT, **kw)
+
+    def _refused(self, exc: ApiException, verb: str, resource: Resource, name: str | None = None,
+                 namespace: str | None = None, subresource: str = "") -> Exception:
+        err = access_error(exc.status or 0, verb, resource, name, _server_message(exc), subresource, namespace)
+        return err or exc
+
+    def _get(self, resource: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
         try:
-            return self.api.get_cluster_custom_object(GROUP, VERSION, PLURAL, name, _request_timeout=REQUEST_TIMEOUT)
+            return self._call("get", resource, namespace, name)
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise _refused(exc, "get", name=name) from exc
+            raise self._refused(exc, "get", resource, name, namespace) from exc
 
-    def _create(self, name: str) -> dict[str, Any] | None:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": KIND,
-            "metadata": {"name": name, "labels": labels_for(self.installation)},
-        }
+    def _create(self, resource: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
+        metadata: dict[str, Any] = {"name": name, "labels": labels_for(self.installation)}
+        if namespace:
+            metadata["namespace"] = namespace
+        body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}
         try:
-            obj = self.api.create_cluster_custom_object(
-                GROUP, VERSION, PLURAL, body, field_manager=FIELD_MANAGER, _request_timeout=REQUEST_TIMEOUT
-            )
+            obj = self._call("create", resource, namespace, body, field_manager=FIELD_MANAGER)
         except ApiException as exc:
             if exc.status == 409:  # another replica, or another installation, was first
                 return None
-            raise _refused(exc, "create", name=name) from exc
+            raise self._refused(exc, "create", resource, name, namespace) from exc
         self.writes += 1
-        log.info("created ProviderHealth", extra={"fields": {"name": name, "installation": self.installation}})
+        log.info(f"created {resource.kind}", extra={"fields": {"name": name, **_ns(namespace), "installation": self.installation}})
         return obj
 
-    def _report_foreign(self, name: str, owner: str) -> None:
+    def _report_foreign(self, resource: Resource, name: str, namespace: str | None, owner: str) -> None:
         with self._lock:
-            first = name not in self._reported
-            self._reported.add(name)
+            key = (resource.kind, namespace or "", name)
+            first = key not in self._reported
+            self._reported.add(key)
         log.log(
             logging.WARNING if first else logging.DEBUG,
-            f"{KIND} not ours: left alone",
-            extra={"fields": {"name": name, "owner": owner, "installation": self.installation}},
+            f"{resource.kind} not ours: left alone",
+            extra={"fields": {"name": name, **_ns(namespace), "owner": owner, "installation": self.installation}},
         )
 
-    def publish(self, name: str, checked_at: float | None, build: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
-        """Create if missing, then patch the status `build(prev)` when it
-        changed. Returns what happened: PATCHED, UNCHANGED, STALE, or FOREIGN
-        (the object is not this installation's: nothing written)."""
+    def publish(self, resource: Resource, name: str, namespace: str | None, decide: Decide) -> str:
+        """Create the object if missing, then apply `decide(current)`: patch
+        its status, or skip. Returns PATCHED, FOREIGN (not this
+        installation's: nothing written), or the Skip's reason."""
+        _check_scope(resource, namespace)
         for _ in range(CONFLICT_RETRIES):
-            obj = self._get(name) or self._create(name)
+            obj = self._get(resource, name, namespace) or self._create(resource, name, namespace)
             if obj is None:
                 continue
             owner = foreign_owner(obj, self.installation)
             if owner is not None:
-                self._report_foreign(name, owner)
+                self._report_foreign(resource, name, namespace, owner)
                 return FOREIGN
-            prev = obj.get("status") or {}
-            last = prev.get("lastCheckTime")
-            # a lastCheckTime past now + skew (a result from the future written
-            # before messages were validated) does not block newer writes
-            if checked_at is not None and last and rfc3339(checked_at) < last <= rfc3339(time.time() + LIMITS.clock_skew):
-                return STALE
-            new = build(prev)
-            if new == prev:
+            decision = decide(obj)
+            if isinstance(decision, Skip):
+                return decision.reason
+            if not decision.status:  # an empty merge patch changes nothing
                 return UNCHANGED
-            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": merge_patch(prev, new)}
+            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": dict(decision.status)}
             try:
-                self.api.patch_cluster_custom_object_status(
-                    GROUP, VERSION, PLURAL, name, body, field_manager=FIELD_MANAGER,
-                    _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT,
-                )
+                self._call("patch", resource, namespace, name, body, status=True, field_manager=FIELD_MANAGER,
+                           _content_type="application/merge-patch+json")
             except ApiException as exc:
                 if exc.status in (404, 409):  # deleted (recreate) or moved (re-read) under us
-                    log.debug("object moved or gone, re-reading", extra={"fields": {"name": name, "status": exc.status}})
+                    log.debug("object moved or gone, re-reading", extra={"fields": {"name": name, **_ns(namespace), "status": exc.status}})
                     continue
-                raise _refused(exc, "patch", f"{PLURAL}/status", name) from exc
+                raise self._refused(exc, "patch", resource, name, namespace, "status") from exc
             self.writes += 1
             return PATCHED
-        raise WriteConflict(f"{KIND} {name}: still conflicting after {CONFLICT_RETRIES} attempts")
+        where = f"{namespace}/{name}" if namespace else name
+        raise WriteConflict(f"{resource.kind} {where}: still conflicting after {CONFLICT_RETRIES} attempts")
 
-    def cleanup(self, keep: set[str]) -> list[str]:
-        """Delete this installation's objects of providers not in `keep`;
-        never unlabelled ones nor another installation's."""
+    def cleanup(self, resource: Resource, keep: set[str], namespace: str | None = None, why: str = "") -> list[str]:
+        """Delete this installation's objects (in `namespace`, for a
+        namespaced kind) whose names are not in `keep`; never unlabelled
+        ones nor another installation's. `why` ends the log line."""
+        _check_scope(resource, namespace)
         try:
-            listed = self.api.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, label_selector=selector_for(self.installation), _request_timeout=REQUEST_TIMEOUT
-            )
+            listed = self._call("list", resource, namespace, label_selector=selector_for(self.installation))
         except ApiException as exc:
-            raise _refused(exc, "list") from exc
+            raise self._refused(exc, "list", resource, namespace=namespace) from exc
         deleted = []
         for item in listed.get("items") or ():
             name = (item.get("metadata") or {}).get("name", "")
             if name in keep or foreign_owner(item, self.installation) is not None:
                 continue
             try:
-                self.api.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name, _request_timeout=REQUEST_TIMEOUT)
+                self._call("delete", resource, namespace, name)
             except ApiException as exc:
                 if exc.status != 404:
-                    raise _refused(exc, "delete", name=name) from exc
+                    raise self._refused(exc, "delete", resource, name, namespace) from exc
             deleted.append(name)
-            log.info("deleted ProviderHealth of an unconfigured provider", extra={"fields": {"name": name}})
+            log.info(f"deleted {resource.kind}" + (f" {why}" if why else ""), extra={"fields": {"name": name, **_ns(namespace)}})
         return deleted
+
+
+def _ns(namespace: str | None) -> dict[str, str]:
+    """The log field of a namespaced object (none for a cluster-scoped one)."""
+    return {"namespace": namespace} if namespace else {}

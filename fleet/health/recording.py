@@ -28,8 +28,9 @@ from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of, unpack_args, validate_message
 from fleet.health.results import CheckResult
 from fleet.health.stored import StoredResults
-from fleet.kube import HealthWriter
+from fleet.kube import Writer
 from fleet.logs import kv
+from fleet.resources import PROVIDER_HEALTH
 from fleet.routing import provider_queue
 from fleet.settings import Settings
 from fleet.store import Store
@@ -50,7 +51,7 @@ def drop_reason(provider: str, configured: set[str], checks_enabled: bool) -> st
 
 class Controller:
     def __init__(
-        self, settings: Settings, config: ProvidersConfig, store: Store, writer: HealthWriter | None, mode: str = ""
+        self, settings: Settings, config: ProvidersConfig, store: Store, writer: Writer | None, mode: str = ""
     ) -> None:
         self.settings = settings
         self.config = config
@@ -58,7 +59,7 @@ class Controller:
         self.results = StoredResults(store)
         self.writer = writer
         self.mode = mode
-        self.counters = metrics.ControllerCounters(kinds=(kube.KIND,))
+        self.counters = metrics.ControllerCounters(kinds=(PROVIDER_HEALTH.kind,))
         self._configured = set(config.names())
         self._reported: set[tuple[str, str]] = set()  # (provider, reason) this process has logged at WARNING
         self._lock = threading.Lock()
@@ -83,7 +84,7 @@ class Controller:
         if gone:
             log.info("forgot results of unconfigured providers", extra=kv(providers=",".join(gone)))
         if self.writer is not None:
-            self.writer.cleanup(keep)
+            self.writer.cleanup(PROVIDER_HEALTH, keep, why="of an unconfigured provider")
 
     def _drop(self, provider: str, reason: str, field: str = "", detail: str = "") -> str:
         """Count a dropped result; log it once per provider and reason (then at
@@ -117,9 +118,11 @@ class Controller:
     def _publish(self, name: str, checked_at: float | None, build: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
         if self.writer is None:
             return "stored"
-        outcome = self.writer.publish(name, checked_at, build)
+        outcome = self.writer.publish(
+            PROVIDER_HEALTH, name, None, lambda current: status.decide(current, build, checked_at, time.time())
+        )
         if outcome == kube.FOREIGN:
-            self.counters.skipped_foreign(kube.KIND)
+            self.counters.skipped_foreign(PROVIDER_HEALTH.kind)
         return outcome
 
     def record(self, result: CheckResult) -> str:

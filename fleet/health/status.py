@@ -1,5 +1,6 @@
 """Pure decisions of the controller: the ProviderHealth status, the Ready
-verdict, transitions worth a log line, overdue detection, merge patches.
+verdict, transitions worth a log line, overdue detection, merge patches,
+and `decide`: what `fleet.kube.Writer.publish` writes into a ProviderHealth.
 
 No I/O here: the writers (`fleet.kube`, `fleet.store`) apply what these
 return. Semantics follow the seed's `buildStatus` and `logTransitions`.
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fleet.durations import format_duration
+from fleet.health.limits import LIMITS
 from fleet.health.results import CheckResult, Verdict, rfc3339
+from fleet.resources import UNCHANGED, Patch, Skip
 from providers.base import TargetStatus
 
 CONDITION_READY = "Ready"
@@ -186,6 +190,31 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         elif v != old[k]:
             patch[k] = v
     return patch
+
+
+# publish's outcome when the object holds a newer check than the one at hand
+STALE = "stale"
+
+
+def decide(
+    current: dict[str, Any], want: Callable[[dict[str, Any]], dict[str, Any]], checked_at: float | None, now: float
+) -> Patch | Skip:
+    """What to write into the ProviderHealth `current` (as read): the merge
+    patch from its status to `want(status)` (`build_status`,
+    `overdue_status`), or a Skip. STALE when the check at `checked_at` is
+    older than the object's lastCheckTime (another replica wrote a newer
+    one), unless that lastCheckTime is past `now` + the clock skew (written
+    before messages were validated: it must not block newer writes);
+    UNCHANGED when there is nothing to patch. `checked_at` None (the overdue
+    sweep) is never stale."""
+    prev = current.get("status") or {}
+    last = prev.get("lastCheckTime")
+    if checked_at is not None and last and rfc3339(checked_at) < last <= rfc3339(now + LIMITS.clock_skew):
+        return Skip(STALE)
+    new = want(prev)
+    if new == prev:
+        return Skip(UNCHANGED)
+    return Patch(merge_patch(prev, new))
 
 
 @dataclass(frozen=True)

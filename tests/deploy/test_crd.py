@@ -8,7 +8,7 @@ import yaml
 
 from fleet.health import status
 from fleet.health.results import CheckResult
-from fleet.kube import GROUP, KIND, PLURAL, VERSION
+from fleet.resources import PROVIDER_HEALTH
 from providers.base import TargetStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,10 +19,11 @@ STATUS = VER["schema"]["openAPIV3Schema"]["properties"]["status"]
 
 def test_names_scope_and_subresource():
     spec = CRD["spec"]
-    assert CRD["metadata"]["name"] == f"{PLURAL}.{GROUP}"
-    assert (spec["group"], VER["name"], spec["names"]["kind"]) == (GROUP, VERSION, KIND)
-    assert spec["scope"] == "Cluster"
-    assert spec["names"]["shortNames"] == ["ph"]
+    ph = PROVIDER_HEALTH
+    assert CRD["metadata"]["name"] == f"{ph.plural}.{ph.group}" == "providerhealths.crawl.example.com"
+    assert (spec["group"], VER["name"], spec["names"]["kind"]) == (ph.group, ph.version, ph.kind)
+    assert spec["scope"] == "Cluster" and not ph.namespaced
+    assert spec["names"]["shortNames"] == ["ph"] == list(ph.short_names)
     assert VER["subresources"] == {"status": {}}
 
 

@@ -1,9 +1,13 @@
 """An HTTP-level fake of the Kubernetes API paths fleet uses, for the real
 `kubernetes` client to talk to.
 
-Cluster-scoped custom objects (get, list with an equality label selector,
-create, status subresource merge-patch with a resourceVersion precondition,
-delete) and the cluster-wide pod list the kubernetes Checker makes. Every
+Custom objects, cluster-scoped and namespaced (get, list with an equality
+label selector, in one namespace or across all, create, status subresource
+merge-patch with a resourceVersion precondition, delete), and the
+cluster-wide pod list the kubernetes Checker makes. `objects` is keyed by
+name for a cluster-scoped object and by `namespace/name` for a namespaced
+one; each object belongs to the plural it was created under (`add` takes
+it, `providerhealths` by default), so kinds don't see each other. Every
 request is recorded, with its `fieldManager`; writes keep
 `metadata.managedFields` as the API server does (manager = fieldManager, else
 the User-Agent's product, e.g. `OpenAPI-Generator`). Missing RBAC (`deny`:
@@ -31,7 +35,15 @@ from urllib.parse import parse_qs, urlsplit
 from tests.fakes.http import LoopbackServer
 
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
-CUSTOM = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<status>/status)?$")
+CUSTOM = re.compile(
+    r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
+    r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<status>/status)?$"
+)
+
+
+def key(namespace: str | None, name: str) -> str:
+    """Where `objects` keeps an object: its name, or `namespace/name`."""
+    return f"{namespace}/{name}" if namespace else name
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -81,7 +93,8 @@ def verb_of(method: str, name: str | None, query: dict[str, list[str]]) -> str:
 
 @dataclass
 class FakeKubeAPI:
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # by `key(namespace, name)`
+    plurals: dict[str, str] = field(default_factory=dict)  # object key -> the plural it belongs to
     pods: list[dict[str, Any]] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     # (method, path-regex) -> callable(req) -> (code, body) | None; first match wins
@@ -107,12 +120,13 @@ class FakeKubeAPI:
         self.missing.add(plural)
 
     def managers(self, name: str) -> set[tuple[str, str]]:
-        """(manager, subresource or '') pairs recorded in the object's managedFields."""
+        """(manager, subresource or '') pairs recorded in the object's managedFields (`name`: an `objects` key)."""
         return {(f["manager"], f.get("subresource", "")) for f in self.objects[name]["metadata"].get("managedFields", [])}
 
-    def add(self, obj: dict[str, Any]) -> None:
+    def add(self, obj: dict[str, Any], plural: str = "providerhealths") -> None:
+        """Put an object in place (namespaced when its metadata has a namespace)."""
         with self._lock:
-            self._store(copy.deepcopy(obj))
+            self._store(copy.deepcopy(obj), plural)
 
     def writes(self, name: str | None = None) -> list[Request]:
         return [
@@ -121,13 +135,16 @@ class FakeKubeAPI:
                                                                     or r.path.endswith(f"/{name}/status"))
         ]
 
-    def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def _store(self, obj: dict[str, Any], plural: str | None = None) -> dict[str, Any]:
+        """Keep `obj` with a new resourceVersion (plural None: the one it had, else providerhealths)."""
         self._rv += 1
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(self._rv)
         meta.setdefault("uid", f"uid-{meta['name']}")
         meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        self.objects[meta["name"]] = obj
+        k = key(meta.get("namespace"), meta["name"])
+        self.objects[k] = obj
+        self.plurals[k] = plural or self.plurals.get(k, "providerhealths")
         return obj
 
     # --- request handling --------------------------------------------------------------
@@ -154,17 +171,18 @@ class FakeKubeAPI:
         if refused is not None:
             return refused
         with self._lock:
-            return self._custom(req, m.group("name"), bool(m.group("status")), m.group("group"), m.group("version"))
+            return self._custom(req, m)
 
     def _refused(self, req: Request, m: re.Match[str]) -> tuple[int, Any] | None:
         """403 for a denied verb (authorization runs before routing), then 404 for a missing CRD."""
-        plural, name, group = m.group("plural"), m.group("name"), m.group("group")
+        plural, name, group, ns = m.group("plural"), m.group("name"), m.group("group"), m.group("ns")
         verb = verb_of(req.method, name, req.query)
         resource = plural + ("/status" if m.group("status") else "")
         if (verb, resource) in self.denied:
             what = f'{plural}.{group} "{name}"' if name else f"{plural}.{group}"
+            scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
             return 403, status_body(403, "Forbidden", f'{what} is forbidden: User "{self.user}" cannot {verb} resource '
-                                                      f'"{resource}" in API group "{group}" at the cluster scope')
+                                                      f'"{resource}" in API group "{group}" {scope}')
         if plural in self.missing:
             return 404, status_body(404, "NotFound", "the server could not find the requested resource")
         return None
@@ -207,29 +225,41 @@ class FakeKubeAPI:
             return 200, copy.deepcopy(found[0])
         return 405, status_body(405, "MethodNotAllowed", req.method)
 
-    def _custom(self, req: Request, name: str | None, status: bool, group: str, version: str) -> tuple[int, Any]:
+    def _custom(self, req: Request, m: re.Match[str]) -> tuple[int, Any]:
+        name, status, group, version = m.group("name"), bool(m.group("status")), m.group("group"), m.group("version")
+        plural, ns = m.group("plural"), m.group("ns")
         if name is None:
-            if req.method == "GET":
+            if req.method == "GET":  # in `ns`, or across all namespaces
                 sel = req.query.get("labelSelector", [""])[0]
-                items = [copy.deepcopy(o) for o in self.objects.values() if _selected(o, sel)]
+                items = [copy.deepcopy(o) for k, o in self.objects.items()
+                         if self.plurals.get(k) == plural and (ns is None or o["metadata"].get("namespace") == ns)
+                         and _selected(o, sel)]
                 return 200, {"apiVersion": f"{group}/{version}", "kind": "List", "metadata": {}, "items": items}
             if req.method == "POST":
                 obj = req.body
-                n = obj["metadata"]["name"]
-                if n in self.objects:
+                meta = obj.setdefault("metadata", {})
+                if meta.get("namespace", ns) != ns:
+                    return 400, status_body(400, "BadRequest", "the namespace of the provided object does not match "
+                                                               "the namespace sent on the request")
+                if ns:
+                    meta["namespace"] = ns
+                n = meta["name"]
+                if key(ns, n) in self.objects:
                     return 409, status_body(409, "AlreadyExists", f'"{n}" already exists')
                 obj.pop("status", None)  # status is ignored on create with the subresource
-                obj.setdefault("metadata", {}).pop("managedFields", None)
+                meta.pop("managedFields", None)
                 self._manage(obj, req, "")
-                return 201, copy.deepcopy(self._store(obj))
+                return 201, copy.deepcopy(self._store(obj, plural))
             return 405, status_body(405, "MethodNotAllowed", req.method)
-        obj = self.objects.get(name)
+        k = key(ns, name)
+        obj = self.objects.get(k) if self.plurals.get(k) == plural else None
         if obj is None:
             return 404, status_body(404, "NotFound", f'"{name}" not found')
         if req.method == "GET":
             return 200, copy.deepcopy(obj)
         if req.method == "DELETE":
-            del self.objects[name]
+            del self.objects[k]
+            del self.plurals[k]
             return 200, status_body(200, "", "deleted") | {"status": "Success"}
         if req.method == "PATCH" and status:
             if req.content_type != "application/merge-patch+json":
@@ -241,7 +271,7 @@ class FakeKubeAPI:
             new = copy.deepcopy(obj)
             new["status"] = merge(obj.get("status") or {}, req.body.get("status") or {})
             self._manage(new, req, "status")
-            return 200, copy.deepcopy(self._store(new))
+            return 200, copy.deepcopy(self._store(new, plural))
         return 405, status_body(405, "MethodNotAllowed", req.method)
 
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fleet import kube, metrics
+from fleet import metrics
 from fleet.health.gauges import registry_for
 from fleet.health.recording import DROPPED, Controller, drop_reason
 from fleet.health.results import rfc3339
@@ -21,12 +21,13 @@ from fleet.kube import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     ClusterAccessError,
-    HealthWriter,
+    Writer,
     access_error,
     foreign_owner,
     labels_for,
     selector_for,
 )
+from fleet.resources import PROVIDER_HEALTH
 from fleet.settings import Settings
 from fleet.store import Store
 from providers.kubernetes.client import load_configuration
@@ -40,7 +41,7 @@ def fleet(kubeapi):
     """A controller of installation `installation` with its own Redis, writing to the one fake cluster."""
 
     def fleet(installation, *names, interval=60.0):
-        w = HealthWriter(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation)
+        w = Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation)
         settings = Settings(provider_check_interval=interval, installation=installation)
         return Controller(settings, config(*names), Store(fakeredis.FakeRedis()), w)
 
@@ -245,7 +246,7 @@ def test_writes_name_the_field_manager(fleet, kubeapi):
 def test_fake_records_the_client_default_manager_without_a_field_manager(kubeapi):
     """What the API server records when the writer names no field manager: the client's User-Agent product."""
     api = client.CustomObjectsApi(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)))
-    api.create_cluster_custom_object(kube.GROUP, kube.VERSION, kube.PLURAL, managed("x"))
+    api.create_cluster_custom_object(PROVIDER_HEALTH.group, PROVIDER_HEALTH.version, PROVIDER_HEALTH.plural, managed("x"))
     assert kubeapi.requests[-1].field_manager is None
     assert kubeapi.managers("x") == {("OpenAPI-Generator", "")}
 
@@ -331,11 +332,12 @@ def test_an_object_deleted_under_us_is_recreated(fleet, kubeapi):
     (500, "get", None),
 ])
 def test_access_error(status, verb, want):
-    resource = "providerhealths/status" if verb == "patch" else "providerhealths"
-    err = access_error(status, verb, resource, "kvm-home", "server says no")
+    sub = "status" if verb == "patch" else ""
+    err = access_error(status, verb, PROVIDER_HEALTH, "kvm-home", "server says no", sub)
     if want is None:
         assert err is None
     else:
         assert want in str(err) and str(err).endswith("(API server: server says no)")
         what = "providerhealths.crawl.example.com/status" if verb == "patch" else "providerhealths.crawl.example.com"
         assert f"cannot {verb} {what} 'kvm-home'" in str(err)
+        assert err.resource == ("providerhealths/status" if sub else "providerhealths")

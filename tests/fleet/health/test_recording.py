@@ -11,7 +11,8 @@ from kubernetes import client
 from fleet.config import parse
 from fleet.health.recording import Controller
 from fleet.health.results import CheckResult, rfc3339
-from fleet.kube import HealthWriter, labels_for, selector_for
+from fleet.kube import Writer, labels_for, selector_for
+from fleet.resources import PROVIDER_HEALTH, UNCHANGED, Skip
 from fleet.settings import Settings
 from fleet.store import Store, keys
 from providers.base import TargetStatus
@@ -38,7 +39,7 @@ def redis_client():
 @pytest.fixture
 def make(kubeapi, redis_client):
     def make(names=("kvm-home", "local"), interval=60.0, writer=True, installation=INSTALLATION, redis=None):
-        w = HealthWriter(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation) if writer else None
+        w = Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation) if writer else None
         settings = Settings(provider_check_interval=interval, installation=installation)
         return Controller(settings, config(*names), Store(redis or redis_client), w)
 
@@ -69,7 +70,7 @@ def test_patched_only_when_changed(make, kubeapi):
     ctl = make()
     ctl.record(res(at=T0))
     writes = len(kubeapi.writes())
-    assert ctl.writer.publish("kvm-home", T0, lambda prev: prev) == "unchanged"
+    assert ctl.writer.publish(PROVIDER_HEALTH, "kvm-home", None, lambda current: Skip(UNCHANGED)) == "unchanged"
     assert len(kubeapi.writes()) == writes
     ctl.record(res(at=T0 + 60))
     assert len(kubeapi.writes()) == writes + 1

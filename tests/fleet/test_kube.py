@@ -1,0 +1,157 @@
+"""The generic writer (`fleet.kube.Writer`) against the HTTP-level fake API,
+through the real kubernetes client: the same code for a cluster-scoped and
+a namespaced kind, the feature's `decide` applied as it answers. The
+ProviderHealth behaviour (ownership, RBAC, CRD errors, field manager) is in
+tests/fleet/health/test_ownership.py and test_recording.py."""
+
+import logging
+
+import pytest
+from kubernetes import client
+
+from fleet.kube import FIELD_MANAGER, FOREIGN, PATCHED, UNCHANGED, ClusterAccessError, WriteConflict, Writer, labels_for
+from fleet.resources import PROVIDER_HEALTH, Patch, Resource, Skip
+from providers.kubernetes.client import load_configuration
+
+# a namespaced kind for the tests only (fleet's own are pinned to deploy/crd/)
+WIDGET = Resource("test.example.com", "v1", "widgets", "Widget", namespaced=True)
+WIDGETS = "/apis/test.example.com/v1/namespaces/{ns}/widgets"
+
+
+@pytest.fixture
+def writer(kubeapi):
+    return Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), "blue")
+
+
+def widget(name, ns, installation="blue", **status):
+    return {"apiVersion": "test.example.com/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": ns, "labels": labels_for(installation)},
+            **({"status": status} if status else {})}
+
+
+def set_phase(phase):
+    """A decide: patch status.phase unless it already is `phase`."""
+
+    def decide(current):
+        if (current.get("status") or {}).get("phase") == phase:
+            return Skip(UNCHANGED)
+        return Patch({"phase": phase})
+
+    return decide
+
+
+def test_a_namespaced_object_is_created_in_its_namespace_and_patched(writer, kubeapi):
+    assert writer.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == PATCHED
+    base = WIDGETS.format(ns="ns1")
+    assert [(r.method, r.path) for r in kubeapi.requests] == [
+        ("GET", f"{base}/w1"), ("POST", base), ("PATCH", f"{base}/w1/status"),
+    ]
+    obj = kubeapi.objects["ns1/w1"]
+    assert (obj["apiVersion"], obj["kind"]) == ("test.example.com/v1", "Widget")
+    assert obj["metadata"]["namespace"] == "ns1" and obj["metadata"]["labels"] == labels_for("blue")
+    assert obj["status"] == {"phase": "Ready"}
+    assert {r.field_manager for r in kubeapi.writes()} == {FIELD_MANAGER}
+    patch = kubeapi.requests[-1]
+    assert patch.content_type == "application/merge-patch+json" and patch.body["metadata"]["resourceVersion"]
+
+    # the same name in another namespace is another object
+    assert writer.publish(WIDGET, "w1", "ns2", set_phase("Failed")) == PATCHED
+    assert (kubeapi.objects["ns1/w1"]["status"], kubeapi.objects["ns2/w1"]["status"]) == ({"phase": "Ready"}, {"phase": "Failed"})
+    assert writer.writes == 4
+
+
+def test_decide_sees_the_object_as_read_and_its_skip_is_the_outcome(writer, kubeapi):
+    kubeapi.add(widget("w1", "ns1", phase="Ready"), plural="widgets")
+    seen = []
+
+    def decide(current):
+        seen.append(current)
+        return Skip("because")
+
+    assert writer.publish(WIDGET, "w1", "ns1", decide) == "because"
+    (current,) = seen
+    assert current["metadata"]["name"] == "w1" and current["status"] == {"phase": "Ready"}
+    assert writer.publish(WIDGET, "w1", "ns1", lambda current: Patch({})) == UNCHANGED  # an empty patch is not sent
+    assert kubeapi.writes() == []
+
+
+def test_a_conflict_rereads_and_decides_again(writer, kubeapi):
+    kubeapi.add(widget("w1", "ns1", phase="Pending"), plural="widgets")
+    kubeapi.conflicts = 2
+    seen = []
+
+    def decide(current):
+        seen.append(current["metadata"]["resourceVersion"])
+        return Patch({"phase": "Ready"})
+
+    assert writer.publish(WIDGET, "w1", "ns1", decide) == PATCHED
+    assert len(seen) == 3
+    assert kubeapi.objects["ns1/w1"]["status"] == {"phase": "Ready"}
+    kubeapi.conflicts = 10
+    with pytest.raises(WriteConflict, match="Widget ns1/w1: still conflicting after 5 attempts"):
+        writer.publish(WIDGET, "w1", "ns1", set_phase("Failed"))
+
+
+def test_another_installations_object_is_left_alone(writer, kubeapi, caplog):
+    caplog.set_level(logging.DEBUG, logger="fleet.kube")
+    kubeapi.add(widget("w1", "ns1", installation="green"), plural="widgets")
+    assert writer.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == FOREIGN
+    assert writer.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == FOREIGN
+    assert kubeapi.writes() == []
+    first, again = [r for r in caplog.records if r.name == "fleet.kube"]
+    assert (first.levelno, again.levelno) == (logging.WARNING, logging.DEBUG)
+    assert first.getMessage() == "Widget not ours: left alone"
+    assert first.fields == {"name": "w1", "namespace": "ns1", "owner": "installation 'green'", "installation": "blue"}
+
+
+def test_cleanup_in_a_namespace_deletes_only_our_unkept_objects_of_that_kind(writer, kubeapi):
+    for name, ns, inst in (("keep", "ns1", "blue"), ("old", "ns1", "blue"), ("theirs", "ns1", "green"), ("old", "ns2", "blue")):
+        kubeapi.add(widget(name, ns, installation=inst), plural="widgets")
+    kubeapi.add({"metadata": {"name": "old", "labels": labels_for("blue")}})  # a ProviderHealth of the same name
+    assert writer.cleanup(WIDGET, {"keep"}, "ns1") == ["old"]
+    assert sorted(kubeapi.objects) == ["ns1/keep", "ns1/theirs", "ns2/old", "old"]
+    assert [r.path for r in kubeapi.requests if r.method == "DELETE"] == [f"{WIDGETS.format(ns='ns1')}/old"]
+
+
+def test_the_cluster_scoped_kind_goes_through_the_same_code(writer, kubeapi):
+    kubeapi.add(widget("kvm-home", "ns1"), plural="widgets")  # same name, other kind: not seen
+    assert writer.publish(PROVIDER_HEALTH, "kvm-home", None, lambda current: Patch({"type": "fake"})) == PATCHED
+    base = "/apis/crawl.example.com/v1alpha1/providerhealths"
+    assert [(r.method, r.path) for r in kubeapi.requests] == [("GET", f"{base}/kvm-home"), ("POST", base),
+                                                              ("PATCH", f"{base}/kvm-home/status")]
+    assert "namespace" not in kubeapi.objects["kvm-home"]["metadata"]
+    assert writer.cleanup(PROVIDER_HEALTH, set()) == ["kvm-home"]
+    assert sorted(kubeapi.objects) == ["ns1/kvm-home"]
+
+
+@pytest.mark.parametrize("resource, namespace", [(WIDGET, None), (WIDGET, ""), (PROVIDER_HEALTH, "ns1")])
+def test_the_namespace_must_fit_the_scope(writer, kubeapi, resource, namespace):
+    with pytest.raises(ValueError):
+        writer.publish(resource, "x", namespace, set_phase("Ready"))
+    with pytest.raises(ValueError):
+        writer.cleanup(resource, set(), namespace)
+    assert kubeapi.requests == []
+
+
+@pytest.mark.parametrize("verb, resource, act", [
+    ("get", "widgets", lambda w: w.publish(WIDGET, "w1", "ns1", set_phase("Ready"))),
+    ("create", "widgets", lambda w: w.publish(WIDGET, "w1", "ns1", set_phase("Ready"))),
+    ("patch", "widgets/status", lambda w: w.publish(WIDGET, "w1", "ns1", set_phase("Ready"))),
+    ("list", "widgets", lambda w: w.cleanup(WIDGET, set(), "ns1")),
+])
+def test_a_refused_namespaced_request_names_verb_resource_and_namespace(writer, kubeapi, verb, resource, act):
+    kubeapi.deny(verb, resource)
+    with pytest.raises(ClusterAccessError) as err:
+        act(writer)
+    e = err.value
+    assert (e.verb, e.resource, e.status) == (verb, resource, 403)
+    assert str(e).startswith(f"cannot {verb} {resource.replace('widgets', 'widgets.test.example.com', 1)}")
+    assert "in namespace 'ns1'" in str(e)
+    assert f"needs verb '{verb}' on resource '{resource}' in API group 'test.example.com'" in str(e)
+    assert 'in the namespace "ns1"' in str(e)  # the API server's own words are kept
+
+
+def test_a_missing_namespaced_crd_names_the_kind(writer, kubeapi):
+    kubeapi.remove_crd("widgets")
+    with pytest.raises(ClusterAccessError, match=r"does not serve widgets.test.example.com/v1 \(404\). Is the Widget CRD installed\?"):
+        writer.publish(WIDGET, "w1", "ns1", set_phase("Ready"))
