@@ -24,6 +24,9 @@ PROVIDER_QUEUE_PREFIX = "provider."
 CHECK_PROVIDER = "fleet.check_provider"
 RECORD_CHECK = "fleet.record_check"
 SWEEP_OVERDUE = "fleet.sweep_overdue"
+GET_INSTANCE = "fleet.get_instance"
+DELETE_INSTANCE = "fleet.delete_instance"
+LIST_INSTANCES = "fleet.list_instances"
 
 
 class Placement(enum.Enum):
@@ -35,7 +38,9 @@ PLACEMENT: Mapping[str, Placement] = MappingProxyType({
     CHECK_PROVIDER: Placement.PROVIDER,
     RECORD_CHECK: Placement.CONTROLLER,
     SWEEP_OVERDUE: Placement.CONTROLLER,
-    **dict.fromkeys(("fleet.get_instance", "fleet.delete_instance", "fleet.list_instances"), Placement.PROVIDER),  # tasks.provider_calls
+    GET_INSTANCE: Placement.PROVIDER,
+    DELETE_INSTANCE: Placement.PROVIDER,
+    LIST_INSTANCES: Placement.PROVIDER,
 })
 
 

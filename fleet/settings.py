@@ -84,7 +84,7 @@ def redact_url(url: str) -> str:
 def broker_problem(url: str) -> str | None:
     """Why `url` is not a usable Redis broker URL (scheme, host, port, db,
     query), or None. Never quotes the password."""
-    from redis.connection import parse_url
+    from fleet.store import parse_url
 
     if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
         return "must be printable ASCII without spaces"

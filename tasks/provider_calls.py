@@ -12,16 +12,14 @@ import logging
 
 from celery import signals
 
-from fleet import exposition, roles, runtime
+from fleet import exposition, roles, routing, runtime
 from fleet.app import app
 from fleet.calls import ProviderCallTask, instance_dict
 from providers.base import Deadline, Provider
 
 log = logging.getLogger("fleet.calls")
 
-GET_INSTANCE = "fleet.get_instance"
-DELETE_INSTANCE = "fleet.delete_instance"
-LIST_INSTANCES = "fleet.list_instances"
+GET_INSTANCE, DELETE_INSTANCE, LIST_INSTANCES = routing.GET_INSTANCE, routing.DELETE_INSTANCE, routing.LIST_INSTANCES
 TASKS = (GET_INSTANCE, DELETE_INSTANCE, LIST_INSTANCES)
 
 
