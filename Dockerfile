@@ -41,5 +41,5 @@ ENV PATH=/opt/fleet/bin:$PATH \
 WORKDIR /opt/fleet
 USER 10001:10001
 # controller /metrics, Flower
-EXPOSE 8080 5555
+EXPOSE 8080 5555 9090
 CMD ["fleet", "--help"]

@@ -61,6 +61,9 @@ CONFIG_HASH_ANNOTATION = "fleet.crawl.example.com/config-sha256"
 CONTROLLER, BEAT = "fleet-controller", "fleet-beat"
 BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
+# Provider workers serve their provider-call series (requests_total,
+# request_duration_seconds) here; off by default outside a cluster.
+WORKER_METRICS_PORT = 9090
 RBAC_API = "rbac.authorization.k8s.io"
 # Directories a credential mount may not cover (or sit inside).
 RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
@@ -371,12 +374,14 @@ def worker(pc: ProviderConfig, rt: Runtime, t: Target, secret_keys: list[str]) -
     cv, cm = credential_volumes(pc, rt)
     sv, sm = secret_volume(pc.name, secret_keys)
     env = base_env(t.installation) + [{"name": k, "value": v} for k, v in rt.env]
+    env.append({"name": "FLEET_WORKER_METRICS_BIND_ADDRESS", "value": f":{WORKER_METRICS_PORT}"})
     live = ["fleet", "probe", "live", "-p", pc.name]
     container = {
         "name": "worker",
         "image": t.image,
         "command": ["fleet", "worker", "-p", pc.name],
         "env": env,
+        "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT}],
         # Ready: this worker reaches the broker. Alive: its heartbeat is
         # fresh whenever the broker answers. The backend never enters into it.
         "readinessProbe": exec_probe(["fleet", "probe", "ready"], 15, 5, 2),

@@ -138,7 +138,7 @@ def test_the_role_is_the_command(dockerfile, installed):
     exposed = {int(p) for word, rest in final if word == "EXPOSE" for p in rest.split()}
     ports = {p["containerPort"] for d in by_kind(installed, "Deployment").values() for c in pod(d)["containers"]
              if c["image"].startswith("ghcr.io/example/fleet") for p in c.get("ports", ())}
-    assert ports == exposed == {8080, 5555}
+    assert ports == exposed == {8080, 5555, 9090}
 
 
 # --- docker-compose.yml -------------------------------------------------------------

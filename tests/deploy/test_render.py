@@ -26,6 +26,7 @@ from fleet.cli.render import (
     render,
 )
 from fleet.config import load
+from fleet.settings import Settings
 from tests.deploy.conftest import THREE, by_kind, of_component, pod
 from tests.deploy.test_manifests import validate
 
@@ -58,6 +59,11 @@ def test_three_providers_three_worker_deployments(workers):
         assert c["readinessProbe"]["exec"]["command"] == ["fleet", "probe", "ready"]
         assert c["livenessProbe"]["exec"]["command"] == ["fleet", "probe", "live", "-p", name]
         assert cli.parser().parse_args(c["livenessProbe"]["exec"]["command"][1:]).fn is cli.cmd_probe
+        # provider-call metrics: served on the port the container declares, and the setting is valid
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        port = int(env["FLEET_WORKER_METRICS_BIND_ADDRESS"].rsplit(":", 1)[1])
+        assert c["ports"] == [{"name": "metrics", "containerPort": port}]
+        Settings(worker_metrics_bind_address=env["FLEET_WORKER_METRICS_BIND_ADDRESS"]).validate()
 
 
 def test_each_worker_mounts_only_its_own_credentials_optionally(workers):
