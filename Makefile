@@ -1,6 +1,6 @@
 # The two commands a newcomer needs on a fresh Debian 12 machine (as root):
 #   make demo   installs, starts a local Redis and the whole stack, shows results
-#   make test   installs, runs lint, import contracts and the whole suite
+#   make test   installs, runs lint (ruff, import contracts, mypy) and the whole suite
 # Everything Python runs from a project virtual environment (.venv/), because
 # Debian's python3 refuses `pip install` outside one (PEP 668). Afterwards:
 #   . .venv/bin/activate     (or: export PATH="$PWD/.venv/bin:$PATH")  → `fleet` on the PATH
@@ -32,6 +32,7 @@ deps: venv
 lint:
 	$(PY) -m ruff check .
 	$(BIN)lint-imports
+	$(PY) -m mypy
 
 test: deps lint
 	$(PY) -m pytest -q -p no:cacheprovider

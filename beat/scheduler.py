@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from celery.beat import Scheduler
+from celery.beat import ScheduleEntry, Scheduler
+from kombu import Producer
 
 from beat import decisions, fanout
 from beat.schedule import Entry, build_schedule, celery_entries
@@ -33,6 +35,8 @@ from fleet import beatstate, heartbeat, routing, runtime
 from fleet.store import Store, StoreError
 
 log = logging.getLogger("fleet.beat")
+
+T = TypeVar("T")
 
 
 class FleetScheduler(Scheduler):
@@ -55,7 +59,7 @@ class FleetScheduler(Scheduler):
         entries = build_schedule(settings, config)
         self._entries = {e.name: e for e in entries}
         self._providers = config.names()
-        self.merge_inplace(celery_entries(entries))
+        self.merge_inplace(celery_entries(entries))  # type: ignore[arg-type]  # celery-types: Celery takes beat_schedule-style dicts here
         self._redis = beatstate.connect(settings.broker)
         self._interval = settings.provider_check_interval
         self._doc = beatstate.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
@@ -128,11 +132,12 @@ class FleetScheduler(Scheduler):
 
     # --- rounds ---------------------------------------------------------------------
 
-    def apply_async(self, entry, producer=None, advance=True, **kwargs):
-        spec = self._entries.get(entry.name)
+    def apply_async(self, entry: ScheduleEntry, producer: Producer | None = None, advance: bool = True, **kwargs: Any) -> Any:
+        spec = self._entries.get(entry.name) if entry.name is not None else None
         if spec is None or not spec.fan_out:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
-        entry = self.reserve(entry) if advance else entry
+        if advance:
+            self.reserve(entry)
         r = self._client()
         live = heartbeat.live_workers(r)
         plan = decisions.plan_round(self._role == decisions.ACTIVE, self._providers, live)
@@ -180,7 +185,7 @@ class FleetScheduler(Scheduler):
             self._redis = beatstate.connect(runtime.settings().broker)
         return self._redis
 
-    def _quiet(self, fn, *args):
+    def _quiet(self, fn: Callable[..., T], *args: Any) -> T | None:
         try:
             return fn(self._client(), *args)
         except StoreError:

@@ -13,7 +13,7 @@ from fleet import brokerfix, inspection, logs, routing, runtime, tracing
 
 settings = runtime.settings()
 brokerfix.install()
-assert inspection.provider_status  # registers `celery inspect provider_status|provider_config`
+assert inspection.provider_status is not None  # registers `celery inspect provider_status|provider_config`
 
 app = Celery("fleet", include=["tasks.checks", "tasks.controller", "tasks.provider_calls"])
 app.conf.update(

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("fleet.broker")
 
 
-def _skip_on_closed_channel(method, what: str):
+def _skip_on_closed_channel(method: Callable[..., Any], what: str) -> Callable[..., Any]:
     @functools.wraps(method)
-    def guarded(self, *args, **kwargs):
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
         transport = getattr(self.channel, "connection", None)
         if transport is None or getattr(transport, "client", None) is None:
             log.warning(
@@ -43,6 +45,5 @@ def install() -> None:
     qos = transport.QoS
     if getattr(qos.restore_unacked, "_fleet_guard", False):
         return
-    qos.restore_unacked = _skip_on_closed_channel(qos.restore_unacked, "restore")
-    qos.ack = _skip_on_closed_channel(qos.ack, "ack")
-    qos.reject = _skip_on_closed_channel(qos.reject, "reject")
+    for name, what in (("restore_unacked", "restore"), ("ack", "ack"), ("reject", "reject")):
+        setattr(qos, name, _skip_on_closed_channel(getattr(qos, name), what))

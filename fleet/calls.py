@@ -47,7 +47,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from prometheus_client import Counter, Histogram
@@ -151,7 +151,7 @@ def instance_dict(i: Instance) -> dict[str, Any]:
             "createdAt": created.isoformat() if created else None}
 
 
-def message_problem(provider: Any, timeout: Any, attempt: Any, args: tuple, kwargs: Mapping[str, Any],
+def message_problem(provider: Any, timeout: Any, attempt: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                     run: Callable[..., Any]) -> str | None:
     """Why a provider-call message is refused, or None (pure)."""
     if args:
@@ -206,7 +206,13 @@ def call(
     return out
 
 
-class ProviderCallTask(Task):
+if TYPE_CHECKING:
+    _TaskBase = Task[..., dict[str, Any]]
+else:
+    _TaskBase = Task  # older Celery cannot subscript Task at run time (celery/celery#10038)
+
+
+class ProviderCallTask(_TaskBase):
     """The base of every provider-call task (module docstring). A task sets
     `op` (create, get, delete or list) through `app.task(..., op=...)`; its
     function takes the built provider, the deadline and its own arguments."""

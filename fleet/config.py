@@ -32,7 +32,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -48,7 +48,10 @@ MAX_DEPTH = 32  # the deepest real path (providers[0].kvm.hosts[0].x) is 5 level
 MAX_NUMBER_CHARS = 40
 MAX_PROBLEMS = 50  # listed; the rest are counted
 
-_BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:  # the stubs' CSafeLoader is no SafeLoader subclass; both build the same
+    _BASE_LOADER = yaml.SafeLoader
+else:
+    _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SIMPLE_KEY = re.compile(r"[A-Za-z_][-A-Za-z0-9_]{0,63}", re.ASCII)
 
 
@@ -180,7 +183,8 @@ def parse(data: Any, source: str = "<providers>") -> ProvidersConfig:
         if not isinstance(entry, dict):
             problems.append(f"{at}: must be a mapping with name and type (got {show(entry)})")
             continue
-        name, type_name = entry.get("name"), entry.get("type")
+        name: Any = entry.get("name")  # a str once validate_name passes it
+        type_name = entry.get("type")
         why = validate_name(name)
         if why:
             problems.append(f"{at}.name: {why} (got {show(name)})")
@@ -269,6 +273,7 @@ def decode(data: bytes, source: str) -> str:
 
 class _Frame:
     __slots__ = ("anchor", "expect_key", "index", "keys", "kind", "path", "pending", "start")
+    keys: dict[Any, int]  # a key's first line
 
     def __init__(self, kind: str, path: str, start: int, anchor: str | None) -> None:
         self.kind, self.path, self.start, self.anchor = kind, path, start, anchor
@@ -319,6 +324,7 @@ def _scan(text: str, source: str) -> dict[tuple[int, int], str]:
             continue
         if not isinstance(ev, yaml.NodeEvent):
             continue
+        assert ev.start_mark is not None  # the parser marks every event
         parent = stack[-1] if stack else None
         if parent is not None and parent.kind == "map" and parent.expect_key:
             if not isinstance(ev, yaml.ScalarEvent):
@@ -334,6 +340,7 @@ def _scan(text: str, source: str) -> dict[tuple[int, int], str]:
             continue
         path = "" if parent is None else parent.pending if parent.kind == "map" else f"{parent.path}[{parent.index}]"
         if isinstance(ev, yaml.AliasEvent):
+            assert ev.anchor is not None  # an alias always names its anchor
             if ev.anchor in open_anchors:
                 raise fail(path, ev.start_mark, f"alias *{show(ev.anchor, 40)[1:-1]} refers to a node that contains it")
             total += sizes.get(ev.anchor, 1)

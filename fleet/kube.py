@@ -177,7 +177,8 @@ class Writer:
 
     def _get(self, resource: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
         try:
-            return self._call("get", resource, namespace, name)
+            obj: dict[str, Any] = self._call("get", resource, namespace, name)
+            return obj
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -189,7 +190,7 @@ class Writer:
             metadata["namespace"] = namespace
         body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}
         try:
-            obj = self._call("create", resource, namespace, body, field_manager=FIELD_MANAGER)
+            obj: dict[str, Any] = self._call("create", resource, namespace, body, field_manager=FIELD_MANAGER)
         except ApiException as exc:
             if exc.status == 409:  # another replica, or another installation, was first
                 return None

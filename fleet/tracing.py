@@ -48,8 +48,9 @@ def setup(service: str) -> bool:
         return False
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+    exporter: SpanExporter
     exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower()
     if exporter_name == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
@@ -77,7 +78,7 @@ def instrument_celery() -> None:
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.requests import RequestsInstrumentor
 
-    CeleryInstrumentor().instrument()
+    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]  # its __init__ is unannotated
     RequestsInstrumentor().instrument()
     _instrumented = True
 

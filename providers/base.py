@@ -227,7 +227,7 @@ class ProviderError(Exception):
             where += f" {self.id}"
         return f"{where}: {self.kind}: {self.cause}"
 
-    def __reduce__(self):  # picklable for any result backend
+    def __reduce__(self) -> tuple[type[ProviderError], tuple[Any, ...]]:  # picklable for any result backend
         return (type(self), (self.op, self.provider, self.id, str(self.cause)))
 
 

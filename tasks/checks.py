@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from celery import signals
+from typing import Any
+
+from celery import Task, signals
 
 from fleet import heartbeat, roles, routing, runtime
 from fleet.app import app
@@ -12,7 +14,7 @@ from fleet.tracing import span
 
 
 @app.task(name=routing.CHECK_PROVIDER, bind=True)
-def check_provider(self, provider: str, timeout: float, scheduled_at: float | None = None) -> dict:
+def check_provider(self: Task[..., dict[str, Any]], provider: str, timeout: float, scheduled_at: float | None = None) -> dict[str, Any]:
     """Check one provider under `timeout`; the result goes on to
     `fleet.record_check` (linked by the sender)."""
     pc = runtime.providers_config().get(provider)

@@ -9,6 +9,7 @@ reference to cloud-init, never the text, and that reference is not designed yet.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import signals
 
@@ -24,7 +25,7 @@ TASKS = (GET_INSTANCE, DELETE_INSTANCE, LIST_INSTANCES)
 
 
 @app.task(name=GET_INSTANCE, base=ProviderCallTask, op="get")
-def get_instance(p: Provider, deadline: Deadline, provider_id: str) -> dict:
+def get_instance(p: Provider, deadline: Deadline, provider_id: str) -> dict[str, Any]:
     """The instance as a dict (id, state, ip, uid, createdAt); not_found/gone when it does not exist."""
     return instance_dict(p.get(provider_id, deadline))
 
@@ -36,7 +37,7 @@ def delete_instance(p: Provider, deadline: Deadline, provider_id: str) -> None:
 
 
 @app.task(name=LIST_INSTANCES, base=ProviderCallTask, op="list")
-def list_instances(p: Provider, deadline: Deadline) -> list[dict]:
+def list_instances(p: Provider, deadline: Deadline) -> list[dict[str, Any]]:
     """The managed instances (GC's input)."""
     return [instance_dict(i) for i in p.list_by_tag(deadline)]
 

@@ -24,16 +24,20 @@ import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet import beatstate, logs, routing
 from fleet.cli import commands, supervise, tables
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
 from fleet.health.status import current_verdict, verdict
-from fleet.settings import OPTIONS, Settings, SettingsError, env_name, redact_url, show
+from fleet.settings import OPTIONS, Option, Settings, SettingsError, env_name, redact_url, show
+
+if TYPE_CHECKING:
+    from fleet.config import ProviderConfig
+    from fleet.health.results import CheckResult
 
 EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -62,7 +66,7 @@ _ASCII_INT = re.compile(r"[0-9]{1,6}", re.ASCII)
 _HOST = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*", re.ASCII)
 
 
-def _int_in(low: int, high: int):
+def _int_in(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         if not _ASCII_INT.fullmatch(text) or not low <= int(text) <= high:
             raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, got {show(text)}")
@@ -148,7 +152,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         except KeyError as exc:
             raise BadInput(str(exc.args[0])) from None
 
-    def one(pc):
+    def one(pc: ProviderConfig) -> CheckResult:
         return run_check(pc.name, pc.type, lambda: registry.build(pc.name, pc.type, pc.block), timeout)
 
     with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
@@ -318,7 +322,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     supervise.run(children, stop, started)
     return EXIT_OK
 
-def _option(flag: str):
+def _option(flag: str) -> Option:
     return next(o for o in OPTIONS if o.flag == flag)
 
 
@@ -387,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             pre = settings_from(args)
             logs.setup(pre.log_format, pre.log_level)
-            return args.fn(args)
+            fn: Callable[[argparse.Namespace], int] = args.fn  # set by each subparser
+            return fn(args)
         except BadInput as exc:
             print(f"fleet {args.command}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -30,7 +30,7 @@ class Child:
     role: str
     argv: list[str]
     env: dict[str, str]
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     started: float = 0.0
     delay: float = RESTART_MIN
     restart_at: float = 0.0

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleet import beatstate, heartbeat, serving
@@ -77,7 +77,7 @@ class ProviderTargetCollector(Collector):
         self.limits = limits
         self.read_last_round = read_last_round
 
-    def describe(self):  # static descriptions: no Redis read at registration
+    def describe(self) -> list[Metric]:  # static descriptions: no Redis read at registration
         return [
             GaugeMetricFamily(TARGET_UP, "", labels=LABELS),
             GaugeMetricFamily(CHECK_DURATION, "", labels=LABELS),
@@ -90,7 +90,7 @@ class ProviderTargetCollector(Collector):
             GaugeMetricFamily(LAST_ROUND, ""),
         ]
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(
             TARGET_UP, "Whether the target passed its latest provider health check (1) or not (0).", labels=LABELS
         )
@@ -150,10 +150,10 @@ def collector_for(ctl: Controller) -> ProviderTargetCollector:
     the checkedAt of the results already read: one pass over Redis per scrape,
     holding a few results at once."""
 
-    def results():
+    def results() -> Iterable[CheckResult]:
         return ctl.results.iter_latest(ctl.config.names())
 
-    def providers(checked: dict[str, float]):
+    def providers(checked: dict[str, float]) -> list[ProviderGauges]:
         now = time.time()
         live = heartbeat.live_workers(ctl.store)
         out = []

@@ -195,7 +195,7 @@ def _validate(raw: Any, now: float, limits: Limits) -> CheckResult:
     too_big = oversized(raw, limits)
     if too_big is not None:
         raise _Rejected(too_big.reason, too_big.field, too_big.detail)
-    provider = raw.get("provider")
+    provider: Any = raw.get("provider")  # a str once validate_name passes it
     problem = validate_name(provider)
     if problem is not None:
         raise _Rejected(DROP_INVALID, "provider", f"{problem} (got {_show(provider)})")

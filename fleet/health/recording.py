@@ -26,7 +26,7 @@ from fleet.config import ProvidersConfig
 from fleet.health import status
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of, unpack_args, validate_message
-from fleet.health.results import CheckResult
+from fleet.health.results import CheckResult, Verdict
 from fleet.health.stored import StoredResults
 from fleet.kube import Writer
 from fleet.logs import kv
@@ -159,7 +159,11 @@ class Controller:
             v = status.overdue_verdict(checked, provider_queue(pc.name), after, stopped, last_round)
             if self.store.marks.mark_overdue(pc.name):
                 log.warning("provider check overdue", extra=kv(provider=pc.name, message=v.message))
-            self._publish(pc.name, None, lambda prev, pc=pc, v=v: status.overdue_status(prev, pc.type, v, now))
+
+            def build(prev: dict[str, Any], type_name: str = pc.type, v: Verdict = v) -> dict[str, Any]:
+                return status.overdue_status(prev, type_name, v, now)
+
+            self._publish(pc.name, None, build)
         return overdue
 
     def sweep_every(self) -> float:

@@ -146,8 +146,8 @@ def build_status(prev: dict[str, Any] | None, result: CheckResult) -> dict[str, 
     targets = []
     for ts in result.targets:
         b = before.get(ts.name)
-        keep = b is not None and bool(b.get("ready")) == ts.ready and b.get("lastTransitionTime")
-        targets.append(_target(ts, b["lastTransitionTime"] if keep else now))
+        since = b.get("lastTransitionTime") if b is not None and bool(b.get("ready")) == ts.ready else None
+        targets.append(_target(ts, since or now))
     out: dict[str, Any] = {"type": result.type}
     out["conditions"] = set_condition(prev.get("conditions") or [], verdict(result), now)
     if targets:
@@ -167,7 +167,8 @@ def overdue_status(prev: dict[str, Any] | None, type_name: str, v: Verdict, now:
 
 
 def ready_of(status: dict[str, Any]) -> dict[str, Any] | None:
-    for c in status.get("conditions") or ():
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    for c in conditions:
         if c.get("type") == CONDITION_READY:
             return c
     return None

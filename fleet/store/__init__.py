@@ -14,6 +14,8 @@ raises when Redis does not answer (callers never import redis).
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 
 from fleet.store import keys
@@ -27,11 +29,12 @@ StoreError = redis.RedisError
 __all__ = ["BeatState", "Heartbeats", "Marks", "Raw", "Results", "Store", "StoreError", "keys", "parse_url"]
 
 
-def parse_url(url: str) -> dict:
+def parse_url(url: str) -> dict[str, Any]:
     """redis-py's reading of a broker URL (raises ValueError), for settings' validation."""
     from redis.connection import parse_url as parse
 
-    return parse(url)
+    parsed: dict[str, Any] = parse(url)  # type: ignore[no-untyped-call]  # redis-py leaves parse_url unannotated
+    return parsed
 
 
 class Store:

@@ -39,7 +39,7 @@ class Results:
         with self._redis.pipeline() as pipe:
             while True:
                 try:
-                    pipe.watch(key)
+                    pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves Pipeline.watch unannotated
                     if not replace(pipe.get(key)):
                         pipe.unwatch()
                         return False
