@@ -151,7 +151,7 @@ def container_security() -> dict[str, Any]:
 
 
 def base_env(installation: str | None = None) -> list[dict[str, Any]]:
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "FLEET_PROVIDERS_CONFIG", "value": CONFIG_PATH},
         {"name": "FLEET_BROKER_URL", "valueFrom": {"secretKeyRef": {"name": BROKER_SECRET, "key": BROKER_KEY}}},
         {"name": "FLEET_LOG_FORMAT", "value": "json"},
@@ -163,11 +163,11 @@ def base_env(installation: str | None = None) -> list[dict[str, Any]]:
 
 
 def base_volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    volumes = [
+    volumes: list[dict[str, Any]] = [
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
         {"name": "config", "configMap": {"name": CONFIG_MAP}},
     ]
-    mounts = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
     return volumes, mounts
 
 
