@@ -14,10 +14,9 @@ threads pool (ours) `worker_init` is enough; with prefork it must be
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -95,16 +94,13 @@ def span(name: str, **attributes: Any) -> Iterator[Span]:
 
 # --- provider operations -------------------------------------------------------
 
-OPS = {"create": "create", "get": "get", "delete": "delete", "list_by_tag": "list"}
-
-
 @contextmanager
 def provider_span(provider: str, op: str, provider_id: str | None = None) -> Iterator[Span]:
     """The seed's WithTracing, in one place: a client span `provider.<op>`
     (`op` one of create, get, delete, list) with provider.name, provider.id
     and provider.result (ok or the error class). NotFound keeps the span OK:
     polling until NotFound is expected. The exception goes on unchanged.
-    Used by `fleet.calls` (the provider-call task base) and `TracedProvider`."""
+    Used by `fleet.calls`, the one base of every provider-call task."""
     with tracer().start_as_current_span(
         f"provider.{op}", kind=trace.SpanKind.CLIENT,
         attributes={"provider.name": provider, **({"provider.id": provider_id} if provider_id else {})},
@@ -119,38 +115,3 @@ def provider_span(provider: str, op: str, provider_id: str | None = None) -> Ite
                 s.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             raise
         s.set_attribute("provider.result", "ok")
-
-
-class TracedProvider:
-    """A provider whose calls each open `provider_span`. Checks are not
-    wrapped: call the raw provider's `check`."""
-
-    def __init__(self, inner: base.Provider, name: str) -> None:
-        self.inner = inner
-        self.name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        op = OPS.get(attr)
-        target = getattr(self.inner, attr)
-        if op is None:
-            return target
-        return self._wrap(op, target)
-
-    def _wrap(self, op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with provider_span(self.name, op, _provider_id(op, args)) as s:
-                out = fn(*args, **kwargs)
-                if op == "create":
-                    s.set_attribute("provider.id", out)
-                return out
-
-        return call
-
-
-def _provider_id(op: str, args: tuple[Any, ...]) -> str | None:
-    if op in ("get", "delete") and args:
-        return str(args[0])
-    if op == "create" and args:
-        return getattr(args[0], "name", None)  # the request's name; never its cloud-init
-    return None

@@ -1,4 +1,4 @@
-"""fleet.tracing: the provider-operation decorator and the OTEL_* gate."""
+"""fleet.tracing: the provider-operation span (used by the provider-call task base) and the OTEL_* gate."""
 
 import pytest
 from opentelemetry.trace import StatusCode
@@ -16,20 +16,25 @@ def by_name(spans):
 
 
 def test_operation_spans_carry_name_id_and_result(spans):
-    p = tracing.TracedProvider(new("edge", FakeConfig()), "edge")
+    p = new("edge", FakeConfig())
+
+    def call(op, provider_id, fn, *args):
+        with tracing.provider_span("edge", op, provider_id):
+            return fn(*args, Deadline.after(5))
+
     with tracing.span("reconcile"):
-        pid = p.create(CreateRequest(name="proxy-a", uid="u", cloud_init=SENTINEL), Deadline.after(5))
-        p.get(pid, Deadline.after(5))
-        p.delete(pid, Deadline.after(5))
+        pid = call("create", "proxy-a", p.create, CreateRequest(name="proxy-a", uid="u", cloud_init=SENTINEL))
+        call("get", pid, p.get, pid)
+        call("delete", pid, p.delete, pid)
         with pytest.raises(base.NotFound):
-            p.get(pid, Deadline.after(5))
+            call("get", pid, p.get, pid)
         with pytest.raises(base.Permanent):
-            p.get("bad", Deadline.after(5))
-        p.list_by_tag(Deadline.after(5))
+            call("get", "bad", p.get, "bad")
+        call("list", None, p.list_by_tag)
     finished = spans.get_finished_spans()
     ops = [(s.name, s.attributes.get("provider.id"), s.attributes["provider.result"]) for s in finished if s.name.startswith("provider.")]
     assert ops == [
-        ("provider.create", "fake/proxy-a", "ok"),
+        ("provider.create", "proxy-a", "ok"),
         ("provider.get", "fake/proxy-a", "ok"),
         ("provider.delete", "fake/proxy-a", "ok"),
         ("provider.get", "fake/proxy-a", "not_found"),
@@ -44,11 +49,6 @@ def test_operation_spans_carry_name_id_and_result(spans):
     statuses = [s.status.status_code for s in finished if s.name == "provider.get"]
     assert statuses == [StatusCode.UNSET, StatusCode.UNSET, StatusCode.ERROR]  # NotFound is expected while polling
     assert SENTINEL not in repr([dict(s.attributes) for s in finished])
-
-
-def test_checks_are_not_wrapped():
-    inner = new("edge", FakeConfig())
-    assert tracing.TracedProvider(inner, "edge").check == inner.check
 
 
 @pytest.mark.parametrize(
