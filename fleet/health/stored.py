@@ -56,23 +56,29 @@ class StoredResults:
         self.store = store
 
     def save_if_newer(self, result: CheckResult, now: float | None = None) -> tuple[bool, CheckResult | None]:
-        """Store `result` unless a result at least as new is there.
-        Returns (stored, the previous result). A stored value that no longer
-        validates (from the future, corrupt) counts as absent and is replaced."""
+        """Store `result` unless a result at least as new is there, and clear
+        the overdue mark: one script (`fleet.store.results`), which compares
+        `checkedAt` and treats a stored one later than now plus the clock skew,
+        or before 2020, or unreadable, as absent. The previous value is
+        validated here; one that does not validate (from the future, corrupt)
+        counts as absent and is replaced (a second script call, only then).
+        Returns (stored, the previous result)."""
+        now = time.time() if now is None else now
         payload = json.dumps(result.to_dict(), separators=(",", ":"))
-        seen: list[CheckResult | None] = [None]
-
-        def replace(raw: Raw) -> bool:
-            prev = decode(raw, time.time() if now is None else now)
-            if isinstance(prev, Rejection):
-                log.warning("replacing an unusable stored result", extra=kv(
-                    provider=result.provider, reason=prev.reason, field=prev.field, detail=prev.detail))
-                prev = None
-            seen[0] = prev
-            return prev is None or prev.checked_at < result.checked_at
-
-        stored = self.store.results.save_if(result.provider, payload, replace)
-        return stored, seen[0]
+        latest, earliest = now + LIMITS.clock_skew, LIMITS.earliest
+        results = self.store.results
+        stored, raw = results.save_if_newer(result.provider, result.checked_at, payload, latest, earliest)
+        prev = decode(raw, now)
+        if isinstance(prev, Rejection):
+            log.warning("replacing an unusable stored result", extra=kv(
+                provider=result.provider, reason=prev.reason, field=prev.field, detail=prev.detail))
+            prev = None
+            if not stored:  # its checkedAt looked newer, but the value is unusable: replace it (unless it moved)
+                stored, raw = results.save_if_newer(result.provider, result.checked_at, payload, latest, earliest,
+                                                    replace=raw)
+                if not stored:  # another writer stored a newer result in between
+                    return False, _usable(raw, now)
+        return stored, prev
 
     def latest(self, provider: str, now: float | None = None) -> CheckResult | None:
         return _usable(self.store.results.get(provider), time.time() if now is None else now)

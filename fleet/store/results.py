@@ -1,11 +1,14 @@
 """The latest check result of each provider, as the raw document the
 feature stored (`fleet:result:<provider>`). The store neither decodes nor
-judges it: `save_if` takes the caller's decision on the stored value, under
-WATCH, so the decision and the write are one compare-and-set."""
+judges it beyond the one number its compare-and-set needs: `save_if_newer`
+is one Lua script (one round trip) that compares `checkedAt`, stores, clears
+the provider's overdue mark and hands back the previous document for the
+feature to validate (`fleet.health.stored`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import redis
 
@@ -13,10 +16,37 @@ from fleet.store import keys
 
 Raw = bytes | str | None
 
+# KEYS: result, overdue mark. ARGV: new checkedAt, payload, latest and
+# earliest acceptable stored checkedAt, a stored value to replace whatever it
+# holds ("" for none). A stored checkedAt that is not a number in
+# [earliest, latest] (from the future, corrupt, not JSON) counts as absent.
+# Returns {1, previous} when it stored, {0, previous} when the stored result
+# is at least as new ({1} alone when there was none).
+_SAVE_IF_NEWER = """
+local prev = redis.call('get', KEYS[1])
+if prev and prev ~= ARGV[5] then
+  local ok, doc = pcall(cjson.decode, prev)
+  if ok and type(doc) == 'table' then
+    local at = doc['checkedAt']
+    if type(at) == 'number' and at >= tonumber(ARGV[4]) and at <= tonumber(ARGV[3])
+       and at >= tonumber(ARGV[1]) then
+      return {0, prev}
+    end
+  end
+end
+redis.call('set', KEYS[1], ARGV[2])
+redis.call('del', KEYS[2])
+if prev then
+  return {1, prev}
+end
+return {1}
+"""
+
 
 class Results:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
+        self._save_if_newer = client.register_script(_SAVE_IF_NEWER)
 
     def get(self, provider: str) -> Raw:
         return self._redis.get(keys.result(provider))
@@ -32,20 +62,14 @@ class Results:
         found = sorted(self._redis.scan_iter(match=keys.RESULT + "*", count=1000))
         return list(self._redis.mget(found)) if found else []
 
-    def save_if(self, provider: str, payload: str, replace: Callable[[Raw], bool]) -> bool:
-        """Store `payload` when `replace(the stored value)` says so, atomically
-        (retried when another writer got in between). Returns whether it stored."""
-        key = keys.result(provider)
-        with self._redis.pipeline() as pipe:
-            while True:
-                try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves Pipeline.watch unannotated
-                    if not replace(pipe.get(key)):
-                        pipe.unwatch()
-                        return False
-                    pipe.multi()
-                    pipe.set(key, payload)
-                    pipe.execute()
-                    return True
-                except redis.WatchError:
-                    continue
+    def save_if_newer(self, provider: str, checked_at: float, payload: str, latest: float, earliest: float,
+                      replace: Raw = None) -> tuple[bool, Raw]:
+        """Store `payload` unless the stored document's `checkedAt` (a number
+        in [earliest, latest]; anything else counts as absent) is at least
+        `checked_at`, and clear the overdue mark, in one script. `replace`:
+        a stored value the caller found unusable, replaced whatever its
+        `checkedAt`. Returns (stored, the previous value)."""
+        got: Any = self._save_if_newer(keys=[keys.result(provider), keys.overdue(provider)],
+                                       args=[repr(float(checked_at)), payload, repr(float(latest)),
+                                             repr(float(earliest)), replace or ""])
+        return bool(got[0]), (got[1] if len(got) > 1 else None)
