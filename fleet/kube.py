@@ -1,15 +1,20 @@
 """The controller's Kubernetes writer: one `publish` for every custom resource.
 
-`Writer.publish(resource, name, namespace, decide)` reads the object with an
-uncached GET and creates it when missing, labelled
+`Writer.publish(resource, name, namespace, decide)` takes the object as it
+last wrote or read it from its cache (`StatusCache`, in Redis: shared by the
+replicas), else reads it with a GET, and creates it when missing, labelled
 `app.kubernetes.io/managed-by=egress-proxies-operator` and
 `fleet.crawl.example.com/installation=<--installation>`. It touches only
 objects carrying both (`foreign_owner`): anything else is left alone, logged
 once and reported as FOREIGN. Then the feature's pure `decide(current)`
 (`fleet.resources`: a `Patch` of the status or a `Skip`) says what to write;
-the writer merge-patches the status subresource with the read
+the writer merge-patches the status subresource with the cached or read
 resourceVersion in the patch, so two replicas can't interleave (a 409
-re-reads, decides again and retries). Every write names the field manager
+re-reads, decides again and retries; a 404 drops the entry and recreates).
+So an unchanged status costs no request and a changed one one PATCH. Only
+objects that passed the ownership check are cached; an entry expires after
+`CACHE_TTL`, so an object deleted or edited by hand while its status stays
+the same is seen again within that time. Every write names the field manager
 `fleet-controller`. A 401/403 (RBAC) or a 404 on the collection (CRD
 missing) becomes a ClusterAccessError naming the verb and `plural.group`.
 The kinds are data (`fleet.resources.Resource`); cluster-scoped and
@@ -22,7 +27,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -42,7 +47,20 @@ RBAC_ROLE = "the ClusterRole fleet:<installation>:controller from `fleet render`
 PATCHED, FOREIGN = "patched", "foreign"
 CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = 10.0
+CACHE_TTL = 3600.0  # seconds a cached object is trusted without a GET
 
+
+
+class StatusCache(Protocol):
+    """Where the writer keeps each object's last known resourceVersion and
+    status as a raw document (`fleet.store.Statuses`)."""
+
+    def get(self, plural: str, namespace: str | None, name: str) -> bytes | str | None: ...
+
+    def put(self, plural: str, namespace: str | None, name: str, resource_version: str, doc: str,
+            ttl: float) -> bool: ...
+
+    def drop(self, plural: str, namespace: str | None, name: str) -> None: ...
 
 
 class WriteConflict(Exception):
@@ -138,11 +156,11 @@ def cluster_configuration(settings: Settings) -> tuple[client.Configuration | No
     return None, "standalone mode: no cluster configured, results are kept in Redis only (fleet get ph)"
 
 
-def connect(settings: Settings) -> tuple[Writer | None, str]:
+def connect(settings: Settings, cache: StatusCache | None = None) -> tuple[Writer | None, str]:
     """The controller's writer for the configured cluster (None standalone),
     and the sentence saying which mode that is (`cluster_configuration`)."""
     cfg, mode = cluster_configuration(settings)
-    return (Writer(client.ApiClient(cfg), settings.installation_id) if cfg is not None else None), mode
+    return (Writer(client.ApiClient(cfg), settings.installation_id, cache) if cfg is not None else None), mode
 
 
 def _check_scope(resource: Resource, namespace: str | None) -> None:
@@ -156,9 +174,11 @@ class Writer:
     """Creates, status-patches and cleans up this installation's custom
     objects of any `Resource`, cluster-scoped or namespaced."""
 
-    def __init__(self, api_client: client.ApiClient, installation: str) -> None:
+    def __init__(self, api_client: client.ApiClient, installation: str, cache: StatusCache | None = None,
+                 cache_ttl: float = CACHE_TTL) -> None:
         self.api = client.CustomObjectsApi(api_client)
         self.installation = installation
+        self.cache, self.cache_ttl = cache, cache_ttl
         self.writes = 0  # creates + patches, for the benchmark and tests
         self._reported: set[tuple[str, str, str]] = set()  # (kind, namespace, name) logged as foreign by this process
         self._lock = threading.Lock()
@@ -210,19 +230,54 @@ class Writer:
             extra={"fields": {"name": name, **_ns(namespace), "owner": owner, "installation": self.installation}},
         )
 
+    def _cached(self, resource: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
+        """The object as last written or read (resourceVersion and status), or None."""
+        raw = self.cache.get(resource.plural, namespace, name) if self.cache is not None else None
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(raw)
+            rv, status = doc["resourceVersion"], doc["status"]
+        except (ValueError, TypeError, KeyError):
+            return None
+        if not isinstance(rv, str) or not isinstance(status, dict):
+            return None
+        metadata: dict[str, Any] = {"name": name, "resourceVersion": rv, "labels": labels_for(self.installation)}
+        if namespace:
+            metadata["namespace"] = namespace
+        return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status}
+
+    def _remember(self, resource: Resource, name: str, namespace: str | None, obj: dict[str, Any]) -> None:
+        """Cache an object that passed the ownership check, as written or read."""
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if self.cache is None or not isinstance(rv, str):
+            return
+        doc = json.dumps({"resourceVersion": rv, "status": obj.get("status") or {}}, separators=(",", ":"))
+        self.cache.put(resource.plural, namespace, name, rv, doc, self.cache_ttl)
+
+    def _forget(self, resource: Resource, name: str, namespace: str | None) -> None:
+        if self.cache is not None:
+            self.cache.drop(resource.plural, namespace, name)
+
     def publish(self, resource: Resource, name: str, namespace: str | None, decide: Decide) -> str:
         """Create the object if missing, then apply `decide(current)`: patch
-        its status, or skip. Returns PATCHED, FOREIGN (not this
-        installation's: nothing written), or the Skip's reason."""
+        its status, or skip. `current` is the cached object when there is
+        one (no request), else the one read. Returns PATCHED, FOREIGN (not
+        this installation's: nothing written), or the Skip's reason."""
         _check_scope(resource, namespace)
+        cached = self._cached(resource, name, namespace)
         for _ in range(CONFLICT_RETRIES):
-            obj = self._get(resource, name, namespace) or self._create(resource, name, namespace)
+            obj, cached = cached, None
             if obj is None:
-                continue
-            owner = foreign_owner(obj, self.installation)
-            if owner is not None:
-                self._report_foreign(resource, name, namespace, owner)
-                return FOREIGN
+                obj = self._get(resource, name, namespace) or self._create(resource, name, namespace)
+                if obj is None:
+                    continue
+                owner = foreign_owner(obj, self.installation)
+                if owner is not None:
+                    self._forget(resource, name, namespace)
+                    self._report_foreign(resource, name, namespace, owner)
+                    return FOREIGN
+                self._remember(resource, name, namespace, obj)
             decision = decide(obj)
             if isinstance(decision, Skip):
                 return decision.reason
@@ -230,14 +285,18 @@ class Writer:
                 return UNCHANGED
             body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": dict(decision.status)}
             try:
-                self._call("patch", resource, namespace, name, body, status=True, field_manager=FIELD_MANAGER,
-                           _content_type="application/merge-patch+json")
+                patched = self._call("patch", resource, namespace, name, body, status=True, field_manager=FIELD_MANAGER,
+                                     _content_type="application/merge-patch+json")
             except ApiException as exc:
                 if exc.status in (404, 409):  # deleted (recreate) or moved (re-read) under us
                     log.debug("object moved or gone, re-reading", extra={"fields": {"name": name, **_ns(namespace), "status": exc.status}})
+                    if exc.status == 404:
+                        self._forget(resource, name, namespace)
                     continue
                 raise self._refused(exc, "patch", resource, name, namespace, "status") from exc
             self.writes += 1
+            if isinstance(patched, dict):
+                self._remember(resource, name, namespace, patched)
             return PATCHED
         where = f"{namespace}/{name}" if namespace else name
         raise WriteConflict(f"{resource.kind} {where}: still conflicting after {CONFLICT_RETRIES} attempts")
@@ -261,6 +320,7 @@ class Writer:
             except ApiException as exc:
                 if exc.status != 404:
                     raise self._refused(exc, "delete", resource, name, namespace) from exc
+            self._forget(resource, name, namespace)
             deleted.append(name)
             log.info(f"deleted {resource.kind}" + (f" {why}" if why else ""), extra={"fields": {"name": name, **_ns(namespace)}})
         return deleted

@@ -66,8 +66,9 @@ class Controller:
 
     @classmethod
     def from_settings(cls, settings: Settings, config: ProvidersConfig) -> Controller:
-        writer, mode = kube.connect(settings)
-        return cls(settings, config, Store.from_url(settings.broker), writer, mode)
+        store = Store.from_url(settings.broker)
+        writer, mode = kube.connect(settings, store.statuses)
+        return cls(settings, config, store, writer, mode)
 
     def tracked(self) -> set[str]:
         """Providers whose results are recorded and whose objects are kept."""
@@ -134,7 +135,6 @@ class Controller:
         if not stored:
             log.debug("dropped a result no newer than the stored one", extra=kv(provider=result.provider))
             return "stale"
-        self.store.marks.clear_overdue(result.provider)
         for t in status.transitions(prev, result):
             log.log(t.level, t.message, extra=kv(**t.fields))
         return self._publish(result.provider, result.checked_at, lambda prev: status.build_status(prev, result))

@@ -11,6 +11,7 @@ RESULT = "fleet:result:"  # + provider: its latest check result (JSON), no expir
 SEEN = "fleet:seen:"  # + provider: when a result was first expected (Unix time), set once
 OVERDUE = "fleet:overdue:"  # + provider: CheckOverdue was logged (cleared by the next result)
 WORKER = "fleet:worker:"  # + provider:node: a provider worker's heartbeat, with a TTL
+STATUS = "fleet:status:"  # + plural:[namespace/]name: the last status written, with its resourceVersion (JSON), TTL
 
 BEAT_LOCK = "fleet:beat:lock"  # the active beat's owner id, with a TTL
 BEAT_LAST_ROUND = "fleet:beat:last_round"  # Unix time of the last round sent
@@ -32,6 +33,10 @@ def overdue(provider: str) -> str:
 
 def worker(provider: str, node: str) -> str:
     return f"{WORKER}{provider}:{node}"
+
+
+def status(plural: str, namespace: str | None, name: str) -> str:
+    return f"{STATUS}{plural}:{namespace}/{name}" if namespace else f"{STATUS}{plural}:{name}"
 
 
 def text(raw: bytes | str) -> str:

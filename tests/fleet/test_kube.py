@@ -4,6 +4,7 @@ a namespaced kind, the feature's `decide` applied as it answers. The
 ProviderHealth behaviour (ownership, RBAC, CRD errors, field manager) is in
 tests/fleet/health/test_ownership.py and test_recording.py."""
 
+import json
 import logging
 
 import pytest
@@ -155,3 +156,160 @@ def test_a_missing_namespaced_crd_names_the_kind(writer, kubeapi):
     kubeapi.remove_crd("widgets")
     with pytest.raises(ClusterAccessError, match=r"does not serve widgets.test.example.com/v1 \(404\). Is the Widget CRD installed\?"):
         writer.publish(WIDGET, "w1", "ns1", set_phase("Ready"))
+
+
+# --- the status cache (issue 11): the object as last written, shared in Redis ---------
+
+
+@pytest.fixture
+def redis_client():
+    import fakeredis
+
+    return fakeredis.FakeRedis()
+
+
+@pytest.fixture
+def cached(kubeapi, redis_client):
+    from fleet.store import Store
+
+    def make():
+        return Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), "blue", Store(redis_client).statuses)
+
+    return make
+
+
+def requests(kubeapi, since=0):
+    return [r.method for r in kubeapi.requests[since:]]
+
+
+def test_with_the_cache_an_unchanged_status_costs_no_request(cached, kubeapi):
+    w = cached()
+    assert w.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == PATCHED
+    assert requests(kubeapi) == ["GET", "POST", "PATCH"]  # the first time: nothing cached
+    n = len(kubeapi.requests)
+    seen = []
+
+    def decide(current):
+        seen.append(current)
+        return set_phase("Ready")(current)
+
+    for _ in range(20):
+        assert w.publish(WIDGET, "w1", "ns1", decide) == UNCHANGED
+    assert requests(kubeapi, n) == [], "steady state: no GET, no PATCH"
+    assert seen[0]["status"] == {"phase": "Ready"} and seen[0]["metadata"]["name"] == "w1"
+    assert seen[0]["metadata"]["resourceVersion"] == kubeapi.objects["ns1/w1"]["metadata"]["resourceVersion"]
+
+
+def test_with_the_cache_a_change_is_one_patch_with_the_cached_resource_version(cached, kubeapi):
+    w = cached()
+    w.publish(WIDGET, "w1", "ns1", set_phase("Ready"))
+    for phase in ("Failed", "Ready", "Failed"):
+        n = len(kubeapi.requests)
+        rv = kubeapi.objects["ns1/w1"]["metadata"]["resourceVersion"]
+        assert w.publish(WIDGET, "w1", "ns1", set_phase(phase)) == PATCHED
+        assert requests(kubeapi, n) == ["PATCH"]
+        assert kubeapi.requests[-1].body["metadata"]["resourceVersion"] == rv
+        assert kubeapi.objects["ns1/w1"]["status"] == {"phase": phase}
+
+
+def test_with_the_cache_a_foreign_write_costs_one_conflict_and_one_get(cached, kubeapi):
+    w = cached()
+    w.publish(WIDGET, "w1", "ns1", set_phase("Ready"))
+    kubeapi.add(widget("w1", "ns1", phase="Pending"), plural="widgets")  # someone else wrote: a new resourceVersion
+    n = len(kubeapi.requests)
+    seen = []
+
+    def decide(current):
+        seen.append(current["status"])
+        return Patch({"phase": "Failed"})
+
+    assert w.publish(WIDGET, "w1", "ns1", decide) == PATCHED
+    assert requests(kubeapi, n) == ["PATCH", "GET", "PATCH"]
+    assert seen == [{"phase": "Ready"}, {"phase": "Pending"}], "decided again on the object as re-read"
+    assert kubeapi.objects["ns1/w1"]["status"] == {"phase": "Failed"}
+    n = len(kubeapi.requests)
+    assert w.publish(WIDGET, "w1", "ns1", set_phase("Failed")) == UNCHANGED
+    assert requests(kubeapi, n) == []
+
+
+def test_with_the_cache_a_deleted_object_is_recreated_on_the_next_change(cached, kubeapi):
+    w = cached()
+    w.publish(WIDGET, "w1", "ns1", set_phase("Ready"))
+    del kubeapi.objects["ns1/w1"]
+    n = len(kubeapi.requests)
+    assert w.publish(WIDGET, "w1", "ns1", set_phase("Failed")) == PATCHED
+    assert requests(kubeapi, n) == ["PATCH", "GET", "POST", "PATCH"]
+    assert kubeapi.objects["ns1/w1"]["status"] == {"phase": "Failed"}
+    assert kubeapi.objects["ns1/w1"]["metadata"]["labels"] == labels_for("blue")
+
+
+def test_with_the_cache_an_expired_entry_is_read_again(kubeapi, redis_client):
+    from fleet.store import Store, keys
+
+    w = Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), "blue", Store(redis_client).statuses,
+               cache_ttl=30)
+    w.publish(WIDGET, "w1", "ns1", set_phase("Ready"))
+    key = keys.status("widgets", "ns1", "w1")
+    assert 0 < redis_client.pttl(key) <= 30_000
+    redis_client.delete(key)  # as if expired
+    n = len(kubeapi.requests)
+    assert w.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == UNCHANGED
+    assert requests(kubeapi, n) == ["GET"]
+    assert redis_client.exists(key)
+
+
+def test_with_the_cache_two_writers_sharing_redis_stay_correct(cached, kubeapi):
+    a, b = cached(), cached()
+    assert a.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == PATCHED
+    n = len(kubeapi.requests)
+    assert b.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == UNCHANGED  # b sees what a wrote
+    assert b.publish(WIDGET, "w1", "ns1", set_phase("Failed")) == PATCHED
+    assert a.publish(WIDGET, "w1", "ns1", set_phase("Failed")) == UNCHANGED  # and a what b wrote
+    assert requests(kubeapi, n) == ["PATCH"]
+    # a replica that read an older object does not put the cache back in time
+    old = {"metadata": {"resourceVersion": "1"}, "status": {"phase": "Ready"}}
+    a._remember(WIDGET, "w1", "ns1", old)
+    assert b.publish(WIDGET, "w1", "ns1", set_phase("Failed")) == UNCHANGED
+    assert requests(kubeapi, n) == ["PATCH"]
+    # both patch from the same cached version: the second conflicts, re-reads and decides again
+    kubeapi_rv = kubeapi.objects["ns1/w1"]["metadata"]["resourceVersion"]
+    cache_a = a._cached(WIDGET, "w1", "ns1")
+    assert cache_a["metadata"]["resourceVersion"] == kubeapi_rv
+    assert a.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == PATCHED
+    a.cache.drop("widgets", "ns1", "w1")
+    stale = json.dumps({"resourceVersion": kubeapi_rv, "status": {"phase": "Failed"}})  # b's view before a's patch
+    a.cache.put("widgets", "ns1", "w1", kubeapi_rv, stale, 60)
+    n = len(kubeapi.requests)
+    assert b.publish(WIDGET, "w1", "ns1", set_phase("Pending")) == PATCHED
+    assert requests(kubeapi, n) == ["PATCH", "GET", "PATCH"]
+    assert kubeapi.objects["ns1/w1"]["status"] == {"phase": "Pending"}
+
+
+def test_with_the_cache_a_foreign_object_is_never_cached(cached, kubeapi, redis_client):
+    from fleet.store import keys
+
+    kubeapi.add(widget("w1", "ns1", installation="green"), plural="widgets")
+    w = cached()
+    assert w.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == FOREIGN
+    assert w.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == FOREIGN
+    assert requests(kubeapi) == ["GET", "GET"] and kubeapi.writes() == []
+    assert not redis_client.exists(keys.status("widgets", "ns1", "w1"))
+    # ours, then taken over by another installation: the cached version conflicts, the GET finds it foreign
+    kubeapi.add(widget("w2", "ns1"), plural="widgets")
+    assert w.publish(WIDGET, "w2", "ns1", set_phase("Ready")) == PATCHED
+    kubeapi.add(widget("w2", "ns1", installation="green"), plural="widgets")
+    assert w.publish(WIDGET, "w2", "ns1", set_phase("Failed")) == FOREIGN
+    assert "status" not in kubeapi.objects["ns1/w2"], "nothing written over the other installation's object"
+    assert not redis_client.exists(keys.status("widgets", "ns1", "w2"))
+
+
+def test_with_the_cache_cleanup_drops_the_entries_of_what_it_deleted(cached, kubeapi, redis_client):
+    from fleet.store import keys
+
+    w = cached()
+    w.publish(WIDGET, "old", "ns1", set_phase("Ready"))
+    assert redis_client.exists(keys.status("widgets", "ns1", "old"))
+    assert w.cleanup(WIDGET, set(), "ns1") == ["old"]
+    assert not redis_client.exists(keys.status("widgets", "ns1", "old"))
+    assert w.publish(WIDGET, "old", "ns1", set_phase("Ready")) == PATCHED  # recreated, not skipped as unchanged
+    assert "ns1/old" in kubeapi.objects

@@ -38,10 +38,12 @@ def redis_client():
 
 @pytest.fixture
 def make(kubeapi, redis_client):
-    def make(names=("kvm-home", "local"), interval=60.0, writer=True, installation=INSTALLATION, redis=None):
-        w = Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation) if writer else None
+    def make(names=("kvm-home", "local"), interval=60.0, writer=True, installation=INSTALLATION, redis=None, cache=False):
+        store = Store(redis or redis_client)
+        w = Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation,
+                   store.statuses if cache else None) if writer else None
         settings = Settings(provider_check_interval=interval, installation=installation)
-        return Controller(settings, config(*names), Store(redis or redis_client), w)
+        return Controller(settings, config(*names), store, w)
 
     return make
 
@@ -306,3 +308,28 @@ def test_a_clock_within_the_skew_is_accepted(make):
 
     ctl = make(writer=False)
     assert ctl.record_message((res(at=time.time() + 20).to_dict(),), {}) == "stored"
+
+
+def test_with_the_status_cache_a_round_costs_one_patch_and_no_get(make, kubeapi, redis_client):
+    """Issue 11: the writer keeps the last written status and resourceVersion
+    in Redis, so a record costs the API one PATCH (lastCheckTime moves) and
+    no GET, and an unchanged status (a steady overdue sweep) no request."""
+    a, b = make(cache=True), make(cache=True)  # two replicas sharing one Redis
+    a.record(res(at=T0))
+    assert [r.method for r in kubeapi.requests] == ["GET", "POST", "PATCH"]
+    n = len(kubeapi.requests)
+    for i in range(1, 11):
+        ctl = (a, b)[i % 2]
+        assert ctl.record(res(at=T0 + 60 * i, ready=i < 6, reason="Reachable" if i < 6 else "Refused")) == "patched"
+        assert [r.method for r in kubeapi.requests[n:]] == ["PATCH"], f"record {i}"
+        n = len(kubeapi.requests)
+    st = kubeapi.objects["kvm-home"]["status"]
+    assert (st["lastCheckTime"], st["targetsReady"]) == (rfc3339(T0 + 600), "0/1")
+    assert b.record(res(at=T0 + 600)) == "stale" and len(kubeapi.requests) == n  # a redelivery: nothing
+    later = T0 + 600 + a.settings.overdue_after + 1
+    a.sweep_overdue(now=later)  # kvm-home goes overdue; local has never reported
+    writes = len(kubeapi.requests)
+    for ctl in (a, b, a):
+        ctl.sweep_overdue(now=later + 30)
+    assert len(kubeapi.requests) == writes, "a steady overdue status costs no request"
+    assert not [r for r in kubeapi.requests if r.method == "GET" and r.path.endswith("/kvm-home")][1:]
