@@ -36,8 +36,12 @@ app.conf.update(
     # Redis at 0.6 GB/h for 200 providers x 50 targets (issue 9).
     task_ignore_result=True,
     result_expires=3600,
-    task_send_sent_event=True,
-    worker_send_task_events=True,
+    # No task events unless something watches: Flower turns them on in the
+    # workers when it connects (`enable_events`); sent events stay off, and
+    # started states are not tracked (issue 11).
+    task_send_sent_event=False,
+    worker_send_task_events=False,
+    task_track_started=False,
     worker_prefetch_multiplier=1,
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,

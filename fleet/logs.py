@@ -51,6 +51,9 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
+
+
 def setup(fmt: str = "text", level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())
@@ -62,3 +65,6 @@ def setup(fmt: str = "text", level: str = "info") -> None:
     # Third-party chatter stays at warning unless we debug.
     for noisy in ("urllib3", "kubernetes", "kombu", "amqp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Celery's line per task received and per task finished (issue 11): only when debugging.
+    for per_task in PER_TASK_LOGGERS:
+        logging.getLogger(per_task).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
