@@ -1,0 +1,115 @@
+"""Observers for benchmarks/pipeline.py, each run as its own process so the
+timestamps are not taken by the process that sends the checks or serves
+anything else:
+
+- `keyspace URL OUT PATTERN...`: subscribes to Redis keyspace notifications
+  (`notify-keyspace-events K$`) on the keys matching PATTERN and appends
+  `<time.time()> <key>` to OUT when Redis announces a SET: the moment Redis
+  applied the write (plus the notification's delivery on loopback).
+- `kubeapi --port-file F --log OUT [--api-latency-ms 8.7] [--api-burn]`: serves
+  tests.fakes.kubeapi.FakeKubeAPI on 127.0.0.1, delaying every request by
+  `--api-latency-ms` (a sleep: the API server and etcd are another machine's
+  CPU; `--api-burn` spins this process's CPU instead), and appends
+  `<time.time()> <METHOD> <code> <name> <status?>` to OUT for every write once
+  the fake has applied it (before the response goes out).
+- `kubewatch KUBECONFIG OUT`: watches ProviderHealth objects on any API server
+  and appends `<time.time()> <event> <name>` per event (with `--kubeconfig`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def keyspace(url: str, out: str, patterns: list[str]) -> None:
+    import redis
+
+    r = redis.Redis.from_url(url)
+    r.config_set("notify-keyspace-events", "K$")
+    db = r.connection_pool.connection_kwargs.get("db", 0)
+    ps = r.pubsub(ignore_subscribe_messages=True)
+    ps.psubscribe(*[f"__keyspace@{db}__:{p}" for p in patterns])
+    prefix = len(f"__keyspace@{db}__:")
+    with open(out, "a", buffering=1) as f:
+        for msg in ps.listen():
+            now = time.time()
+            if msg.get("data") == b"set":
+                f.write(f"{now:.6f} {msg['channel'][prefix:].decode()}\n")
+
+
+def kubeapi(port_file: str, log: str, latency_ms: float, burn: bool) -> None:
+    from tests.fakes.kubeapi import FakeKubeAPI, Request, Server
+
+    f = open(log, "a", buffering=1)  # noqa: SIM115 - open for the life of the process
+
+    class TimedAPI(FakeKubeAPI):
+        def handle(self, req: Request) -> tuple[int, Any]:
+            if latency_ms:
+                if burn:
+                    end = time.perf_counter() + latency_ms / 1000
+                    while time.perf_counter() < end:
+                        pass
+                else:
+                    time.sleep(latency_ms / 1000)
+            code, body = super().handle(req)
+            self.requests.clear()  # the benchmark's log is the file, not memory
+            if req.method in ("POST", "PATCH", "PUT", "DELETE"):
+                parts = req.path.rstrip("/").split("/")
+                status = parts[-1] == "status"
+                created = ((req.body or {}).get("metadata") or {}).get("name", "?")
+                name = parts[-2] if status else (created if req.method == "POST" else parts[-1])
+                f.write(f"{time.time():.6f} {req.method} {code} {name} {'status' if status else 'object'}\n")
+            return code, body
+
+    with Server(TimedAPI()) as srv:
+        Path(port_file).write_text(json.dumps({"url": srv.url}))
+        while True:
+            time.sleep(3600)
+
+
+def kubewatch(kubeconfig: str, out: str) -> None:
+    from kubernetes import client, config, watch
+
+    from fleet.resources import PROVIDER_HEALTH as R
+
+    config.load_kube_config(kubeconfig)
+    api = client.CustomObjectsApi()
+    with open(out, "a", buffering=1) as f:
+        while True:
+            for ev in watch.Watch().stream(api.list_cluster_custom_object, R.group, R.version, R.plural, timeout_seconds=300):
+                f.write(f"{time.time():.6f} {ev['type']} {ev['object']['metadata']['name']}\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    k = sub.add_parser("keyspace")
+    k.add_argument("url")
+    k.add_argument("out")
+    k.add_argument("patterns", nargs="+")
+    a = sub.add_parser("kubeapi")
+    a.add_argument("--port-file", required=True)
+    a.add_argument("--log", required=True)
+    a.add_argument("--api-latency-ms", type=float, default=8.7)
+    a.add_argument("--api-burn", action="store_true")
+    w = sub.add_parser("kubewatch")
+    w.add_argument("kubeconfig")
+    w.add_argument("out")
+    args = ap.parse_args()
+    if args.cmd == "keyspace":
+        keyspace(args.url, args.out, args.patterns)
+    elif args.cmd == "kubeapi":
+        kubeapi(args.port_file, args.log, args.api_latency_ms, args.api_burn)
+    else:
+        kubewatch(args.kubeconfig, args.out)
+
+
+if __name__ == "__main__":
+    main()

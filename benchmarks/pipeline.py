@@ -1,0 +1,441 @@
+"""fleet's check pipeline against the bare Celery floor, in one run (issue 11).
+
+Real redis-server, W worker processes x T threads consuming the provider
+queues between them, one controller (4 threads, as `controller_argv`), and,
+in the same run, the bare Celery floor (benchmarks/floor.py: same settings,
+same queue shape, same processes and threads, same payload, a check → record
+chain whose record is one Redis SET). Checks are sent with fleet's own
+message (`fleet.health.dispatch.send_check`, what beat sends), not through
+beat, so each check's send time is known.
+
+Each check is timed from its send (this process) to the END OF ITS WRITE:
+- standalone fleet and the floor: when Redis applied the SET of the result key,
+  taken from a keyspace notification by a separate observer process
+  (benchmarks/observe.py keyspace), not by polling;
+- fleet with the fake API: when the fake, in its own process
+  (benchmarks/observe.py kubeapi), had applied the status PATCH, from its
+  request log;
+- fleet with `--kubeconfig` (any API server): when a watch on ProviderHealth,
+  in a separate process, received the MODIFIED event (an upper bound).
+
+Quantities (ratios fleet/floor are the result; absolute numbers are of a
+noisy shared 2-core machine):
+- low-load per-check latency: one check at a time to a provider of 1 and of
+  50 targets whose check takes 0 ms; p50/p99;
+- rounds of N providers (a burst of N checks at once, 50 targets each, check
+  latency drawn per provider): per-check overhead = end of write − send − that
+  provider's check latency, p50/p99; burst throughput = N / (last end − first
+  send); CPU per check = the CPU time (utime+stime from /proc/<pid>/stat) the
+  pipeline's processes (workers, controller, redis-server) spent over the
+  burst, / N. The fake API's and this process's CPU are not in it;
+- controller alone: N record messages put on the controller queue directly,
+  records/s = (N−1) / (last end − first end), controller CPU ms per record;
+- RSS (VmRSS, peak VmHWM) of every process at the end.
+
+`python benchmarks/pipeline.py --quick` (≈ 1.5 min), or the defaults (≈ 2.5 min),
+`--rounds 10,50,200,500,1000 --repeat 3 --samples 100` for more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from celery import Celery, signature  # noqa: E402
+
+from fleet import routing  # noqa: E402
+from fleet.health.dispatch import send_check  # noqa: E402
+from tests.integration.conftest import RedisServer, Stack, wait_for  # noqa: E402
+from tests.procs import die_with_parent  # noqa: E402
+
+PY = sys.executable
+CLK = os.sysconf("SC_CLK_TCK")
+LOW = {"lo1": 1, "lo50": 50}  # low-load providers: name -> targets (check latency 0)
+
+
+def pct(values: list[float], p: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))]
+
+
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds of `pids`: the sum over their threads of /proc/<pid>/task/<tid>/schedstat's run time (ns;
+    /proc/<pid>/stat's utime+stime count in 10 ms ticks, too coarse for one check), or utime+stime when
+    schedstat is missing. A thread that exited during the interval is not counted (Celery's pool threads persist)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            total += sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
+        except (OSError, ValueError):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / CLK  # utime, stime (fields 14, 15)
+            except OSError:
+                continue
+    return total
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    got = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            got[line[:5]] = int(line.split()[1]) / 1024
+    return got.get("VmRSS", math.nan), got.get("VmHWM", math.nan)
+
+
+class Ends:
+    """Tails an observer's log: `<time> ...` lines; `parse(line)` -> name or None."""
+
+    def __init__(self, path: Path, parse: Callable[[list[str]], str | None]) -> None:
+        self.path, self.parse, self.offset = path, parse, 0
+        self.events: dict[str, list[float]] = {}
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path) as f:
+            f.seek(self.offset)
+            data = f.read()
+        done = data.rfind("\n") + 1
+        self.offset += len(data[:done].encode())
+        for line in data[:done].splitlines():
+            parts = line.split()
+            name = self.parse(parts)
+            if name:
+                self.events.setdefault(name, []).append(float(parts[0]))
+
+    def wait(self, sent: dict[str, float], timeout: float = 120) -> dict[str, float]:
+        """The first end of write of each name at or after its send."""
+        def done() -> dict[str, float] | None:
+            self.poll()
+            out = {}
+            for name, t in sent.items():
+                after = [e for e in self.events.get(name, ()) if e >= t]
+                if not after:
+                    return None
+                out[name] = min(after)
+            return out
+        return wait_for(done, timeout, f"{len(sent)} writes", interval=0.005)
+
+
+class System:
+    """One pipeline under test: how to send a check and a record, where its ends are, its processes."""
+
+    def __init__(self, label: str, send: Callable[[str, float], None], feed: Callable[[str, float], None],
+                 ends: Ends, pids: dict[str, int], latency: dict[str, float]) -> None:
+        self.label, self.send, self.feed, self.ends, self.pids, self.latency = label, send, feed, ends, pids, latency
+        # With an API: the status carries lastCheckTime to the second, and the controller skips a patch that
+        # changes nothing, so a check is sent in a later second than the last one (rounds are 10 s apart in
+        # production); otherwise the end of its write would never come.
+        self.new_second = False
+
+    def next_second(self) -> None:
+        if self.new_second:
+            time.sleep(math.floor(time.time()) + 1.01 - time.time())
+
+    def pipeline_pids(self) -> list[int]:
+        return [pid for role, pid in self.pids.items() if not role.startswith("fake-api")]
+
+    def lowload(self, name: str, n: int) -> dict[str, Any]:
+        lat = []
+        idle0, t0 = cpu_s(self.pipeline_pids()), time.monotonic()
+        time.sleep(1.0)  # the idle CPU rate (broker polls, heartbeats), subtracted below
+        idle_rate = (cpu_s(self.pipeline_pids()) - idle0) / (time.monotonic() - t0)
+        cpu0, t0 = cpu_s(self.pipeline_pids()), time.monotonic()
+        for _ in range(n):
+            self.next_second()
+            t = time.time()
+            self.send(name, t)
+            end = self.ends.wait({name: t})[name]
+            lat.append((end - t) * 1000)
+            time.sleep(0.02)
+        busy = cpu_s(self.pipeline_pids()) - cpu0 - idle_rate * (time.monotonic() - t0)
+        return {"lat": lat, "cpu_ms": max(busy, 0.0) * 1000 / n, "tput": math.nan}
+
+    def burst(self, names: list[str]) -> dict[str, Any]:
+        self.next_second()
+        cpu0 = cpu_s(self.pipeline_pids())
+        sent = {}
+        for n in names:
+            sent[n] = time.time()
+            self.send(n, sent[n])
+        ends = self.ends.wait(sent)
+        cpu1 = cpu_s(self.pipeline_pids())
+        over = [(ends[n] - sent[n]) * 1000 - self.latency[n] for n in names]
+        span = max(ends.values()) - min(sent.values())
+        return {"lat": over, "cpu_ms": (cpu1 - cpu0) * 1000 / len(names), "tput": len(names) / span}
+
+    def records(self, names: list[str], ctl_role: str) -> dict[str, float]:
+        pid = self.pids[ctl_role]
+        self.next_second()
+        cpu0 = cpu_s([pid])
+        sent = {}
+        for n in names:
+            sent[n] = time.time()
+            self.feed(n, sent[n])
+        ends = self.ends.wait(sent)
+        cpu1 = cpu_s([pid])
+        first, last = min(ends.values()), max(ends.values())
+        return {"rate": (len(names) - 1) / max(last - first, 1e-9), "cpu_ms": (cpu1 - cpu0) * 1000 / len(names)}
+
+
+def start(role: str, argv: list[str], env: dict[str, str], tmp: Path, procs: dict[str, subprocess.Popen]) -> int:
+    with open(tmp / f"{role}.log", "ab") as log:
+        p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                             preexec_fn=die_with_parent, cwd=ROOT)
+    procs[role] = p
+    return p.pid
+
+
+def stop(procs: dict[str, subprocess.Popen], *roles: str) -> None:
+    for role in roles or list(procs):
+        p = procs.pop(role)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def celery_worker(app: str, queues: list[str], node: str, concurrency: int) -> list[str]:
+    return [PY, "-m", "celery", "-A", app, "worker", "-Q", ",".join(queues), "-n", f"{node}@%h",
+            "--pool", "threads", "--concurrency", str(concurrency), "--without-mingle"]
+
+
+def wait_nodes(app: Celery, prefixes: list[str], timeout: float = 90) -> None:
+    def up() -> bool:
+        names = {k for reply in app.control.ping(timeout=1) for k in reply}
+        return all(any(n.startswith(p + "@") for n in names) for p in prefixes)
+    wait_for(up, timeout, f"{prefixes} to answer ping", interval=0.2)
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
+    sizes = [int(s) for s in args.rounds.split(",")]
+    rng = random.Random(args.seed)
+    names = [f"p{i:04d}" for i in range(max(sizes))]
+    # per-provider check latency, log-normal around --latency-ms (the fake cannot vary it per round)
+    latency = {n: min(10 * args.latency_ms, max(1.0, round(rng.lognormvariate(math.log(args.latency_ms), 0.6)))) for n in names}
+    latency |= {n: 0.0 for n in LOW}
+    providers = [{"name": n, "type": "fake", "fake": {"targetCount": args.targets, "latencyMs": int(latency[n])}} for n in names]
+    providers += [{"name": n, "type": "fake", "fake": {"targetCount": t}} for n, t in LOW.items()]
+    groups = [names[i:: args.workers] for i in range(args.workers)]
+    groups[0] = list(LOW) + groups[0]
+
+    redis_srv = RedisServer(tmp)
+    redis_srv.start()
+    procs: dict[str, subprocess.Popen] = {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    results: dict[str, dict[str, Any]] = {}
+    rss: list[tuple[str, str, float, float]] = []
+    try:
+        start("observer-redis", [PY, str(ROOT / "benchmarks/observe.py"), "keyspace", redis_srv.url, str(tmp / "keyspace.log"),
+                                 "fleet:result:*", "floor:result:*"], env, tmp, procs)
+        if args.kubeconfig:
+            kubeconfig = args.kubeconfig
+            start("observer-kubewatch", [PY, str(ROOT / "benchmarks/observe.py"), "kubewatch", kubeconfig,
+                                         str(tmp / "api.log")], env, tmp, procs)
+            api_ends = Ends(tmp / "api.log", lambda p: p[2] if p[1] == "MODIFIED" else None)
+        else:
+            fake = [PY, str(ROOT / "benchmarks/observe.py"), "kubeapi", "--port-file", str(tmp / "api.json"), "--log",
+                    str(tmp / "api.log"), "--api-latency-ms", str(args.api_latency_ms)] + (["--api-burn"] if args.api_burn else [])
+            start("fake-api", fake, env, tmp, procs)
+            url = wait_for(lambda: json.loads((tmp / "api.json").read_text())["url"], 30, "the fake API")
+            kubeconfig = str(tmp / "kubeconfig")
+            Path(kubeconfig).write_text(json.dumps({
+                "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}], "users": [{"name": "fake", "user": {"token": "t"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+            # "<t> PATCH 200 <name> status": the fake applied a status patch
+            api_ends = Ends(tmp / "api.log", lambda p: p[3] if p[1] == "PATCH" and p[2] == "200" and p[4] == "status" else None)
+        time.sleep(0.5)
+        redis_ends = Ends(tmp / "keyspace.log", lambda p: p[1].split(":", 2)[2] if p[1].startswith("fleet:result:") else None)
+        floor_ends = Ends(tmp / "keyspace.log", lambda p: p[1].split(":", 2)[2] if p[1].startswith("floor:result:") else None)
+
+        # ---- fleet ----
+        stack = Stack(tmp, redis_srv.url, providers, {"FLEET_LOG_LEVEL": "warning", "HOME": str(tmp), "KUBECONFIG": str(tmp / "none"),
+                                                      "FLEET_PROVIDER_CHECK_INTERVAL": "3600s", "PYTHONPATH": str(ROOT)})
+        stack.env.pop("KUBERNETES_SERVICE_HOST", None)
+        fleet_pids = {"redis-server": redis_srv.proc.pid}
+        for i, group in enumerate(groups):
+            argv = celery_worker("fleet.app", [routing.provider_queue(n) for n in group], f"bench{i}", args.concurrency)
+            fleet_pids[f"fleet-worker{i}"] = start(f"fleet-worker{i}", argv, stack.env, tmp, procs)
+        template: dict[str, Any] = {}
+
+        def fleet_send(name: str, t: float) -> None:
+            send_check(stack.sender, name, 5.0, 3600.0, t)
+
+        def fleet_feed(name: str, t: float) -> None:
+            stack.sender.send_task(routing.RECORD_CHECK, args=[template | {"provider": name, "checkedAt": t, "scheduledAt": t}])
+
+        modes = [("standalone", stack.env, redis_ends), ("api", {**stack.env, "FLEET_KUBECONFIG": kubeconfig}, api_ends)]
+        for mode, ctl_env, ends in modes:
+            role = f"fleet-controller-{mode}"
+            pids = dict(fleet_pids)
+            pids[role] = start(role, [*celery_worker("fleet.app", [routing.CONTROLLER_QUEUE], role, 4)], ctl_env, tmp, procs)
+            if mode == "api" and not args.kubeconfig:
+                pids["fake-api"] = procs["fake-api"].pid
+            wait_nodes(stack.sender, [f"bench{i}" for i in range(args.workers)] + [role])
+            sysm = System(f"fleet {mode}", fleet_send, fleet_feed, ends, pids, latency)
+            sysm.new_second = mode == "api"
+            measure(sysm, results, args, names, sizes, role, print_label=f"fleet/{mode}")
+            if not template:  # a real result of a round provider, re-stamped per record
+                template.update(json.loads(redis_srv.client().get("fleet:result:" + names[0])) | {"recordedAt": None})
+            measure_records(sysm, results, args, names, role, f"fleet/{mode}")
+            rss += [(f"fleet/{mode}", r, *rss_mib(p)) for r, p in pids.items()]
+            stop(procs, role)
+
+        # ---- floor ----
+        floor_env = {**env, "FLOOR_BROKER_URL": redis_srv.url}
+        floor_app = Celery("floor-sender", broker=redis_srv.url, set_as_current=False)
+        floor_app.conf.update(task_serializer="json", accept_content=["json"], task_create_missing_queues=True)
+        floor_pids = {"redis-server": redis_srv.proc.pid}
+        for i, group in enumerate(groups):
+            argv = celery_worker("benchmarks.floor", [f"floor.provider.{n}" for n in group], f"floor{i}", args.concurrency)
+            floor_pids[f"floor-worker{i}"] = start(f"floor-worker{i}", argv, floor_env, tmp, procs)
+        floor_pids["floor-controller"] = start("floor-controller", celery_worker("benchmarks.floor", ["floor.controller"], "floorctl", 4),
+                                               floor_env, tmp, procs)
+        wait_nodes(floor_app, [f"floor{i}" for i in range(args.workers)] + ["floorctl"])
+        targets = {n: args.targets for n in names} | LOW
+        link = signature("floor.record")
+
+        def floor_send(name: str, t: float) -> None:
+            floor_app.send_task("floor.check", kwargs={"provider": name, "latency_ms": latency[name], "targets": targets[name],
+                                                       "scheduled_at": t}, queue=f"floor.provider.{name}", expires=3600.0, link=link)
+
+        def floor_feed(name: str, t: float) -> None:
+            floor_app.send_task("floor.record", args=[template | {"provider": name, "checkedAt": t, "scheduledAt": t}],
+                                queue="floor.controller")
+
+        sysm = System("floor", floor_send, floor_feed, floor_ends, floor_pids, latency)
+        measure(sysm, results, args, names, sizes, "floor-controller", print_label="floor")
+        measure_records(sysm, results, args, names, "floor-controller", "floor")
+        rss += [("floor", r, *rss_mib(p)) for r, p in floor_pids.items()]
+        for role in ("observer-redis", "fake-api", "observer-kubewatch"):
+            if role in procs:
+                rss.append(("observers", role, *rss_mib(procs[role].pid)))
+        payload_sizes = (len(json.dumps(template, separators=(",", ":"))),
+                         len(redis_srv.client().get("floor:result:" + names[0]) or b""))
+    finally:
+        stop(procs)
+        redis_srv.stop()
+    report(args, results, rss, payload_sizes, sizes)
+
+
+def measure(sysm: System, results: dict[str, dict[str, Any]], args: argparse.Namespace, names: list[str], sizes: list[int],
+            ctl_role: str, print_label: str) -> None:
+    for name in LOW:
+        sysm.lowload(name, 1)  # warm (with an API: creates the object)
+        results[f"{print_label}|low-load {LOW[name]} target(s)"] = sysm.lowload(name, args.samples)
+        print(f"  {print_label}: low-load {name} done", flush=True)
+    for n in sizes:
+        runs = [sysm.burst(names[:n]) for _ in range(args.repeat + 1)][1:]  # the first round creates objects: warm-up
+        results[f"{print_label}|round of {n}"] = {"lat": [x for r in runs for x in r["lat"]],
+                                                  "cpu_ms": statistics.mean(r["cpu_ms"] for r in runs),
+                                                  "tput": statistics.median(r["tput"] for r in runs)}
+        print(f"  {print_label}: round of {n} done", flush=True)
+
+
+def measure_records(sysm: System, results: dict[str, dict[str, Any]], args: argparse.Namespace, names: list[str], ctl_role: str,
+                    label: str) -> None:
+    results[f"{label}|records"] = sysm.records(names[: args.records], ctl_role)
+
+
+def report(args: argparse.Namespace, results: dict[str, dict[str, Any]], rss: list[tuple[str, str, float, float]],
+           payload_sizes: tuple[int, int], sizes: list[int]) -> None:
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "fleet", "tasks", "beat", "providers"],
+                           capture_output=True, text=True).stdout.strip()
+    print(f"\npipeline benchmark at {commit}{' (+ uncommitted changes in fleet/tasks/beat/providers)' if dirty else ''}: "
+          f"{args.workers} worker processes x {args.concurrency} threads, 1 controller x 4 threads, {args.targets} targets per "
+          f"provider in rounds, check latency per provider log-normal around {args.latency_ms} ms (fixed across rounds), "
+          f"fake API {'at ' + args.kubeconfig if args.kubeconfig else f'+{args.api_latency_ms} ms per request'}, "
+          f"payload {payload_sizes[0]} B fleet / {payload_sizes[1]} B floor, {os.cpu_count()} CPUs")
+    print("latency: send → end of write (low-load), minus the provider's own check latency (rounds); ms. "
+          "CPU: workers + controller + redis-server, ms per check (low-load: minus their idle rate). burst: checks/s over the round.\n")
+    hdr = (f"| {'case':<22} | {'fleet mode':<10} | {'p50 fleet':>9} | {'floor':>7} | {'ratio':>5} | {'p99 fleet':>9} | {'floor':>7} | "
+           f"{'ratio':>5} | {'CPU/check':>9} | {'floor':>6} | {'ratio':>5} | {'burst/s':>8} | {'floor':>7} | {'ratio':>5} |")
+    print(hdr)
+    print("|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|")
+    cases = [f"low-load {t} target(s)" for t in LOW.values()] + [f"round of {n}" for n in sizes]
+    for case in cases:
+        fl = results[f"floor|{case}"]
+        for mode in ("standalone", "api"):
+            f = results[f"fleet/{mode}|{case}"]
+            p50, p99 = statistics.median(f["lat"]), pct(f["lat"], 99)
+            q50, q99 = statistics.median(fl["lat"]), pct(fl["lat"], 99)
+            tput = f"{f['tput']:8.0f} | {fl['tput']:7.0f} | {f['tput'] / fl['tput']:5.2f}" if not math.isnan(f["tput"]) else \
+                f"{'':>8} | {'':>7} | {'':>5}"
+            print(f"| {case:<22} | {mode:<10} | {p50:9.1f} | {q50:7.1f} | {p50 / q50:5.1f} | {p99:9.1f} | {q99:7.1f} | {p99 / q99:5.1f} | "
+                  f"{f['cpu_ms']:9.1f} | {fl['cpu_ms']:6.1f} | {f['cpu_ms'] / max(fl['cpu_ms'], 0.01):5.1f} | {tput} |")
+    fl = results["floor|records"]
+    print(f"\ncontroller alone ({args.records} record messages queued directly; floor: one Redis SET per record):")
+    print(f"| {'mode':<10} | {'records/s':>9} | {'floor':>7} | {'ratio':>5} | {'CPU ms/record':>13} | {'floor':>6} | {'ratio':>5} |")
+    print(f"|{'-' * 12}|{'-' * 11}|{'-' * 9}|{'-' * 7}|{'-' * 15}|{'-' * 8}|{'-' * 7}|")
+    for mode in ("standalone", "api"):
+        f = results[f"fleet/{mode}|records"]
+        print(f"| {mode:<10} | {f['rate']:9.0f} | {fl['rate']:7.0f} | {f['rate'] / fl['rate']:5.2f} | {f['cpu_ms']:13.2f} | "
+              f"{fl['cpu_ms']:6.2f} | {f['cpu_ms'] / max(fl['cpu_ms'], 0.01):5.1f} |")
+    print("\nRSS at the end of each part (MiB, now / peak):")
+    for part, role, now, peak in rss:
+        print(f"  {part:<16} {role:<28} {now:6.1f} / {peak:6.1f}")
+    if not args.kubeconfig:
+        print(f"\nThe fake API adds {args.api_latency_ms} ms per request ({'CPU burnt on this machine' if args.api_burn else 'a sleep'}, "
+              "standing for the apiserver + etcd work of a real cluster) and leaves out: etcd and its fsync, authentication, "
+              "authorization, admission and webhooks, schema validation of the CRD, watch fan-out, priority & fairness, "
+              "TLS, and any other client's load; its own Python CPU is not in the CPU column.")
+    print("The fake provider's results are constant per provider across rounds (fixed latencyMs, all targets ready): "
+          "rounds vary only in which providers and latencies they include.")
+    print("\nReproduce:")
+    print(f"  {' '.join(['.venv/bin/python', 'benchmarks/pipeline.py', *sys.argv[1:]])}")
+    print("  .venv/bin/python benchmarks/pipeline.py --rounds 10,50,200,500,1000 --repeat 3 --samples 100 --records 1000  # full")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer samples: --samples 10 --repeat 1 --records 200")
+    ap.add_argument("--rounds", default="10,50,200,500", help="providers per round, comma-separated")
+    ap.add_argument("--repeat", type=int, default=2, help="warm rounds per size (after one warm-up round)")
+    ap.add_argument("--samples", type=int, default=20, help="low-load checks per provider")
+    ap.add_argument("--records", type=int, default=500, help="record messages for the controller-alone case")
+    ap.add_argument("--targets", type=int, default=50)
+    ap.add_argument("--latency-ms", type=float, default=50, help="median check latency of the round providers")
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--api-latency-ms", type=float, default=8.7, help="the fake API's delay per request (issue 11: ≈ 8.7 ms)")
+    ap.add_argument("--api-burn", action="store_true", help="burn the fake API's delay as CPU on this machine instead of sleeping")
+    ap.add_argument("--kubeconfig", help="write to this API server (the ProviderHealth CRD installed) instead of the fake")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--workdir", help="keep logs here (default: a temporary directory)")
+    args = ap.parse_args()
+    if args.quick:
+        args.samples, args.repeat, args.records = min(args.samples, 10), 1, min(args.records, 200)
+    args.records = min(args.records, max(int(s) for s in args.rounds.split(",")))
+    if args.workdir:  # kept: the processes' logs and the observers' logs
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        run(args, Path(args.workdir))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        run(args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
