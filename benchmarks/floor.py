@@ -2,7 +2,7 @@
 pipeline costs with nothing of fleet in it.
 
 `celery -A benchmarks.floor worker ...` with fleet's Celery settings
-(fleet/app.py: JSON, the broker as result backend, results ignored, task
+(fleet/celeryconf.py, shared with fleet/app.py: JSON, the broker as result backend, results ignored, task
 events off, prefetch 1, the same visibility timeout, missing queues
 created), the same queue shape (one queue per provider, one controller queue)
 and the same worker processes and threads as the fleet run. Two tasks,
@@ -25,6 +25,8 @@ from typing import Any
 import redis
 from celery import Celery
 
+from fleet.celeryconf import MESSAGING
+
 BROKER = os.environ.get("FLOOR_BROKER_URL", "redis://127.0.0.1:6379/0")
 CONTROLLER_QUEUE = "floor.controller"
 
@@ -32,24 +34,8 @@ app = Celery("floor", set_as_current=False)
 app.conf.update(
     broker_url=BROKER,
     result_backend=BROKER,
-    task_serializer="json",
-    result_serializer="json",
-    accept_content=["json"],
-    result_accept_content=["json"],
-    event_serializer="json",
     task_default_queue=CONTROLLER_QUEUE,
-    task_create_missing_queues=True,
-    task_ignore_result=True,
-    result_expires=3600,
-    # as fleet/app.py at 2a6b941 (issue 11): no task events, started not tracked
-    task_send_sent_event=False,
-    worker_send_task_events=False,
-    task_track_started=False,
-    worker_prefetch_multiplier=1,
-    worker_hijack_root_logger=False,
-    broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": 3600},
-    timezone="UTC",
+    **MESSAGING,  # fleet's own (fleet/celeryconf.py), so both run under the same settings
 )
 _redis = redis.Redis.from_url(BROKER)
 
