@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from providers.base import Provider
+from providers.base import Placement, Provider
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,10 @@ class ProviderType:
     config: str  # "module:Class", a pydantic model of the type's config block
     factory: str  # "module:function", new(name, block) -> Provider
     summary: str
+    # "module:function", problem(block, Placement) -> str | None: why a Proxy's
+    # placement can never be satisfied (naming the field and value), judged on
+    # the controller before any backend call; pure, imports no SDK. "" = any.
+    placement: str = ""
 
 
 TYPES: dict[str, ProviderType] = {
@@ -38,6 +42,11 @@ TYPES: dict[str, ProviderType] = {
         "providers.gcp.provider:new",
         "Compute Engine VMs with an ephemeral external IP",
     ),
+    "local": ProviderType(
+        "providers.local.config:LocalConfig",
+        "providers.local.provider:new",
+        "Squid processes on this host, one per instance, for demos and tests",
+    ),
     "fake": ProviderType(
         "providers.fake:FakeConfig",
         "providers.fake:new",
@@ -54,6 +63,12 @@ def _load(ref: str) -> Any:
 def config_model(type_name: str) -> Any:
     """The pydantic model of a type's config block."""
     return _load(TYPES[type_name].config)
+
+
+def placement_problem(type_name: str, block: Any, placement: Placement) -> str | None:
+    """Why no instance of this type could ever have `placement`, or None."""
+    ref = TYPES[type_name].placement
+    return _load(ref)(block, placement) if ref else None
 
 
 def build(name: str, type_name: str, block: Any) -> Provider:

@@ -1,0 +1,122 @@
+"""A Proxy as the reconciler sees it: plain frozen values, parsed once at the
+boundary (`fleet.proxies.manifests.parse_proxy`) from a Kubernetes object or a
+standalone manifest, so the decisions never touch raw dicts.
+
+Names users see (the CRD `proxies.crawl.example.com`, deploy/crd/) are
+defined here once: phases, condition types and reasons, the finalizer and
+the skip-cleanup annotation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from providers.base import Placement
+
+FINALIZER = "crawl.example.com/cleanup"
+SKIP_CLEANUP = "crawl.example.com/skip-cleanup"  # annotation; value "true" releases without touching the backend
+
+DEFAULT_PORT = 3128
+
+# status.phase
+PENDING, PROVISIONING, RUNNING, REPLACING, DELETING, FAILED = (
+    "Pending", "Provisioning", "Running", "Replacing", "Deleting", "Failed",
+)
+PHASES = (PENDING, PROVISIONING, RUNNING, REPLACING, DELETING, FAILED)
+
+# condition types
+PROVISIONED, HEALTHY, READY = "Provisioned", "Healthy", "Ready"
+CONDITIONS = (PROVISIONED, HEALTHY, READY)
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class CloudInit:
+    """Exactly one of `inline` (the text) or `secret` (where to read it)."""
+
+    inline: str | None = field(default=None, repr=False)  # may hold secrets: never shown
+    secret: SecretRef | None = None
+
+    def __repr__(self) -> str:
+        if self.secret is not None:
+            return f"CloudInit(secret={self.secret!r})"
+        return f"CloudInit(inline=<{len(self.inline or '')} characters>)"
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    provider: str
+    placement: Placement = field(default_factory=Placement)
+    cloud_init: CloudInit = field(default_factory=CloudInit)
+    port: int = DEFAULT_PORT
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str = ""
+    observed_generation: int = 0
+    last_transition_time: str = ""  # RFC 3339, set when status changes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type, "status": self.status, "reason": self.reason, "message": self.message,
+            "observedGeneration": self.observed_generation, "lastTransitionTime": self.last_transition_time,
+        }
+
+
+@dataclass(frozen=True)
+class ProxyStatus:
+    phase: str = ""
+    provider_id: str = ""
+    ip: str = ""
+    port: int = 0
+    spec_hash: str = ""
+    observed_generation: int = 0
+    message: str = ""
+    conditions: tuple[Condition, ...] = ()
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase, "providerID": self.provider_id, "ip": self.ip, "port": self.port,
+            "specHash": self.spec_hash, "observedGeneration": self.observed_generation, "message": self.message,
+            "conditions": [c.to_dict() for c in self.conditions],
+        }
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """One Proxy object: identity, spec, lifecycle marks and its last status."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: ProxySpec
+    status: ProxyStatus = field(default_factory=ProxyStatus)
+    deleting: bool = False  # metadata.deletionTimestamp is set (standalone: its manifest is gone)
+    finalizers: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""  # Kubernetes only: for optimistic writes
+    created_at: str = ""  # metadata.creationTimestamp (RFC 3339), for AGE
+
+    @property
+    def key(self) -> str:
+        """`namespace/name`: the reconciler's key, in Redis and in logs."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def skip_cleanup(self) -> bool:
+        return self.annotations.get(SKIP_CLEANUP) == "true"
