@@ -4,14 +4,36 @@ instance table.
 It drives the pipeline's own tests, the demo and the benchmarks through the
 same registry, workers and queues as a real provider. `latencyMs` makes each
 check take that long, honouring the deadline like a real backend would.
+
+Results can vary between rounds, as a real backend's do, and stay
+reproducible: a round is this provider instance's n-th check (0, 1, 2, …),
+and what varies in round n is drawn from (`seed`, the provider's name, n)
+only (`plan`), so the same config gives the same sequence in every process.
+
+- `latencyJitterMs` (0–600000, default 0): each check takes `latencyMs` plus
+  a jitter drawn per round, `latencyJitter` `uniform` (between 0 and
+  `latencyJitterMs`) or `lognormal` (median `latencyJitterMs`, σ 0.5, capped
+  at 10 × `latencyJitterMs`); the total is capped at 600000 ms. The targets'
+  `latency` is the time the check really took, so it varies too.
+- `flapRatio` (0–1, default 0): round(flapRatio × targets) targets, chosen
+  once from (`seed`, name), flap: each is down (not ready, reason
+  `Unreachable`, message `fake: flapping`) every other period of `flapEvery`
+  rounds (1–10000, default 1), half of them starting down, so every
+  `flapEvery` rounds all of them flip. With a ratio above 0 at least one
+  target flaps. Off-phase a flapping target reports its configured verdict.
+- `seed` (0–2^31−1, default 0).
+
+With none of these set, every round of a provider reports the same verdicts.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -27,6 +49,10 @@ MAX_TARGETS = 1000
 MAX_TARGET_COUNT = 10000
 MAX_LATENCY_MS = 600_000
 MAX_DETAILS = 32
+MAX_FLAP_EVERY = 10000
+MAX_SEED = 2**31 - 1
+LOGNORMAL_SIGMA = 0.5
+FLAP_MESSAGE = "fake: flapping"
 
 
 class FakeTarget(Block):
@@ -45,6 +71,60 @@ class FakeConfig(Block):
     latencyMs: int = Field(default=0, ge=0, le=MAX_LATENCY_MS)
     # A provider of this type that has no Checker: Ready=Unknown/ChecksNotImplemented.
     checks: bool = True
+    # Round-to-round variation (module docstring): jitter added to latencyMs per check,
+    # flapping targets, and the seed both are drawn from.
+    latencyJitterMs: int = Field(default=0, ge=0, le=MAX_LATENCY_MS, strict=True)
+    latencyJitter: Literal["uniform", "lognormal"] = "uniform"
+    flapRatio: float = Field(default=0.0, ge=0.0, le=1.0, strict=True, allow_inf_nan=False)
+    flapEvery: int = Field(default=1, ge=1, le=MAX_FLAP_EVERY, strict=True)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, strict=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What round `round` of a provider does: how long its check takes (ms,
+    before the deadline) and which targets flap down."""
+
+    round: int
+    latency_ms: float
+    down: frozenset[str]
+
+
+def target_names(cfg: FakeConfig) -> list[str]:
+    """The provider's targets in check order: the listed ones, then t0000, t0001, …"""
+    return [t.name for t in cfg.targets] + [f"t{i:04d}" for i in range(cfg.targetCount)]
+
+
+def flappers(cfg: FakeConfig, name: str) -> dict[str, int]:
+    """The targets that flap, each with its phase offset (0: up in the first period, 1: down)."""
+    names = target_names(cfg)
+    if cfg.flapRatio <= 0 or not names:
+        return {}
+    k = min(len(names), max(1, round(cfg.flapRatio * len(names))))
+    rng = random.Random(f"fake:{cfg.seed}:{name}:flappers")
+    chosen = rng.sample(range(len(names)), k)
+    return {names[i]: j % 2 for j, i in enumerate(chosen)}  # sample's order is random: half start down
+
+
+def jitter_ms(cfg: FakeConfig, name: str, round_no: int) -> float:
+    if not cfg.latencyJitterMs:
+        return 0.0
+    rng = random.Random(f"fake:{cfg.seed}:{name}:{round_no}:latency")
+    j = cfg.latencyJitterMs
+    if cfg.latencyJitter == "uniform":
+        return rng.uniform(0, j)
+    return min(10.0 * j, j * rng.lognormvariate(0.0, LOGNORMAL_SIGMA))
+
+
+def plan(cfg: FakeConfig, name: str, round_no: int, _flappers: dict[str, int] | None = None) -> Plan:
+    """Round `round_no` (0-based) of provider `name`: a pure function of the
+    config, the name and the round, so a benchmark can know what the
+    provider's worker will do."""
+    latency = min(float(MAX_LATENCY_MS), cfg.latencyMs + jitter_ms(cfg, name, round_no))
+    flap = flappers(cfg, name) if _flappers is None else _flappers
+    phase = round_no // cfg.flapEvery
+    down = frozenset(t for t, offset in flap.items() if (phase + offset) % 2 == 1)
+    return Plan(round_no, latency, down)
 
 
 class FakeProvider:
@@ -53,11 +133,16 @@ class FakeProvider:
         self.cfg = cfg
         self._lock = threading.Lock()
         self._instances: dict[str, Instance] = {}
+        self._round = 0  # checks started by this instance: the next check's round
+        self._flappers = flappers(cfg, name)
 
     # -- Checker ---------------------------------------------------------------
 
     def check(self, deadline: Deadline) -> list[TargetStatus]:
-        latency = self.cfg.latencyMs / 1000
+        with self._lock:
+            round_no, self._round = self._round, self._round + 1
+        p = plan(self.cfg, self.name, round_no, self._flappers)
+        latency = p.latency_ms / 1000
         start = time.monotonic()
         timed_out = latency > deadline.remaining()
         time.sleep(min(latency, deadline.remaining()))
@@ -66,6 +151,9 @@ class FakeProvider:
         for t in self._targets():
             if timed_out:
                 out.append(TargetStatus(t.name, "fake", False, base.REASON_TIMEOUT, "deadline passed", took))
+                continue
+            if t.name in p.down:
+                out.append(TargetStatus(t.name, "fake", False, base.REASON_UNREACHABLE, FLAP_MESSAGE, took))
                 continue
             reason = t.reason or (base.REASON_REACHABLE if t.ready else base.REASON_UNREACHABLE)
             out.append(TargetStatus(t.name, "fake", t.ready, reason, t.message, took, dict(t.details)))

@@ -1,10 +1,12 @@
+import threading
 import time
 
 import pytest
+from pydantic import ValidationError
 
 from providers import base
 from providers.base import Deadline
-from providers.fake import FakeConfig, FakeTarget, new
+from providers.fake import FLAP_MESSAGE, MAX_LATENCY_MS, FakeConfig, FakeTarget, flappers, new, plan
 from tests.providers import conformance
 from tests.providers.conformance import ProviderConformance
 
@@ -54,3 +56,131 @@ class TestFakeChecker(conformance.CheckerConformance):
             return new("f", FakeConfig(targets=[FakeTarget(name=n) for n in names], latencyMs=latency))
 
         return make
+
+
+# -- round-to-round variation (latencyJitterMs, flapRatio, flapEvery, seed) ------------------------------------
+
+
+def _rounds(p, n):
+    return [p.check(Deadline.after(5)) for _ in range(n)]
+
+
+def _verdicts(results):
+    return [[(t.name, t.ready, t.reason, t.message) for t in r] for r in results]
+
+
+def test_without_variation_every_round_is_the_same():
+    cfg = FakeConfig(targetCount=5)
+    assert {plan(cfg, "f", r).latency_ms for r in range(20)} == {0.0}
+    assert all(not plan(cfg, "f", r).down for r in range(20))
+    v = _verdicts(_rounds(new("f", cfg), 4))
+    assert all(r == v[0] for r in v)
+
+
+def test_uniform_jitter_is_bounded_and_varies():
+    cfg = FakeConfig(latencyMs=100, latencyJitterMs=20)
+    got = [plan(cfg, "f", r).latency_ms for r in range(200)]
+    assert all(100 <= x <= 120 for x in got)
+    assert len(set(got)) == 200
+
+
+def test_lognormal_jitter_is_positive_and_capped():
+    cfg = FakeConfig(latencyJitterMs=10, latencyJitter="lognormal")
+    got = [plan(cfg, "f", r).latency_ms for r in range(500)]
+    assert all(0 < x <= 100 for x in got)
+    assert 7 < sorted(got)[250] < 14  # median ≈ latencyJitterMs
+
+
+def test_total_latency_is_capped():
+    cfg = FakeConfig(latencyMs=MAX_LATENCY_MS, latencyJitterMs=MAX_LATENCY_MS)
+    assert plan(cfg, "f", 0).latency_ms == MAX_LATENCY_MS
+
+
+def test_variation_is_deterministic_per_seed_name_and_round():
+    cfg = FakeConfig(targetCount=20, latencyJitterMs=5, flapRatio=0.25, seed=7)
+    assert [plan(cfg, "f", r) for r in range(10)] == [plan(cfg, "f", r) for r in range(10)]
+    other_seed = cfg.model_copy(update={"seed": 8})
+    assert [plan(cfg, "f", r).latency_ms for r in range(10)] != [plan(other_seed, "f", r).latency_ms for r in range(10)]
+    assert [plan(cfg, "f", r).latency_ms for r in range(10)] != [plan(cfg, "g", r).latency_ms for r in range(10)]
+    # two instances (two worker processes) go through the same sequence
+    a, b = new("f", cfg), new("f", cfg)
+    assert _verdicts(_rounds(a, 4)) == _verdicts(_rounds(b, 4))
+
+
+def test_the_check_takes_the_planned_latency():
+    cfg = FakeConfig(targetCount=1, latencyMs=5, latencyJitterMs=30, seed=1)
+    p = new("f", cfg)
+    for r in range(3):
+        start = time.monotonic()
+        got = p.check(Deadline.after(5))
+        took = time.monotonic() - start
+        want = plan(cfg, "f", r).latency_ms / 1000
+        assert want <= got[0].latency <= took
+        assert got[0].latency < want + 0.5
+
+
+def test_flapping_targets_flip_every_flap_every_rounds():
+    cfg = FakeConfig(targetCount=10, flapRatio=0.4, flapEvery=3, seed=2)
+    flap = flappers(cfg, "f")
+    assert len(flap) == 4 and sorted(flap.values()) == [0, 0, 1, 1]  # half start down
+    results = _rounds(new("f", cfg), 9)
+    downs = [frozenset(t.name for t in r if not t.ready) for r in results]
+    assert downs == [plan(cfg, "f", r).down for r in range(9)]
+    assert downs[0] == downs[1] == downs[2] and downs[3] == downs[4] == downs[5] and downs[6] == downs[0]
+    assert downs[0] | downs[3] == set(flap) and not downs[0] & downs[3]
+    for r in results:
+        for t in r:
+            if not t.ready:
+                assert (t.reason, t.message) == (base.REASON_UNREACHABLE, FLAP_MESSAGE)
+            else:
+                assert t.reason == base.REASON_REACHABLE
+
+
+def test_any_positive_flap_ratio_flaps_one_target_at_least():
+    cfg = FakeConfig(targets=[FakeTarget(name="only")], flapRatio=0.01)
+    assert list(flappers(cfg, "f")) == ["only"]
+    assert [t[0].ready for t in _rounds(new("f", cfg), 4)] in ([True, False, True, False], [False, True, False, True])
+
+
+def test_a_flapping_target_reports_its_configured_verdict_off_phase():
+    cfg = FakeConfig(targets=[FakeTarget(name="a", reason="Custom", message="m", details={"k": "v"})], flapRatio=1.0)
+    got = [r[0] for r in _rounds(new("f", cfg), 2)]
+    up = next(t for t in got if t.ready)
+    down = next(t for t in got if not t.ready)
+    assert (up.reason, up.message, up.details) == ("Custom", "m", {"k": "v"})
+    assert (down.reason, down.message, down.details) == (base.REASON_UNREACHABLE, FLAP_MESSAGE, {})
+
+
+def test_the_deadline_still_wins_over_flapping():
+    cfg = FakeConfig(targetCount=4, flapRatio=1.0, latencyMs=10_000)
+    got = new("f", cfg).check(Deadline.after(0.05))
+    assert all(t.reason == base.REASON_TIMEOUT for t in got)
+
+
+def test_rounds_are_counted_per_instance_across_threads():
+    cfg = FakeConfig(targetCount=2, flapRatio=1.0)
+    p = new("f", cfg)
+    threads = [threading.Thread(target=p.check, args=(Deadline.after(5),)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert p._round == 8
+
+
+@pytest.mark.parametrize("bad", [
+    {"latencyJitterMs": -1}, {"latencyJitterMs": MAX_LATENCY_MS + 1}, {"latencyJitterMs": "5"}, {"latencyJitterMs": 1.5},
+    {"latencyJitter": "normal"}, {"flapRatio": -0.1}, {"flapRatio": 1.01}, {"flapRatio": "0.5"}, {"flapRatio": float("nan")},
+    {"flapEvery": 0}, {"flapEvery": 10_001}, {"flapEvery": True}, {"seed": -1}, {"seed": 2**31}, {"seed": "1"},
+])
+def test_variation_config_is_strict_and_bounded(bad):
+    with pytest.raises(ValidationError):
+        FakeConfig(**bad)
+
+
+def test_the_instance_table_ignores_variation():
+    p = new("f", FakeConfig(targetCount=3, flapRatio=1.0, latencyJitterMs=5))
+    pid = p.create(base.CreateRequest(name="x", uid="u"), Deadline.after(5))
+    _rounds(p, 2)
+    assert p.get(pid, Deadline.after(5)).uid == "u"
+    assert [i.id for i in p.list_by_tag(Deadline.after(5))] == [pid]
