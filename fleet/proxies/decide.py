@@ -1,0 +1,375 @@
+"""The reconciler's next step, as one pure decision:
+
+    decide(proxy, outcome, env) → Step(status, finalizer, call, requeue, failures)
+
+`outcome` is what the Proxy's last provider call answered (`Outcome`, or None
+when nothing new came back: a watch event, a due poll, a restart). The caller
+(`fleet.proxies.reconciler`) writes `status` when it differs, adds or removes
+the finalizer, sends `call` as a task on the provider's queue, and makes the
+Proxy due again after `requeue` seconds. Nothing here reads a clock, Redis or
+the API; `env.now` is the time for lastTransitionTime.
+
+The rules are the seed's (docs/providers.md §2–3, the reconciler lines its
+"Why"s cite), one row per branch in tests/fleet/proxies/test_decide.py:
+
+| situation                          | step                                                         |
+|------------------------------------|--------------------------------------------------------------|
+| deleting, finalizer gone           | nothing                                                      |
+| deleting, skip-cleanup             | release the finalizer, no backend call                      |
+| deleting, no providerID            | release                                                      |
+| deleting, provider not configured  | say so, ask again in 10 s (skip-cleanup releases)             |
+| deleting                           | Deleting: Delete → poll Get every 10 s → NotFound: release   |
+| deleting, Get Permanent            | Delete anyway; release if it succeeds                         |
+| no finalizer                       | add it (with the first call)                                  |
+| provider not configured            | Failed (ProviderNotConfigured); released once it is           |
+| placement impossible               | Failed (InvalidPlacement), before any backend call            |
+| Failed for this generation         | latched: nothing until metadata.generation changes            |
+| cloud-init unreadable              | Pending (CloudInitUnavailable), back off                      |
+| no providerID                      | Create → Provisioning                                         |
+| spec hash changed                  | Replacing: Delete → poll until NotFound → Create, same name   |
+| Get: Running with an IP            | Running, ip/port, Provisioned=True; resync later              |
+| Get: Provisioning                  | poll again in 10 s                                            |
+| Get: Stopped / Terminated          | Replacing (delete, then create)                               |
+| Get: NotFound                      | clear the ID, create again                                    |
+| Transient                          | back off 1 s doubling to 5 m (the call's own `step`)          |
+| QuotaExceeded                      | Provisioned=False (QuotaExceeded), retry in 5 m, not counted  |
+| Permanent (not deleting)           | Failed (PermanentError), latched                              |
+| Permanent while deleting           | retried with back-off, never latched                          |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.proxies.model import (
+    DELETING,
+    FAILED,
+    FINALIZER,
+    HEALTHY,
+    PENDING,
+    PROVISIONED,
+    PROVISIONING,
+    READY,
+    REPLACING,
+    RUNNING,
+    SKIP_CLEANUP,
+    Condition,
+    Proxy,
+    ProxySpec,
+    ProxyStatus,
+)
+from providers.retry import BACKOFF_MAX, LATCH_PERMANENT, QUOTA_RETRY, backoff
+
+# Seconds (seed: ProvisioningPoll and DeletionPoll 10s, RequeueNow 1s, QuotaRetry 5m).
+POLL = 10.0
+NOW = 1.0
+RESYNC = 60.0  # a Running Proxy's Get, so a vanished or stopped instance is seen
+
+# Condition reasons (on Provisioned unless said otherwise); docs/architecture.md lists them.
+R_PROVISIONING = "Provisioning"
+R_RUNNING = "Running"
+R_REPLACING = "Replacing"
+R_DELETING = "Deleting"
+R_NOT_CONFIGURED = "ProviderNotConfigured"
+R_INVALID_PLACEMENT = "InvalidPlacement"
+R_CLOUD_INIT = "CloudInitUnavailable"
+R_QUOTA = "QuotaExceeded"
+R_PROVIDER_ERROR = "ProviderError"  # a transient failure; the message says which
+R_PERMANENT = LATCH_PERMANENT
+R_NOT_PROBED = "NotProbed"  # Healthy: the prober has not judged it yet
+R_NOT_RUNNING = "NotRunning"  # Ready
+LATCHES = (R_NOT_CONFIGURED, R_INVALID_PLACEMENT, R_PERMANENT)
+
+CREATE, GET, DELETE = "create", "get", "delete"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A provider call's answer, as `fleet.calls` returns it, tied to the call."""
+
+    op: str
+    ok: bool
+    result: Any = None  # create: the id; get: an instance dict; delete: None
+    error_class: str = ""  # not_found | quota_exceeded | transient | permanent | invalid
+    retry_after: float | None = None  # the call's own step, when it says retry
+    message: str = ""
+    spec_hash: str = ""  # create: the hash of what was created
+    release_on_success: bool = False  # a Delete after a Permanent Get while deleting
+
+    @classmethod
+    def from_message(cls, out: Mapping[str, Any], spec_hash: str = "", release_on_success: bool = False) -> Outcome:
+        step = out.get("step") if isinstance(out.get("step"), Mapping) else {}
+        retry = step.get("retry_after") if isinstance(step, Mapping) else None
+        return cls(
+            op=str(out.get("op", "")), ok=out.get("ok") is True, result=out.get("result"),
+            error_class=str(out.get("error_class", "")),
+            retry_after=float(retry) if isinstance(retry, (int, float)) and not isinstance(retry, bool) else None,
+            message=str(out.get("message", ""))[:1024], spec_hash=spec_hash, release_on_success=release_on_success,
+        )
+
+    @property
+    def gone(self) -> bool:
+        return not self.ok and self.error_class == "not_found"
+
+
+@dataclass(frozen=True)
+class Env:
+    """What the controller knows beyond the object: judged before deciding."""
+
+    now: float
+    configured: tuple[str, ...]  # configured provider names
+    placement_problem: str | None = None
+    spec_hash: str | None = None  # of placement, resolved cloud-init and port; None: cloud-init unreadable
+    cloud_init_problem: str = ""
+    failures: int = 0  # failed calls in a row for this Proxy
+    poll: float = POLL
+    resync: float = RESYNC
+
+
+@dataclass(frozen=True)
+class Call:
+    op: str  # create | get | delete
+    provider_id: str = ""  # get, delete
+    release_on_success: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    status: ProxyStatus | None = None  # None: leave the status as it is
+    finalizer: str | None = None  # "add" | "remove"
+    call: Call | None = None
+    requeue: float | None = None  # seconds; None: only an event or an outcome wakes it
+    failures: int = 0
+
+
+def spec_hash(spec: ProxySpec, cloud_init: str) -> str:
+    """Placement, the resolved cloud-init and the port (seed spechash.go):
+    a change in any of them replaces the instance."""
+    p = spec.placement
+    doc = json.dumps(
+        {"placement": [p.region, p.zone, p.machine_type, p.image], "cloudInit": cloud_init, "port": spec.port},
+        sort_keys=True, separators=(",", ":"),
+    )
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+def rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def set_condition(conds: tuple[Condition, ...], c: Condition, now: float) -> tuple[Condition, ...]:
+    """Replace or add `c`, keeping lastTransitionTime unless the status flips."""
+    old = next((x for x in conds if x.type == c.type), None)
+    when = old.last_transition_time if old is not None and old.status == c.status and old.last_transition_time else rfc3339(now)
+    new = dataclasses.replace(c, last_transition_time=when)
+    return tuple(x for x in conds if x.type != c.type) + (new,) if old is None else tuple(
+        new if x.type == c.type else x for x in conds
+    )
+
+
+def with_phase(p: Proxy, env: Env, phase: str, reason: str, message: str = "", **fields: Any) -> ProxyStatus:
+    """The status with this phase: Provisioned/Ready derived from it, Healthy
+    left to the prober (Unknown until it judges), every condition at this
+    generation. Fields not given keep their value."""
+    st = dataclasses.replace(p.status, phase=phase, message=message, observed_generation=p.generation, **fields)
+    g = p.generation
+    running = phase == RUNNING
+    conds = set_condition(st.conditions, Condition(PROVISIONED, "True" if running else "False", reason, message, g), env.now)
+    healthy = st.condition(HEALTHY)
+    if healthy is None:
+        conds = set_condition(conds, Condition(HEALTHY, "Unknown", R_NOT_PROBED, "", g), env.now)
+        healthy_status = "Unknown"
+    else:
+        healthy_status = healthy.status
+    ready = running and healthy_status != "False"
+    ready_reason = R_RUNNING if ready else (reason if not running else "Unhealthy")
+    conds = set_condition(conds, Condition(READY, "True" if ready else "False", ready_reason, "" if ready else message, g), env.now)
+    return dataclasses.replace(st, conditions=conds)
+
+
+def changed(p: Proxy, st: ProxyStatus | None) -> ProxyStatus | None:
+    return None if st is None or st == p.status else st
+
+
+def decide(p: Proxy, out: Outcome | None, env: Env) -> Step:
+    step = _deleting(p, out, env) if p.deleting else _managing(p, out, env)
+    return dataclasses.replace(step, status=changed(p, step.status))
+
+
+# --- deletion ---------------------------------------------------------------------
+
+
+def _deleting(p: Proxy, out: Outcome | None, env: Env) -> Step:
+    if FINALIZER not in p.finalizers:
+        return Step()
+    if p.skip_cleanup:
+        return Step(finalizer="remove")
+    pid = p.status.provider_id
+    if out is not None and out.op == CREATE and out.ok and isinstance(out.result, str) and not pid:
+        pid = out.result  # a create answered after deletion began: delete what it made
+    if not pid:
+        return Step(finalizer="remove")
+    if p.spec.provider not in env.configured:  # no worker holds its credentials: say so, ask again later
+        msg = (f"provider {p.spec.provider!r} is not configured, so {pid} cannot be deleted: configure it again, "
+               f"or set the annotation {SKIP_CLEANUP}=true to release the Proxy without touching the backend")
+        return Step(status=with_phase(p, env, DELETING, R_NOT_CONFIGURED, msg, provider_id=pid), requeue=env.poll)
+
+    def deleting(call: Call | None, requeue: float | None, message: str = "", failures: int = 0) -> Step:
+        st = with_phase(p, env, DELETING, R_DELETING, message, provider_id=pid)
+        return Step(status=st, call=call, requeue=requeue, failures=failures)
+
+    if out is None:  # first time here (phase not Deleting yet) or a due poll
+        return deleting(Call(GET if p.status.phase == DELETING else DELETE, pid), None)
+    if out.ok:
+        if out.op == DELETE:
+            if out.release_on_success:
+                return Step(finalizer="remove")
+            return deleting(None, env.poll)  # poll Get until NotFound
+        if out.op == GET:
+            return deleting(Call(DELETE, pid), None)  # still there: delete again (idempotent)
+        return deleting(Call(DELETE, pid), None)
+    if out.gone and out.op == GET:
+        return Step(finalizer="remove")
+    if out.op == GET and out.error_class == "permanent":
+        # the id can never resolve (a host left the config, a malformed id): try Delete anyway
+        return deleting(Call(DELETE, pid, release_on_success=True), None, out.message)
+    failures = env.failures if out.error_class == "quota_exceeded" else env.failures + 1
+    return deleting(None, retry_after(out, failures), out.message, failures)
+
+
+def retry_after(out: Outcome, failures: int) -> float:
+    if out.error_class == "quota_exceeded":
+        return QUOTA_RETRY
+    return out.retry_after if out.retry_after is not None else min(BACKOFF_MAX, backoff(max(1, failures)))
+
+
+# --- normal reconciling -----------------------------------------------------------
+
+
+def _managing(p: Proxy, out: Outcome | None, env: Env) -> Step:
+    add = None if FINALIZER in p.finalizers else "add"
+
+    def failed(reason: str, message: str) -> Step:
+        return Step(status=with_phase(p, env, FAILED, reason, message), finalizer=add)
+
+    latch = _latched(p, env)
+    if p.spec.provider not in env.configured:
+        known = ", ".join(env.configured) or "none"
+        return failed(R_NOT_CONFIGURED, f"provider {p.spec.provider!r} is not configured (configured: {known})")
+    if env.placement_problem:
+        return failed(R_INVALID_PLACEMENT, env.placement_problem)
+    if latch:
+        return Step(finalizer=add)
+
+    st, absorbed = p.status, out is not None
+    if out is not None:
+        st, follow = _absorb(p, out, env)
+        if follow is not None:
+            return dataclasses.replace(follow, finalizer=add)
+    step = _next(_with(p, st), env, absorbed)
+    return dataclasses.replace(step, finalizer=add)
+
+
+def _with(p: Proxy, st: ProxyStatus) -> Proxy:
+    return p if st is p.status else dataclasses.replace(p, status=st)
+
+
+def _latched(p: Proxy, env: Env) -> bool:
+    """Failed stays until the generation changes; ProviderNotConfigured also
+    ends when the provider appears (a seed gap), InvalidPlacement when the
+    placement is judged possible again."""
+    st = p.status
+    if st.phase != FAILED or st.observed_generation != p.generation:
+        return False
+    cond = st.condition(PROVISIONED)
+    reason = cond.reason if cond else ""
+    if reason == R_NOT_CONFIGURED:
+        return p.spec.provider not in env.configured
+    if reason == R_INVALID_PLACEMENT:
+        return env.placement_problem is not None
+    return True
+
+
+def _absorb(p: Proxy, out: Outcome, env: Env) -> tuple[ProxyStatus, Step | None]:
+    """Fold a call's answer into the status; a Step when the answer alone
+    decides what happens next (an error), else None and `_next` goes on."""
+    st = p.status
+    if out.ok:
+        if out.op == CREATE and isinstance(out.result, str) and out.result:
+            if st.provider_id and st.provider_id != out.result:
+                return st, None  # a stale answer for an instance this Proxy no longer tracks
+            return with_phase(p, env, PROVISIONING, R_PROVISIONING, "", provider_id=out.result,
+                              spec_hash=out.spec_hash or st.spec_hash), None
+        if out.op == GET and isinstance(out.result, Mapping):
+            return _found(p, out.result, env)
+        if out.op == DELETE:
+            return st, Step(status=with_phase(p, env, st.phase or REPLACING, R_REPLACING, st.message), requeue=env.poll)
+        return st, None
+    if out.gone:
+        if out.op == GET:
+            # the instance is gone: clear the ID, keep Replacing (the new one gets the same name)
+            phase = REPLACING if st.phase == REPLACING else PENDING
+            msg = "" if st.phase == REPLACING else "the instance is gone; creating it again"
+            return dataclasses.replace(st, provider_id="", ip="", phase=phase, message=msg), None
+        failures = env.failures + 1  # NotFound from create/delete: an error like any (seed), backed off
+        return st, _failing(p, out, env, failures)
+    if out.error_class in ("permanent", "invalid"):
+        return st, Step(status=with_phase(p, env, FAILED, R_PERMANENT, out.message))
+    failures = env.failures if out.error_class == "quota_exceeded" else env.failures + 1
+    return st, _failing(p, out, env, failures)
+
+
+def _failing(p: Proxy, out: Outcome, env: Env, failures: int) -> Step:
+    """A retryable failure: a Running Proxy keeps its conditions (the instance
+    may well be serving) and only shows the message; others show why."""
+    reason = R_QUOTA if out.error_class == "quota_exceeded" else R_PROVIDER_ERROR
+    st = p.status
+    if st.phase == RUNNING:
+        status = dataclasses.replace(st, message=out.message)
+    else:
+        status = with_phase(p, env, st.phase or PENDING, reason, out.message)
+    return Step(status=status, requeue=retry_after(out, failures), failures=failures)
+
+
+def _found(p: Proxy, inst: Mapping[str, Any], env: Env) -> tuple[ProxyStatus, Step | None]:
+    st = p.status
+    state, ip = inst.get("state"), inst.get("ip") or ""
+    if st.phase == REPLACING:
+        # still there while replacing: delete again (idempotent), poll until NotFound
+        return st, Step(status=with_phase(p, env, REPLACING, R_REPLACING, st.message), call=Call(DELETE, st.provider_id))
+    if state == RUNNING and ip:
+        status = with_phase(p, env, RUNNING, R_RUNNING, "", ip=str(ip), port=p.spec.port)
+        return status, None
+    if state in ("Stopped", "Terminated"):
+        msg = f"the instance is {state}; replacing it"
+        return st, Step(status=with_phase(p, env, REPLACING, R_REPLACING, msg), call=Call(DELETE, st.provider_id))
+    return with_phase(p, env, PROVISIONING, R_PROVISIONING, "", ip=""), None
+
+
+def _next(p: Proxy, env: Env, absorbed: bool) -> Step:
+    """No error pending: what to call next. After an answer was absorbed, a
+    Proxy with an instance waits (poll, or resync once Running); on a due
+    poll or a change of the object it asks the provider (Get)."""
+    st = p.status
+    if not st.provider_id:
+        if env.spec_hash is None:  # nothing to create from yet (a Secret not there yet)
+            failures = env.failures + 1
+            msg = f"cloud-init: {env.cloud_init_problem}"
+            status = with_phase(p, env, st.phase if st.phase == REPLACING else PENDING, R_CLOUD_INIT, msg)
+            return Step(status=status, requeue=backoff(failures), failures=failures)
+        phase = st.phase if st.phase in (REPLACING, PENDING, "") else PENDING
+        return Step(status=dataclasses.replace(st, phase=phase), call=Call(CREATE))
+    if env.spec_hash and st.spec_hash and st.spec_hash != env.spec_hash and st.phase != REPLACING:
+        msg = "the spec changed; replacing the instance"
+        return Step(status=with_phase(p, env, REPLACING, R_REPLACING, msg), call=Call(DELETE, st.provider_id))
+    if not absorbed or st.phase == REPLACING:
+        return Step(status=st, call=Call(GET, st.provider_id))
+    if st.phase == RUNNING:
+        return Step(status=st, requeue=env.resync)
+    return Step(status=with_phase(p, env, PROVISIONING, R_PROVISIONING, ""), requeue=env.poll)
