@@ -24,9 +24,11 @@ PROVIDER_QUEUE_PREFIX = "provider."
 CHECK_PROVIDER = "fleet.check_provider"
 RECORD_CHECK = "fleet.record_check"
 SWEEP_OVERDUE = "fleet.sweep_overdue"
+CREATE_INSTANCE = "fleet.create_instance"
 GET_INSTANCE = "fleet.get_instance"
 DELETE_INSTANCE = "fleet.delete_instance"
 LIST_INSTANCES = "fleet.list_instances"
+RECORD_PROXY_CALL = "fleet.record_proxy_call"
 
 
 class Placement(enum.Enum):
@@ -38,9 +40,11 @@ PLACEMENT: Mapping[str, Placement] = MappingProxyType({
     CHECK_PROVIDER: Placement.PROVIDER,
     RECORD_CHECK: Placement.CONTROLLER,
     SWEEP_OVERDUE: Placement.CONTROLLER,
+    CREATE_INSTANCE: Placement.PROVIDER,
     GET_INSTANCE: Placement.PROVIDER,
     DELETE_INSTANCE: Placement.PROVIDER,
     LIST_INSTANCES: Placement.PROVIDER,
+    RECORD_PROXY_CALL: Placement.CONTROLLER,
 })
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from fleet.config import ProvidersConfig, load
 from fleet.settings import Settings
+from fleet.store import Store
 from providers import registry
 from providers.base import Provider
 
@@ -31,6 +32,12 @@ def providers_config() -> ProvidersConfig:
     if not path:
         raise RuntimeError("no providers config: set --providers-config or FLEET_PROVIDERS_CONFIG")
     return load(path)
+
+
+@functools.cache
+def store() -> Store:
+    """This process's Redis connection pool (a provider worker reads staged cloud-init with it)."""
+    return Store.from_url(settings().broker)
 
 
 def provider(name: str) -> Provider:
@@ -67,6 +74,7 @@ def reset() -> None:
     """Forget everything (tests), the features' per-process state included."""
     settings.cache_clear()
     providers_config.cache_clear()
+    store.cache_clear()
     with _lock:
         _providers.clear()
     for hook in _resets:

@@ -154,7 +154,7 @@ class SettingsError(ValueError):
 class Option:
     flag: str  # without the leading --
     help: str
-    kind: str = "str"  # str | duration
+    kind: str = "str"  # str | duration | int
 
     @property
     def env(self) -> str:
@@ -190,6 +190,18 @@ OPTIONS: tuple[Option, ...] = (
         "This fleet's identity, a DNS-1123 label carried as a label on everything it creates, so fleets sharing a cluster, "
         "project or hypervisor never touch each other's. Default: the pod's namespace, else 'default'.",
     ),
+    Option(
+        "proxies",
+        "Standalone mode (no cluster): a Proxy manifest file or directory of them, re-read on change; their status "
+        "lives in Redis (`fleet get px`). Without it, the controller watches Proxy objects when it has a cluster.",
+    ),
+    Option("secrets-dir", "Standalone mode: where cloudInit.secretRef is read, as <dir>/<namespace>/<name>/<key> "
+                          "(the layout of mounted Secrets). Default: none (secretRef Proxies wait)."),
+    Option("max-provider-calls", "Provider calls in flight at once per provider, from the Proxy reconciler. Default 3.", "int"),
+    Option("proxy-poll-interval", "How often a provisioning or deleting Proxy's instance is polled. Default 10s.", "duration"),
+    Option("proxy-resync-interval", "How often a Running Proxy's instance is looked at again. Default 1m.", "duration"),
+    Option("provider-call-timeout", "Time limit of one provider call (create, get, delete). Default 1m, at most 10m.",
+           "duration"),
     Option("log-format", "text (key=value) or json."),
     Option("log-level", "debug, info, warning or error."),
 )
@@ -213,6 +225,12 @@ class Settings:
     kubeconfig: str | None = None
     kube_context: str | None = None
     installation: str | None = None
+    proxies: str | None = None
+    secrets_dir: str | None = None
+    max_provider_calls: int = 3
+    proxy_poll_interval: float = 10.0
+    proxy_resync_interval: float = 60.0
+    provider_call_timeout: float = 60.0
     log_format: str = "text"
     log_level: str = "info"
 
@@ -247,6 +265,10 @@ class Settings:
                     kw[opt.attr] = parse_duration(raw)
                 except ValueError as exc:
                     raise SettingsError(f"--{opt.flag}: {exc}") from None
+            elif opt.kind == "int":
+                if not re.fullmatch(r"[0-9]{1,6}", raw.strip()):
+                    raise SettingsError(f"--{opt.flag} must be a whole number, got {show(raw)}")
+                kw[opt.attr] = int(raw)
             else:
                 kw[opt.attr] = raw
         s = cls(**kw)  # type: ignore[arg-type]
@@ -283,8 +305,17 @@ class Settings:
             raise SettingsError(f"--broker {why}, got {show(redact_url(self.broker), 200)}")
         parse_bind_address(self.metrics_bind_address)
         parse_bind_address(self.worker_metrics_bind_address, "--worker-metrics-bind-address")
+        if not 1 <= self.max_provider_calls <= 1000:
+            raise SettingsError(f"--max-provider-calls must be from 1 to 1000, got {self.max_provider_calls}")
+        for flag, seconds, low, high in (("--proxy-poll-interval", self.proxy_poll_interval, 1.0, 3600.0),
+                                       ("--proxy-resync-interval", self.proxy_resync_interval, 1.0, 86400.0),
+                                       ("--provider-call-timeout", self.provider_call_timeout, 1.0, 600.0)):
+            if not low <= seconds <= high:
+                raise SettingsError(f"{flag} must be from {format_duration(low)} to {format_duration(high)}, "
+                                    f"got {format_duration(seconds)}")
         for what, value in (("--kubeconfig", self.kubeconfig), ("--kube-context", self.kube_context),
-                            ("--providers-config", self.providers_config)):
+                            ("--providers-config", self.providers_config), ("--proxies", self.proxies),
+                            ("--secrets-dir", self.secrets_dir)):
             if value is not None and (len(value) > 4096 or not value.isprintable()):
                 raise SettingsError(f"{what} must be printable and at most 4096 characters, got {show(value)}")
 

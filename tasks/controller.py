@@ -64,6 +64,36 @@ def sweep_overdue(*_args: Any, **_kwargs: Any) -> list[str]:
     return health.controller().sweep_overdue()
 
 
+@app.task(name=routing.RECORD_PROXY_CALL, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
+def record_proxy_call(*args: Any, **kwargs: Any) -> str:
+    """`record_proxy_call(outcome, key=, call_id=, provider=)`, the `link` of a
+    provider call the Proxy reconciler sent; any other shape is dropped."""
+    from fleet.proxies import runtime as proxies
+
+    rec = proxies.reconciler()
+    why = proxy_call_problem(args, kwargs)
+    if rec is None or why:
+        log.warning("dropped a provider-call answer", extra={"fields": {"why": why or "Proxies are off on this controller"}})
+        return "dropped"
+    with span("fleet.record_proxy_call", **{"provider.name": kwargs["provider"], "proxy": kwargs["key"]}) as s:
+        outcome = rec.record(kwargs["key"], kwargs["call_id"], kwargs["provider"], args[0])
+        s.set_attribute("fleet.outcome", outcome)
+    return outcome
+
+
+def proxy_call_problem(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why a record_proxy_call message is malformed, or None (pure)."""
+    if len(args) != 1 or not isinstance(args[0], dict):
+        return "expects one provider-call outcome (a mapping)"
+    if set(kwargs) != {"key", "call_id", "provider"}:
+        return "expects exactly the keyword arguments key, call_id and provider"
+    for name in ("key", "call_id", "provider"):
+        value = kwargs[name]
+        if not isinstance(value, str) or not 0 < len(value) <= 320:
+            return f"{name} must be a non-empty string of at most 320 characters"
+    return None
+
+
 # Start-up failures (no RBAC, no CRD, a busy or bad metrics address) end the
 # process with this code and one line, rather than a worker that says `ready`
 # and consumes without its cleanup, /metrics or probes; Kubernetes' restart
@@ -94,6 +124,14 @@ def controller_startup() -> None:
         logging.shutdown()
         os._exit(EXIT_STARTUP_FAILED)
     ctl.run_sweeps(_stop_sweeps)
+    from fleet.proxies import runtime as proxies
+
+    try:
+        proxies.start(_stop_sweeps)
+    except Exception as exc:
+        log.critical("controller start-up failed, exiting: %s: %s", type(exc).__name__, str(exc)[:1000])
+        logging.shutdown()
+        os._exit(EXIT_STARTUP_FAILED)
 
 
 @signals.worker_ready.connect

@@ -2,8 +2,10 @@
 send them with keyword arguments (`provider`, the op's own, optionally
 `timeout` and `attempt`) and `link` the task that reads the outcome.
 
-`fleet.create_instance` waits for issue 12: its request must carry a
-reference to cloud-init, never the text, and that reference is not designed yet.
+`fleet.create_instance` carries a reference to cloud-init, never the text:
+the controller stages the text in Redis under a random token for the call's
+lifetime (`fleet.proxies.reconciler`); the worker reads it here and hands it
+to the provider, so it never sits in a message, a result, Flower or a log.
 """
 
 from __future__ import annotations
@@ -16,12 +18,32 @@ from celery import signals
 from fleet import exposition, roles, routing, runtime
 from fleet.app import app
 from fleet.calls import ProviderCallTask, instance_dict
-from providers.base import Deadline, Provider
+from providers.base import CreateRequest, Deadline, Permanent, Placement, Provider, Transient, wrap
 
 log = logging.getLogger("fleet.calls")
 
-GET_INSTANCE, DELETE_INSTANCE, LIST_INSTANCES = routing.GET_INSTANCE, routing.DELETE_INSTANCE, routing.LIST_INSTANCES
-TASKS = (GET_INSTANCE, DELETE_INSTANCE, LIST_INSTANCES)
+CREATE_INSTANCE, GET_INSTANCE = routing.CREATE_INSTANCE, routing.GET_INSTANCE
+DELETE_INSTANCE, LIST_INSTANCES = routing.DELETE_INSTANCE, routing.LIST_INSTANCES
+TASKS = (CREATE_INSTANCE, GET_INSTANCE, DELETE_INSTANCE, LIST_INSTANCES)
+
+
+@app.task(name=CREATE_INSTANCE, base=ProviderCallTask, op="create")
+def create_instance(p: Provider, deadline: Deadline, name: str, uid: str, namespace: str, proxy_name: str, port: str,
+                    cloud_init_ref: str, region: str = "", zone: str = "", machine_type: str = "", image: str = "") -> str:
+    """The provider id of the instance named `name` (idempotent by name)."""
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise wrap(Permanent, "create", p_name(p), name, f"port must be from 1 to 65535, got {port[:20]!r}")
+    text = runtime.store().proxies.cloud_init(cloud_init_ref) if cloud_init_ref else b""
+    if text is None:  # lapsed before this call ran (a long queue): the controller stages it again
+        raise wrap(Transient, "create", p_name(p), name, "the staged cloud-init has expired; the next create stages it again")
+    request = CreateRequest(name=name, uid=uid, namespace=namespace, proxy_name=proxy_name,
+                            placement=Placement(region=region, zone=zone, machine_type=machine_type, image=image),
+                            cloud_init=text.decode() if isinstance(text, bytes) else text, port=int(port))
+    return p.create(request, deadline)
+
+
+def p_name(p: Provider) -> str:
+    return str(getattr(p, "name", "") or "?")
 
 
 @app.task(name=GET_INSTANCE, base=ProviderCallTask, op="get")

@@ -111,6 +111,7 @@ class Proxy:
     annotations: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""  # Kubernetes only: for optimistic writes
     created_at: str = ""  # metadata.creationTimestamp (RFC 3339), for AGE
+    deletion_timestamp: str = ""  # metadata.deletionTimestamp (RFC 3339) when `deleting`
 
     @property
     def key(self) -> str:
@@ -120,3 +121,36 @@ class Proxy:
     @property
     def skip_cleanup(self) -> bool:
         return self.annotations.get(SKIP_CLEANUP) == "true"
+
+
+API_VERSION = "crawl.example.com/v1alpha1"
+KIND = "Proxy"
+
+
+def to_object(p: Proxy, *, redact: bool = False) -> dict[str, Any]:
+    """The Kubernetes-shaped object (what `parse_proxy` reads back). `redact`
+    replaces inline cloud-init with its size, for anything shown to people."""
+    ci: dict[str, Any] = {}
+    if p.spec.cloud_init.secret is not None:
+        ci = {"secretRef": {"name": p.spec.cloud_init.secret.name, "key": p.spec.cloud_init.secret.key}}
+    elif p.spec.cloud_init.inline is not None:
+        text = p.spec.cloud_init.inline
+        ci = {"inline": f"<redacted: {len(text.encode())} bytes>" if redact else text}
+    pl = p.spec.placement
+    placement = {k: v for k, v in (("region", pl.region), ("zone", pl.zone), ("machineType", pl.machine_type),
+                                   ("image", pl.image)) if v}
+    spec: dict[str, Any] = {"provider": p.spec.provider, "port": p.spec.port}
+    if placement:
+        spec["placement"] = placement
+    if ci:
+        spec["cloudInit"] = ci
+    meta: dict[str, Any] = {"name": p.name, "namespace": p.namespace, "uid": p.uid, "generation": p.generation}
+    for key, value in (("resourceVersion", p.resource_version), ("creationTimestamp", p.created_at),
+                       ("deletionTimestamp", p.deletion_timestamp), ("finalizers", list(p.finalizers)),
+                       ("annotations", dict(p.annotations))):
+        if value:
+            meta[key] = value
+    obj: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
+    if p.status != ProxyStatus():
+        obj["status"] = p.status.to_dict()
+    return obj

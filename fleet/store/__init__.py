@@ -5,7 +5,8 @@ One module per concern, each a thin set of Redis calls on raw values:
 `results` (each provider's latest check result, compare-and-set),
 `marks` (first expected, overdue logged), `heartbeats` (provider workers),
 `beat` (beat's lock, last round, schedule, skipped checks), `statuses`
-(the Kubernetes writer's cache of the objects it last wrote). The store knows
+(the Kubernetes writer's cache of the objects it last wrote), `proxies`
+(the Proxy reconciler's due times, calls in flight and standalone objects). The store knows
 no feature: it keeps the documents a feature hands it, and the feature
 decodes and judges them (`fleet.health.stored` for check results).
 
@@ -23,12 +24,13 @@ from fleet.store import keys
 from fleet.store.beat import BeatState
 from fleet.store.heartbeats import Heartbeats
 from fleet.store.marks import Marks
+from fleet.store.proxies import Proxies
 from fleet.store.results import Raw, Results
 from fleet.store.statuses import Statuses
 
 StoreError = redis.RedisError
 
-__all__ = ["BeatState", "Heartbeats", "Marks", "Raw", "Results", "Statuses", "Store", "StoreError", "keys", "parse_url"]
+__all__ = ["BeatState", "Heartbeats", "Marks", "Proxies", "Raw", "Results", "Statuses", "Store", "StoreError", "keys", "parse_url"]
 
 
 def parse_url(url: str) -> dict[str, Any]:
@@ -47,6 +49,7 @@ class Store:
         self.heartbeats = Heartbeats(client)
         self.beat = BeatState(client)
         self.statuses = Statuses(client)
+        self.proxies = Proxies(client)
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 10, connect_timeout: float = 5,

@@ -41,3 +41,14 @@ def status(plural: str, namespace: str | None, name: str) -> str:
 
 def text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
+
+# The Proxy reconciler (fleet.proxies), per Proxy key `<namespace>/<name>`:
+PX_DUE = "fleet:px:due"  # sorted set: Proxy key → when it is next due (Unix time)
+PX_CLAIM = "fleet:px:claim:"  # + key: the replica reconciling it now, with a TTL
+PX_CALL = "fleet:px:call:"  # + key: its provider call in flight (JSON), with a TTL past the call's deadline
+PX_SLOTS = "fleet:px:slots:"  # + provider: sorted set of Proxy keys with a call in flight → when the slot lapses
+PX_OUTCOME = "fleet:px:outcome:"  # + key: its last call's answer not yet applied (JSON)
+PX_FAILURES = "fleet:px:failures"  # hash: key → failed calls in a row
+PX_PHASE = "fleet:px:phase"  # hash: key → status.phase (the proxies gauge, read at scrape time)
+PX_OBJECTS = "fleet:px:objects"  # hash: key → the Proxy object (standalone mode: manifests + status)
+CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create, with a short TTL

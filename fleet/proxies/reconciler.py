@@ -1,0 +1,276 @@
+"""Applying `fleet.proxies.decide` in one place: one Proxy at a time, on the
+controller, with every fact that must outlive the process in Redis
+(`fleet.store.proxies`).
+
+    reconcile(key):  claim it (one replica) → its object → the call in flight?
+                     wait : its answer → decide → add the finalizer → write the
+                     status → send the call → remove the finalizer → due again
+
+A provider call is a task on `provider.<name>` (`fleet.create_instance`,
+`fleet.get_instance`, `fleet.delete_instance`) whose `link` is
+`fleet.record_proxy_call` on `fleet.controller`: `record` keeps the answer
+of the call in flight (a late one for a lapsed call is dropped) and
+reconciles at once. A call whose answer never comes (a worker killed, a
+message lost) lapses when its record's TTL passes, and the Proxy is due then,
+so the step is taken again: every provider operation is idempotent, and the
+create's name comes from the UID.
+
+Cloud-init never travels in a message: the create carries a random token
+under which the text is staged in Redis for the call's lifetime.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fleet import routing
+from fleet.config import ProvidersConfig
+from fleet.proxies import decide as rules
+from fleet.proxies.decide import Call, Env, Outcome, Step
+from fleet.proxies.model import FINALIZER, Proxy, ProxyStatus
+from fleet.store import Proxies as ProxyStore
+from providers import registry
+from providers.base import name_from_uid
+
+log = logging.getLogger("fleet.proxies")
+
+CLAIM_TTL = 30.0  # seconds one replica may hold a Proxy (a reconcile takes milliseconds)
+GRACE = 30.0  # seconds past a call's deadline before it counts as lost
+FULL_RETRY = 1.0  # seconds before trying again when the provider's calls are all in flight
+MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
+OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
+
+
+class Conflict(Exception):
+    """The object changed under a write (resourceVersion); read it again."""
+
+
+class CloudInitUnavailable(Exception):
+    """The Proxy's cloud-init cannot be read (a Secret or key missing); the message says which, never the text."""
+
+
+class Objects(Protocol):
+    """Where Proxy objects live: the Kubernetes API (`cluster`) or manifests
+    plus Redis (`standalone`). Reads are local; writes may raise Conflict."""
+
+    def get(self, key: str) -> Proxy | None: ...
+
+    def keys(self) -> list[str]: ...
+
+    def write_status(self, p: Proxy, status: ProxyStatus) -> Proxy: ...
+
+    def set_finalizers(self, p: Proxy, finalizers: tuple[str, ...]) -> Proxy | None: ...
+
+    def cloud_init(self, p: Proxy) -> str: ...
+
+    def run(self, stop: threading.Event, on_change: Callable[[Iterable[str]], None]) -> None:
+        """Follow the source until `stop`, handing keys that changed (or vanished) to `on_change`."""
+        ...
+
+
+# send(task name, kwargs, link kwargs): publish a provider call whose answer goes to record_proxy_call
+Send = Callable[[str, dict[str, Any], dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Timing:
+    poll: float = rules.POLL
+    resync: float = rules.RESYNC
+    call_timeout: float = 60.0
+    max_calls: int = 3  # per provider
+
+
+class Reconciler:
+    def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig, send: Send,
+                 timing: Timing = Timing(), clock: Callable[[], float] = time.time) -> None:
+        self.store, self.objects, self.config, self.send = store, objects, config, send
+        self.timing, self.clock = timing, clock
+        self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.wake = threading.Event()
+
+    # -- one Proxy -------------------------------------------------------------------------
+
+    def reconcile(self, key: str) -> str:
+        """Take this Proxy's next step; what happened, for logs and tests."""
+        if not self.store.claim(key, self.owner, CLAIM_TTL):
+            return "claimed"  # another replica has it; the due entry stays for whoever is next
+        try:
+            self.store.unschedule(key)
+            try:
+                return self._reconcile(key)
+            except Conflict:
+                self.store.schedule(key, self.clock() + rules.NOW)
+                return "conflict"
+            except Exception:
+                self.store.schedule(key, self.clock() + rules.NOW)
+                raise
+        finally:
+            self.store.release(key, self.owner)
+
+    def _reconcile(self, key: str) -> str:
+        p = self.objects.get(key)
+        now = self.clock()
+        if p is None:
+            self.store.forget(key)
+            return "gone"
+        call = _json(self.store.call(key))
+        if call is not None:
+            # its answer wakes the Proxy; an answer that never came is given up once the call lapses
+            deadline = call.get("deadline")
+            lapses = float(deadline) + GRACE if isinstance(deadline, (int, float)) else now
+            if now < lapses:
+                self.store.schedule(key, lapses)
+                return "waiting"
+            self.store.cancel_call(key, str(call.get("provider") or p.spec.provider))
+        raw = self.store.outcome(key)
+        out = self._outcome(p, raw)
+        env, cloud_init = self._env(p, now)
+        step = rules.decide(p, out, env)
+        result = self._apply(p, step, env, cloud_init)
+        self.store.applied(key, raw, step.failures)
+        return result
+
+    def _env(self, p: Proxy, now: float) -> tuple[Env, str]:
+        configured = tuple(self.config.names())
+        problem = None
+        if p.spec.provider in configured:
+            pc = self.config.get(p.spec.provider)
+            problem = registry.placement_problem(pc.type, pc.block, p.spec.placement)
+        text, digest, why = "", None, ""
+        try:
+            text = self.objects.cloud_init(p)
+            digest = rules.spec_hash(p.spec, text)
+        except CloudInitUnavailable as exc:
+            why = str(exc)
+        env = Env(now=now, configured=configured, placement_problem=problem, spec_hash=digest, cloud_init_problem=why,
+                  failures=self.store.failures(p.key), poll=self.timing.poll, resync=self.timing.resync)
+        return env, text
+
+    def _outcome(self, p: Proxy, raw: bytes | str | None) -> Outcome | None:
+        doc = _json(raw)
+        if doc is None:
+            return None
+        call, out = doc.get("call"), doc.get("outcome")
+        if not isinstance(call, Mapping) or not isinstance(out, Mapping) or call.get("uid") != p.uid:
+            return None  # not ours (a Proxy recreated under the same name) or unreadable: decide afresh
+        return Outcome.from_message(out, spec_hash=str(call.get("specHash", "")),
+                                    release_on_success=call.get("release") is True)
+
+    def _apply(self, p: Proxy, step: Step, env: Env, cloud_init: str) -> str:
+        key, now = p.key, self.clock()
+        if step.finalizer == "add":
+            got = self.objects.set_finalizers(p, p.finalizers + (FINALIZER,))
+            if got is None:
+                return "gone"
+            p = got
+        if step.status is not None:
+            p = self.objects.write_status(p, step.status)
+        if p.status.phase:
+            self.store.set_phase(key, p.status.phase)
+        result = "idle"
+        if step.call is not None:
+            result = self._send(p, step.call, env, cloud_init)
+            if result == "full":
+                self.store.schedule(key, now + FULL_RETRY + random.uniform(0, FULL_RETRY))
+        if step.finalizer == "remove":
+            self.objects.set_finalizers(p, tuple(f for f in p.finalizers if f != FINALIZER))
+            self.store.forget(key)
+            return "released"
+        if step.requeue is not None:
+            self.store.schedule(key, now + step.requeue)
+        return result
+
+    def _send(self, p: Proxy, call: Call, env: Env, cloud_init: str) -> str:
+        provider, timeout = p.spec.provider, self.timing.call_timeout
+        now = self.clock()
+        doc = {"id": uuid.uuid4().hex, "op": call.op, "provider": provider, "uid": p.uid, "specHash": env.spec_hash or "",
+               "release": call.release_on_success, "deadline": now + timeout}
+        state = self.store.begin_call(p.key, provider, json.dumps(doc), timeout + GRACE, self.timing.max_calls, now)
+        if state == "busy":
+            self.store.schedule(p.key, now + timeout + GRACE)
+        if state != "ok":
+            return state
+        kwargs: dict[str, Any] = {"provider": provider, "timeout": timeout, "attempt": env.failures + 1}
+        if call.op == rules.CREATE:
+            token = uuid.uuid4().hex
+            self.store.stage_cloud_init(token, cloud_init, timeout + GRACE)
+            pl = p.spec.placement
+            kwargs.update(name=name_from_uid(p.uid), uid=p.uid, namespace=p.namespace, proxy_name=p.name,
+                          region=pl.region, zone=pl.zone, machine_type=pl.machine_type, image=pl.image,
+                          port=str(p.spec.port), cloud_init_ref=token)
+        else:
+            kwargs["provider_id"] = call.provider_id
+        try:
+            self.send(OP_TASKS[call.op], kwargs, {"key": p.key, "call_id": doc["id"], "provider": provider})
+        except Exception:
+            self.store.cancel_call(p.key, provider)
+            raise
+        self.store.schedule(p.key, now + timeout + GRACE)  # if its answer never comes
+        log.debug("provider call sent", extra={"fields": {"proxy": p.key, "op": call.op, "provider": provider}})
+        return "sent"
+
+    # -- answers --------------------------------------------------------------------------------
+
+    def record(self, key: str, call_id: str, provider: str, outcome: Mapping[str, Any]) -> str:
+        """Keep the answer of the call in flight and reconcile at once (or
+        leave it due for the replica holding the Proxy)."""
+        body = json.dumps(outcome, separators=(",", ":"))
+        if len(body) > MAX_OUTCOME:
+            body = json.dumps({"ok": False, "op": outcome.get("op", ""), "error_class": "transient",
+                               "message": f"answer too large ({len(body)} bytes)"})
+        if not self.store.finish_call(key, call_id, provider, body, self.clock()):
+            return "stale"
+        return self.reconcile(key)
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def run_once(self, limit: int = 200) -> int:
+        """Reconcile every Proxy due now; how many were due."""
+        due = self.store.due(self.clock(), limit)
+        for key in due:
+            try:
+                self.reconcile(key)
+            except Exception as exc:  # one Proxy's failure must not stop the others
+                log.warning("reconcile failed", extra={"fields": {"proxy": key, "error": f"{type(exc).__name__}: {exc}"}})
+        return len(due)
+
+    def resync(self) -> int:
+        """Every known Proxy without a due time gets one now (after a relist,
+        or a Redis that lost its data): nothing is ever forgotten."""
+        return self.store.schedule_missing(self.objects.keys(), self.clock())
+
+    def run(self, stop: threading.Event, resync_every: float = 30.0, idle: float = 0.25) -> None:
+        last_resync = 0.0
+        while not stop.is_set():
+            try:
+                if time.monotonic() - last_resync >= resync_every:
+                    self.resync()
+                    last_resync = time.monotonic()
+                if self.run_once():
+                    continue
+                nxt = self.store.next_due()
+                wait = idle if nxt is None else min(idle, max(0.0, nxt - self.clock()))
+            except Exception as exc:  # Redis or the API down: try again shortly
+                log.warning("proxy loop: %s: %s", type(exc).__name__, exc)
+                wait = 1.0
+            if self.wake.wait(wait):
+                self.wake.clear()
+
+
+def _json(raw: bytes | str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,77 @@
+"""The proxies feature's per-process state on the controller: which objects
+it reconciles (standalone manifests with `--proxies`, else the cluster's Proxy
+objects when the controller has a cluster, else none), the reconciler, and
+the threads that drive it."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any
+
+from fleet import kube, routing, runtime
+from fleet.app import app
+from fleet.proxies.reconciler import Objects, Reconciler, Timing
+from fleet.proxies.standalone import Standalone
+
+log = logging.getLogger("fleet.proxies")
+
+
+def send(task: str, kwargs: dict[str, Any], link: dict[str, Any]) -> None:
+    """A provider call on its provider's queue, answered to `fleet.record_proxy_call`.
+    It expires with its deadline: a call nobody started in time is taken again
+    by the reconciler, never run late."""
+    app.send_task(task, kwargs=kwargs, link=app.signature(routing.RECORD_PROXY_CALL, kwargs=link),
+                  expires=float(kwargs["timeout"]))
+
+
+@functools.cache
+def mode() -> tuple[Objects | None, str]:
+    s = runtime.settings()
+    store = runtime.store().proxies
+    if s.proxies:
+        return Standalone(store, s.proxies, s.installation_id, s.secrets_dir), f"Proxies: standalone, from {s.proxies}"
+    cfg, _ = kube.cluster_configuration(s)
+    if cfg is None:
+        return None, "Proxies: off (no --proxies manifests and no cluster)"
+    from fleet.proxies.cluster import Cluster
+
+    return Cluster.connect(s, store), f"Proxies: watching proxies.crawl.example.com on {cfg.host}"
+
+
+@functools.cache
+def reconciler() -> Reconciler | None:
+    objects, _ = mode()
+    if objects is None:
+        return None
+    s = runtime.settings()
+    timing = Timing(poll=s.proxy_poll_interval, resync=s.proxy_resync_interval, call_timeout=s.provider_call_timeout,
+                    max_calls=s.max_provider_calls)
+    return Reconciler(runtime.store().proxies, objects, runtime.providers_config(), send, timing)
+
+
+def start(stop: threading.Event) -> list[threading.Thread]:
+    """The source of Proxy objects and the reconcile loop, as daemon threads."""
+    objects, said = mode()
+    log.info(said)
+    rec = reconciler()
+    if objects is None or rec is None:
+        return []
+
+    def changed(keys: Any) -> None:
+        for key in keys:
+            rec.store.schedule(key, rec.clock())
+        rec.wake.set()
+
+    threads = [threading.Thread(target=objects.run, args=(stop, changed), name="fleet-proxy-source", daemon=True),
+               threading.Thread(target=rec.run, args=(stop,), name="fleet-proxy-loop", daemon=True)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+@runtime.on_reset
+def reset() -> None:
+    mode.cache_clear()
+    reconciler.cache_clear()

@@ -1,0 +1,199 @@
+"""The Proxy reconciler's state in Redis (keys in `fleet.store.keys`, `PX_*`).
+
+Everything a restart or a second replica must see lives here, not in a
+process: when each Proxy is next due, who is reconciling it, the provider
+call in flight (so never two per Proxy, and at most N per provider), the
+call's answer until it is applied, failures in a row, and each Proxy's
+phase for the gauge. Timed requeues are scores in one sorted set, so a
+controller restart or Redis's `visibility_timeout` can neither lose nor
+double a 10 s poll or a 5 m quota wait.
+
+Standalone mode keeps the Proxy objects here too (`PX_OBJECTS`), each a JSON
+document with a `resourceVersion` counter written by compare-and-set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from fleet.store import keys
+from fleet.store.results import Raw
+
+# KEYS: call, slots, due. ARGV: key, doc, call TTL (ms), slot limit, now, slot expiry.
+# Returns 'busy' (a call in flight for this Proxy), 'full' (the provider's slots
+# are taken) or 'ok' (recorded: the caller sends the message now).
+_BEGIN = """
+if redis.call('exists', KEYS[1]) == 1 then return 'busy' end
+redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[5])
+if redis.call('zscore', KEYS[2], ARGV[1]) == false and redis.call('zcard', KEYS[2]) >= tonumber(ARGV[4]) then
+  return 'full'
+end
+redis.call('zadd', KEYS[2], ARGV[6], ARGV[1])
+redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 'ok'
+"""
+
+# KEYS: call, slots, outcome, due. ARGV: key, call id, outcome JSON, now.
+# Only the answer to the call in flight is kept (a late one for a call that
+# lapsed is dropped): stored with its call, the call and slot cleared, the
+# Proxy due now. 1 when kept.
+_FINISH = """
+local cur = redis.call('get', KEYS[1])
+if not cur then return 0 end
+local ok, doc = pcall(cjson.decode, cur)
+if not ok or type(doc) ~= 'table' or doc['id'] ~= ARGV[2] then return 0 end
+redis.call('set', KEYS[3], '{"call":' .. cur .. ',"outcome":' .. ARGV[3] .. '}')
+redis.call('del', KEYS[1])
+redis.call('zrem', KEYS[2], ARGV[1])
+redis.call('zadd', KEYS[4], ARGV[4], ARGV[1])
+return 1
+"""
+
+# KEYS: claim. ARGV: owner. Deletes the claim only if it is still ours.
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+# KEYS: objects hash. ARGV: key, expected resourceVersion ('' = must not exist), new doc
+# (its resourceVersion already set to expected+1), or '' to delete. 1 when written.
+_PUT_OBJECT = """
+local cur = redis.call('hget', KEYS[1], ARGV[1])
+if ARGV[2] == '' then
+  if cur then return 0 end
+else
+  if not cur then return 0 end
+  local ok, doc = pcall(cjson.decode, cur)
+  if not ok or type(doc) ~= 'table' or type(doc['metadata']) ~= 'table'
+     or tostring(doc['metadata']['resourceVersion']) ~= ARGV[2] then return 0 end
+end
+if ARGV[3] == '' then redis.call('hdel', KEYS[1], ARGV[1]) else redis.call('hset', KEYS[1], ARGV[1], ARGV[3]) end
+return 1
+"""
+
+
+class Proxies:
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+        self._begin = client.register_script(_BEGIN)
+        self._finish = client.register_script(_FINISH)
+        self._release = client.register_script(_RELEASE)
+        self._put_object = client.register_script(_PUT_OBJECT)
+
+    # -- when each Proxy is due --------------------------------------------------
+
+    def due(self, now: float, limit: int = 100) -> list[str]:
+        got: Any = self._redis.zrangebyscore(keys.PX_DUE, "-inf", repr(now), start=0, num=limit)
+        return [keys.text(k) for k in got]
+
+    def schedule(self, key: str, at: float, earlier_only: bool = True) -> None:
+        """Due at `at`, unless (earlier_only) it is already due sooner."""
+        self._redis.zadd(keys.PX_DUE, {key: at}, lt=earlier_only)
+
+    def schedule_missing(self, pending: Iterable[str], at: float) -> int:
+        """Due at `at` for each key not scheduled at all (a relist, a Redis that lost its data)."""
+        mapping = {k: at for k in pending}
+        return int(self._redis.zadd(keys.PX_DUE, mapping, nx=True) or 0) if mapping else 0
+
+    def unschedule(self, key: str) -> None:
+        self._redis.zrem(keys.PX_DUE, key)
+
+    def next_due(self) -> float | None:
+        got = self._redis.zrange(keys.PX_DUE, 0, 0, withscores=True)
+        return float(got[0][1]) if got else None
+
+    # -- one replica per Proxy -------------------------------------------------------
+
+    def claim(self, key: str, owner: str, ttl: float) -> bool:
+        return bool(self._redis.set(keys.PX_CLAIM + key, owner, nx=True, px=max(1, int(ttl * 1000))))
+
+    def release(self, key: str, owner: str) -> None:
+        self._release(keys=[keys.PX_CLAIM + key], args=[owner])
+
+    # -- provider calls ------------------------------------------------------------------
+
+    def begin_call(self, key: str, provider: str, doc: str, ttl: float, limit: int, now: float) -> str:
+        """'ok' (recorded), 'busy' (one in flight for this Proxy) or 'full' (the provider's limit)."""
+        got = self._begin(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_DUE],
+                          args=[key, doc, max(1, int(ttl * 1000)), limit, repr(now), repr(now + ttl)])
+        return keys.text(got) if isinstance(got, (bytes, str)) else str(got)
+
+    def call(self, key: str) -> Raw:
+        return self._redis.get(keys.PX_CALL + key)
+
+    def cancel_call(self, key: str, provider: str) -> None:
+        """The message could not be sent: free the Proxy and the slot."""
+        pipe = self._redis.pipeline()
+        pipe.delete(keys.PX_CALL + key)
+        pipe.zrem(keys.PX_SLOTS + provider, key)
+        pipe.execute()
+
+    def finish_call(self, key: str, call_id: str, provider: str, outcome: str, now: float) -> bool:
+        return bool(self._finish(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE],
+                                 args=[key, call_id, outcome, repr(now)]))
+
+    def in_flight(self, provider: str, now: float) -> int:
+        return int(self._redis.zcount(keys.PX_SLOTS + provider, repr(now), "+inf"))
+
+    def outcome(self, key: str) -> Raw:
+        return self._redis.get(keys.PX_OUTCOME + key)
+
+    def applied(self, key: str, outcome: Raw, failures: int) -> None:
+        """The outcome was acted on: drop it (only if no newer one came) and keep the failure count."""
+        pipe = self._redis.pipeline()
+        if outcome is not None:
+            pipe.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
+                      1, keys.PX_OUTCOME + key, outcome)
+        if failures:
+            pipe.hset(keys.PX_FAILURES, key, failures)
+        else:
+            pipe.hdel(keys.PX_FAILURES, key)
+        pipe.execute()
+
+    def failures(self, key: str) -> int:
+        raw = self._redis.hget(keys.PX_FAILURES, key)
+        try:
+            return max(0, int(raw)) if raw is not None else 0
+        except ValueError:
+            return 0
+
+    # -- the phase gauge ---------------------------------------------------------------------
+
+    def set_phase(self, key: str, phase: str) -> None:
+        self._redis.hset(keys.PX_PHASE, key, phase)
+
+    def phases(self) -> dict[str, str]:
+        return {keys.text(k): keys.text(v) for k, v in self._redis.hgetall(keys.PX_PHASE).items()}
+
+    def forget(self, key: str) -> None:
+        """The Proxy is gone: everything kept for it (its call's slot lapses by itself)."""
+        pipe = self._redis.pipeline()
+        pipe.zrem(keys.PX_DUE, key)
+        pipe.delete(keys.PX_OUTCOME + key)
+        pipe.hdel(keys.PX_FAILURES, key)
+        pipe.hdel(keys.PX_PHASE, key)
+        pipe.execute()
+
+    # -- cloud-init, staged for one create -------------------------------------------------------
+
+    def stage_cloud_init(self, token: str, text: str, ttl: float) -> None:
+        self._redis.set(keys.CLOUD_INIT + token, text, px=max(1, int(ttl * 1000)))
+
+    def cloud_init(self, token: str) -> Raw:
+        return self._redis.get(keys.CLOUD_INIT + token)
+
+    # -- standalone objects --------------------------------------------------------------------------
+
+    def objects(self) -> dict[str, bytes | str]:
+        return {keys.text(k): v for k, v in self._redis.hgetall(keys.PX_OBJECTS).items()}
+
+    def object(self, key: str) -> Raw:
+        return self._redis.hget(keys.PX_OBJECTS, key)
+
+    def put_object(self, key: str, expected_version: str, doc: str) -> bool:
+        """Write (doc) or delete ('') the object if it still has `expected_version` ('' = absent)."""
+        got: Any = self._put_object(keys=[keys.PX_OBJECTS], args=[key, expected_version, doc])
+        return bool(got)

@@ -1,0 +1,279 @@
+"""The reconciler applied end to end in one process: standalone manifests,
+the store on fakeredis (its Lua scripts included), a clock the test moves,
+and a scripted "worker" that runs each sent call through `fleet.calls.call`
+on a fake provider, so outcomes have the real shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import fakeredis
+import pytest
+
+from fleet import calls
+from fleet.config import ProviderConfig, ProvidersConfig
+from fleet.proxies import decide as rules
+from fleet.proxies.reconciler import GRACE, Reconciler, Timing
+from fleet.proxies.standalone import Standalone
+from fleet.store import Store
+from providers import base
+from providers.fake import FakeConfig, FakeProvider
+
+PROXY = """
+apiVersion: crawl.example.com/v1alpha1
+kind: Proxy
+metadata: {{name: {name}, namespace: crawl}}
+spec:
+  provider: {provider}
+  port: {port}
+  cloudInit: {{inline: "#cloud-config SENTINEL-{name}"}}
+"""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Worker:
+    """Runs sent calls on a FakeProvider when told to (`drain`); can fail them."""
+
+    def __init__(self, provider: FakeProvider) -> None:
+        self.provider = provider
+        self.sent: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        self.fail: dict[str, type[base.ProviderError]] = {}
+        self.cloud_init: list[str] = []
+
+    def send(self, task: str, kwargs: dict[str, Any], link: dict[str, Any]) -> None:
+        self.sent.append((task, dict(kwargs), link))
+
+    def run(self, rec: Reconciler, store: Store) -> list[str]:
+        ran = []
+        while self.sent:
+            task, kw, link = self.sent.pop(0)
+            op = task.removeprefix("fleet.").removesuffix("_instance")
+            ran.append(op)
+
+            def fn(p: FakeProvider, deadline: base.Deadline, op: str = op, kw: dict[str, Any] = kw) -> Any:
+                if op in self.fail:
+                    raise base.wrap(self.fail[op], op, "edge", kw.get("provider_id", ""), "injected")
+                if op == "create":
+                    text = store.proxies.cloud_init(kw["cloud_init_ref"])
+                    self.cloud_init.append(text.decode() if text else "")
+                    req = base.CreateRequest(kw["name"], kw["uid"], kw["namespace"], kw["proxy_name"],
+                                             cloud_init=self.cloud_init[-1], port=int(kw["port"]))
+                    return p.create(req, deadline)
+                if op == "get":
+                    return calls.instance_dict(p.get(kw["provider_id"], deadline))
+                return p.delete(kw["provider_id"], deadline)
+
+            out = calls.call("edge", op, fn, timeout=5, attempt=kw["attempt"], build=lambda _: self.provider,
+                             recorder=calls.CallMetrics())
+            rec.record(link["key"], link["call_id"], link["provider"], out)
+        return ran
+
+
+@pytest.fixture
+def world(tmp_path):
+    manifests = tmp_path / "proxies"
+    manifests.mkdir()
+    store = Store(fakeredis.FakeRedis())
+    clock = Clock()
+    config = ProvidersConfig((ProviderConfig("edge", "fake", FakeConfig()),))
+    provider = FakeProvider("edge", FakeConfig())
+    worker = Worker(provider)
+    objects = Standalone(store.proxies, str(manifests), "test", clock=clock)
+    rec = Reconciler(store.proxies, objects, config, worker.send, Timing(poll=10, resync=60, call_timeout=5, max_calls=3),
+                     clock=clock)
+
+    class World:
+        pass
+
+    w = World()
+    w.__dict__.update(dir=manifests, store=store, clock=clock, provider=provider, worker=worker, objects=objects, rec=rec)
+
+    def declare(name: str, provider: str = "edge", port: int = 3128) -> None:
+        (manifests / f"{name}.yaml").write_text(PROXY.format(name=name, provider=provider, port=port))
+
+    def step(seconds: float = 0.0) -> list[str]:
+        """Move the clock, sync the manifests, reconcile what is due, run the calls."""
+        clock.t += seconds
+        for key in objects.sync():
+            store.proxies.schedule(key, clock.t)
+        ran = []
+        for _ in range(20):
+            rec.run_once()
+            got = worker.run(rec, store)
+            ran += got
+            if not got:
+                break
+        return ran
+
+    def proxy(name: str):
+        return objects.get(f"crawl/{name}")
+
+    w.declare, w.step, w.proxy = declare, step, proxy
+    return w
+
+
+def test_pending_to_running_in_three_writes_and_then_quiet(world):
+    world.declare("a")
+    assert world.step() == ["create"]
+    p = world.proxy("a")
+    assert (p.status.phase, p.status.provider_id) == ("Provisioning", f"fake/{base.name_from_uid(p.uid)}")
+    assert world.step(9) == []  # the 10 s poll is not due yet
+    assert world.step(1) == ["get"]
+    p = world.proxy("a")
+    assert (p.status.phase, p.status.ip, p.status.port) == ("Running", "127.0.0.1", 3128)
+    assert p.status.condition("Ready").status == "True"
+    assert p.resource_version == "4"  # declared (1), then three writes: finalizer, Provisioning, Running
+    # steady state: one Get per resync, no write
+    assert world.step(60) == ["get"]
+    assert world.proxy("a").resource_version == "4"
+    assert world.store.proxies.phases() == {"crawl/a": "Running"}
+
+
+def test_cloud_init_reaches_the_provider_but_never_a_message(world):
+    world.declare("a")
+    world.store.proxies.schedule("crawl/a", world.clock.t)
+    for key in world.objects.sync():
+        world.store.proxies.schedule(key, world.clock.t)
+    world.rec.run_once()
+    assert "SENTINEL" not in json.dumps(world.worker.sent)
+    world.worker.run(world.rec, world.store)
+    assert world.worker.cloud_init == ["#cloud-config SENTINEL-a"]
+
+
+def test_a_port_change_replaces_under_the_same_name(world):
+    world.declare("a")
+    world.step()
+    world.step(10)
+    pid = world.proxy("a").status.provider_id
+    world.declare("a", port=3130)
+    assert world.step(1) == ["delete"]
+    assert world.proxy("a").status.phase == "Replacing"
+    assert world.step(10) == ["get", "create"]
+    p = world.proxy("a")
+    assert (p.status.phase, p.status.provider_id, p.generation) == ("Provisioning", pid, 2)
+    world.step(10)
+    assert (world.proxy("a").status.phase, world.proxy("a").status.port) == ("Running", 3130)
+
+
+def test_removing_the_manifest_deletes_the_instance_then_the_object(world):
+    world.declare("a")
+    world.step()
+    world.step(10)
+    (world.dir / "a.yaml").unlink()
+    assert world.step(1) == ["delete"]
+    assert world.proxy("a").status.phase == "Deleting" and world.provider.list_by_tag(None) == []
+    assert world.step(10) == ["get"]
+    assert world.proxy("a") is None and world.store.proxies.phases() == {}
+
+
+def test_an_unconfigured_provider_fails_with_its_name(world):
+    world.declare("a", provider="nowhere")
+    assert world.step() == []
+    p = world.proxy("a")
+    assert p.status.phase == "Failed" and "'nowhere'" in p.status.message
+
+
+def test_quota_waits_five_minutes_on_the_injected_clock(world):
+    world.worker.fail["create"] = base.QuotaExceeded
+    world.declare("a")
+    assert world.step() == ["create"]
+    assert world.proxy("a").status.condition("Provisioned").reason == "QuotaExceeded"
+    del world.worker.fail["create"]
+    assert world.step(299) == []
+    assert world.step(1) == ["create"]
+    assert world.proxy("a").status.phase == "Provisioning"
+
+
+def test_a_lost_answer_is_asked_again_once_the_call_lapses(world):
+    world.declare("a")
+    world.step()
+    world.clock.t += 10
+    world.rec.run_once()
+    assert [t for t, _, _ in world.worker.sent] == ["fleet.get_instance"]
+    world.worker.sent.clear()  # the worker died with the message
+    assert world.step(5 + GRACE - 1) == []
+    assert world.step(1) == ["get"]
+    assert world.proxy("a").status.phase == "Running"
+
+
+def test_a_late_answer_for_a_lapsed_call_is_dropped(world):
+    world.declare("a")
+    world.step()
+    world.clock.t += 10
+    world.rec.run_once()
+    _, _, link = world.worker.sent.pop()
+    world.step(5 + GRACE)  # lapsed: asked again and answered
+    assert world.rec.record(link["key"], link["call_id"], link["provider"], {"ok": True, "op": "get"}) == "stale"
+
+
+def test_at_most_max_calls_per_provider_in_flight(world):
+    for i in range(5):
+        world.declare(f"p{i}")
+    for key in world.objects.sync():
+        world.store.proxies.schedule(key, world.clock.t)
+    world.rec.run_once()
+    assert len(world.worker.sent) == 3
+    assert world.store.proxies.in_flight("edge", world.clock.t) == 3
+    world.worker.run(world.rec, world.store)
+    world.step(2)
+    assert all(world.proxy(f"p{i}").status.phase == "Provisioning" for i in range(5))
+
+
+def test_one_replica_at_a_time(world):
+    world.declare("a")
+    for key in world.objects.sync():
+        world.store.proxies.schedule(key, world.clock.t)
+    assert world.store.proxies.claim("crawl/a", "other-replica", 30)
+    assert world.rec.reconcile("crawl/a") == "claimed"
+    assert world.worker.sent == []
+
+
+def test_a_bad_manifest_keeps_the_proxies_its_file_declared(world):
+    world.declare("a")
+    world.step()
+    (world.dir / "a.yaml").write_text("apiVersion: [unclosed")
+    world.step(1)
+    assert world.proxy("a") is not None and not world.proxy("a").deleting
+    assert any("a.yaml" in str(e) for e in world.objects.errors)
+
+
+def test_redis_losing_its_data_converges_on_the_same_instance(world):
+    world.declare("a")
+    world.step()
+    world.step(10)
+    pid = world.proxy("a").status.provider_id
+    world.store._redis.flushall()
+    world.step(1)
+    world.step(10)
+    p = world.proxy("a")
+    assert p.status.phase == "Running" and p.status.provider_id == pid and len(world.provider.list_by_tag(None)) == 1
+
+
+def test_skip_cleanup_releases_without_deleting(world):
+    (world.dir / "a.yaml").write_text(PROXY.format(name="a", provider="edge", port=3128).replace(
+        "metadata: {name: a, namespace: crawl}",
+        "metadata: {name: a, namespace: crawl, annotations: {crawl.example.com/skip-cleanup: 'true'}}"))
+    world.step()
+    world.step(10)
+    (world.dir / "a.yaml").unlink()
+    assert world.step(1) == []
+    assert world.proxy("a") is None and len(world.provider.list_by_tag(None)) == 1
+
+
+def test_deletion_removes_the_finalizer_only_after_not_found(world):
+    world.declare("a")
+    world.step()
+    world.step(10)
+    world.worker.fail["delete"] = base.Transient
+    (world.dir / "a.yaml").unlink()
+    world.step(1)
+    p = world.proxy("a")
+    assert p is not None and p.status.phase == "Deleting" and rules.FINALIZER in p.finalizers
