@@ -1,0 +1,653 @@
+"""Proxy objects in, `fleet.proxies.model.Proxy` out: the one boundary where
+raw dicts become values, for both modes.
+
+- Kubernetes mode: `parse_proxy(obj)` on each object the API returns.
+- Standalone mode: `load_manifests(path)` reads a file or a directory of
+  manifests (what a user would `kubectl apply -f`), and `fingerprint(path)`
+  tells a poller cheaply whether to read them again.
+
+`parse_proxy` validates what the CRD (deploy/crd/crawl.example.com_proxies.yaml)
+validates, strictly: apiVersion and kind; metadata.name a DNS-1123 subdomain
+(at most 253 characters, as Kubernetes allows for custom objects);
+metadata.namespace a DNS-1123 label ("default" when a manifest has none);
+spec.provider a DNS-1123 label; spec.placement's four optional strings (128
+characters, the image 512); spec.cloudInit exactly one of `inline` (at most
+32768 characters) or `secretRef` {name, key} (the name a DNS-1123 subdomain --
+stricter than the CRD's length rule, but no Secret is named otherwise -- the
+key Kubernetes' Secret key rule); spec.port an integer from 1 to 65535 (3128
+when absent; a boolean is no integer). Unknown keys in the object, spec,
+placement, cloudInit and secretRef are errors (their values are never shown:
+they may be a misspelt secret). A null optional field counts as absent, as
+the API server prunes it. Other metadata (labels, managedFields, ...) is
+tolerated. The status is the controller's own and is read leniently: an
+ill-typed field falls back to its default, a malformed condition is skipped.
+
+Identity: a manifest carries no uid and no generation; they stay "" and 0 here
+(whatever a manifest does set is read and checked). The standalone caller
+assigns both (uids in Redis) -- nothing here invents them.
+
+Errors are `ManifestError`s: `<source>#<document>: <field path>: <why>, got
+<value>`, the value shown through `fleet.settings.show` so no value floods a
+message. Documents are counted from 1 in a file. Cloud-init text never appears
+in a message or a repr, only its length.
+
+The files are hostile input: each is read only if it is a regular file of at
+most `MAX_FILE_BYTES`, strict UTF-8; YAML goes through the safe loader only.
+Each document's node graph is checked before it is built: at most `MAX_DEPTH`
+levels, at most `MAX_NODES` values per file counted as aliases expand (so an
+alias bomb stops early), no alias to a node containing it, no duplicate keys.
+A bad document is reported and the next one is read; a YAML syntax error ends
+its file (the parser cannot resynchronise), never the other files.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from fleet.proxies.model import API_VERSION, DEFAULT_PORT, KIND, CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
+from fleet.settings import show
+from providers.base import Placement
+
+LIST_KINDS = ("List", "ProxyList")  # `kubectl get -o yaml` writes List; the API's list is ProxyList
+DEFAULT_NAMESPACE = "default"
+SUFFIXES = (".yaml", ".yml", ".json")
+
+MAX_NAME = 253  # metadata.name: a DNS-1123 subdomain
+MAX_LABEL = 63  # namespace, provider: a DNS-1123 label
+MAX_STRING = 253  # uid, resourceVersion, finalizers, secretRef.key
+MAX_PLACEMENT = {"region": 128, "zone": 128, "machineType": 128, "image": 512}  # the CRD's maxLength
+MAX_INLINE = 32768  # spec.cloudInit.inline, in characters
+MAX_FILE_BYTES = 1 << 20  # per file
+MAX_DOCUMENTS = 10_000  # per file, List items included
+MAX_FILES = 1_000  # per directory
+MAX_NODES = 250_000  # per file, aliases counted as they expand; a full 1 MiB List is below this
+MAX_DEPTH = 32  # the deepest real path, items[0].status.conditions[0].type, is 6 levels
+MAX_PROBLEM = 160  # characters of a YAML parser's own message
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+", re.ASCII)
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
+_SIMPLE_KEY = re.compile(r"[A-Za-z_][-A-Za-z0-9_]{0,63}", re.ASCII)
+
+_TOP = ("apiVersion", "kind", "metadata", "spec", "status")
+_SPEC = ("provider", "placement", "cloudInit", "port")
+_PLACEMENT = {"region": "region", "zone": "zone", "machineType": "machine_type", "image": "image"}
+_CLOUD_INIT = ("inline", "secretRef")
+_SECRET_REF = ("name", "key")
+
+if TYPE_CHECKING:  # the stubs' CSafeLoader is no SafeLoader subclass; both build the same
+    _BASE_LOADER = yaml.SafeLoader
+else:
+    _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class ManifestError(ValueError):
+    """One unusable Proxy object or document: where (`source`, e.g.
+    `proxies.yaml#2`, and the field `path`) and why (`message`)."""
+
+    def __init__(self, path: str, message: str, *, source: str = "") -> None:
+        self.path = path
+        self.message = message
+        self.source = source
+        super().__init__(path, message)
+
+    def __str__(self) -> str:
+        return ": ".join(part for part in (self.source, self.path, self.message) if part)
+
+    def __repr__(self) -> str:
+        return f"ManifestError({str(self)!r})"
+
+    def moved(self, source: str, prefix: str = "") -> ManifestError:
+        """The same error placed in `source`, its path under `prefix` (a List item)."""
+        path = f"{prefix}.{self.path}" if prefix and self.path else prefix or self.path
+        return ManifestError(path, self.message, source=source)
+
+
+# --- one object -------------------------------------------------------------------
+
+
+def parse_proxy(obj: Mapping[str, Any], *, source: str = "") -> Proxy:
+    """One Proxy object (from the API, or a manifest document) as a `Proxy`.
+    Raises `ManifestError` naming `source`, the field and its value."""
+    try:
+        return _proxy(obj)
+    except ManifestError as exc:
+        raise exc.moved(source) from None
+
+
+def _proxy(obj: Any) -> Proxy:
+    if not isinstance(obj, Mapping):
+        raise ManifestError("", f"a Proxy must be a mapping, got {show(obj)}")
+    _no_unknown("", obj, _TOP)
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if api_version != API_VERSION:
+        raise ManifestError("apiVersion", f"must be {API_VERSION!r}, got {show(api_version)}")
+    if kind != KIND:
+        raise ManifestError("kind", f"must be {KIND!r}, got {show(kind)}")
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise ManifestError("metadata", f"is required and must be a mapping, got {show(meta)}")
+    name = _name(meta.get("name"), "metadata.name", _SUBDOMAIN, MAX_NAME, "subdomain")
+    namespace = meta.get("namespace")
+    namespace = DEFAULT_NAMESPACE if namespace is None else _name(namespace, "metadata.namespace", _LABEL, MAX_LABEL, "label")
+    return Proxy(
+        namespace=namespace,
+        name=name,
+        uid=_string(meta.get("uid"), "metadata.uid"),
+        generation=_generation(meta.get("generation")),
+        spec=_spec(obj.get("spec")),
+        status=_status(obj.get("status")),
+        deleting=meta.get("deletionTimestamp") is not None,
+        deletion_timestamp=_timestamp(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
+        finalizers=_finalizers(meta.get("finalizers")),
+        annotations=_annotations(meta.get("annotations")),
+        resource_version=_string(meta.get("resourceVersion"), "metadata.resourceVersion"),
+        created_at=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+    )
+
+
+def _spec(spec: Any) -> ProxySpec:
+    if not isinstance(spec, Mapping):
+        raise ManifestError("spec", f"is required and must be a mapping, got {show(spec)}")
+    _no_unknown("spec", spec, _SPEC)
+    provider = _name(spec.get("provider"), "spec.provider", _LABEL, MAX_LABEL, "label")
+    return ProxySpec(
+        provider=provider,
+        placement=_placement(spec.get("placement")),
+        cloud_init=_cloud_init(spec.get("cloudInit")),
+        port=_port(spec.get("port")),
+    )
+
+
+def _placement(value: Any) -> Placement:
+    if value is None:
+        return Placement()
+    if not isinstance(value, Mapping):
+        raise ManifestError("spec.placement", f"must be a mapping of {', '.join(_PLACEMENT)}, got {show(value)}")
+    _no_unknown("spec.placement", value, tuple(_PLACEMENT))
+    return Placement(**{
+        attr: _string(value.get(key), f"spec.placement.{key}", MAX_PLACEMENT[key]) for key, attr in _PLACEMENT.items()
+    })
+
+
+def _cloud_init(value: Any) -> CloudInit:
+    """Never shows a value here but a secretRef's name and key: the text, or
+    whatever was put where it belongs, may hold secrets."""
+    at = "spec.cloudInit"
+    if value is None:
+        return CloudInit()
+    if not isinstance(value, Mapping):
+        raise ManifestError(at, f"must be a mapping with inline or secretRef, got {_type_of(value)} (not shown)")
+    _no_unknown(at, value, _CLOUD_INIT)
+    inline, ref = value.get("inline"), value.get("secretRef")
+    if (inline is None) == (ref is None):
+        raise ManifestError(at, f"must set exactly one of inline or secretRef, {'both are' if inline is not None else 'neither is'} set")
+    if inline is not None:
+        if not isinstance(inline, str):
+            raise ManifestError(f"{at}.inline", f"must be a string, got {_type_of(inline)} (not shown)")
+        if len(inline) > MAX_INLINE:
+            raise ManifestError(f"{at}.inline", f"must be at most {MAX_INLINE} characters, has {len(inline)} (the text is not shown)")
+        return CloudInit(inline=inline)
+    if not isinstance(ref, Mapping):
+        raise ManifestError(f"{at}.secretRef", f"must be a mapping with name and key, got {_type_of(ref)} (not shown)")
+    _no_unknown(f"{at}.secretRef", ref, _SECRET_REF)
+    name = _name(ref.get("name"), f"{at}.secretRef.name", _SUBDOMAIN, MAX_NAME, "subdomain")
+    key = ref.get("key")
+    if not isinstance(key, str) or not key:
+        raise ManifestError(f"{at}.secretRef.key", f"is required and must be a string, got {show(key)}")
+    if len(key) > MAX_STRING or not _SECRET_KEY.fullmatch(key):
+        raise ManifestError(
+            f"{at}.secretRef.key",
+            f"must be a Secret key: at most {MAX_STRING} letters, digits, '-', '_' or '.', got {show(key)}",
+        )
+    return CloudInit(secret=SecretRef(name=name, key=key))
+
+
+def _port(value: Any) -> int:
+    if value is None:
+        return DEFAULT_PORT
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ManifestError("spec.port", f"must be an integer from 1 to 65535, got {show(value)}")
+    return value
+
+
+def _generation(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ManifestError("metadata.generation", f"must be an integer of at least 0, got {show(value)}")
+    return value
+
+
+def _name(value: Any, at: str, pattern: re.Pattern[str], limit: int, kind: str) -> str:
+    if value is None or value == "":
+        raise ManifestError(at, f"is required, got {show(value)}")
+    if not isinstance(value, str):
+        raise ManifestError(at, f"must be a string, got {show(value)}")
+    if len(value) > limit:
+        raise ManifestError(at, f"must be at most {limit} characters, got {show(value)}")
+    if not pattern.fullmatch(value):
+        what = "lowercase letters, digits and '-'" + (" in '.'-separated parts" if kind == "subdomain" else "")
+        raise ManifestError(
+            at, f"must be a DNS-1123 {kind} ({what}, starting and ending with a letter or digit), got {show(value)}"
+        )
+    return value
+
+
+def _string(value: Any, at: str, limit: int = MAX_STRING) -> str:
+    """An optional short string: absent or null is ""."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ManifestError(at, f"must be a string, got {show(value)}")
+    if len(value) > limit:
+        raise ManifestError(at, f"must be at most {limit} characters, got {show(value)}")
+    return value
+
+
+def _finalizers(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ManifestError("metadata.finalizers", f"must be a list of strings, got {show(value)}")
+    return tuple(_string(item, f"metadata.finalizers[{i}]") for i, item in enumerate(value))
+
+
+def _annotations(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ManifestError("metadata.annotations", f"must be a mapping of strings to strings, got {show(value)}")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ManifestError(f"metadata.annotations{_key(key)}", "keys must be strings")
+        if not isinstance(item, str):  # `true` unquoted is a boolean: kubectl refuses it too
+            raise ManifestError(f"metadata.annotations{_key(key)}", f"must be a string, got {show(item)}")
+        out[key] = item
+    return out
+
+
+def _timestamp(value: Any, at: str) -> str:
+    """An RFC 3339 time as text; YAML turns an unquoted one into a datetime."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, str) and _RFC3339.fullmatch(value):
+        try:
+            datetime.fromisoformat(value.upper())  # the regex has the form; this, the ranges (month 13)
+        except ValueError:
+            pass
+        else:
+            return value
+    shown = repr(value.isoformat()) if isinstance(value, date) else show(value)
+    raise ManifestError(at, f"must be an RFC 3339 time such as 2024-05-01T12:00:00Z, got {shown}")
+
+
+# --- status: ours, read leniently -----------------------------------------------------
+
+
+def _status(value: Any) -> ProxyStatus:
+    if not isinstance(value, Mapping):
+        return ProxyStatus()
+    return ProxyStatus(
+        phase=_lenient_str(value.get("phase")),
+        provider_id=_lenient_str(value.get("providerID")),
+        ip=_lenient_str(value.get("ip")),
+        port=_lenient_int(value.get("port")),
+        spec_hash=_lenient_str(value.get("specHash")),
+        observed_generation=_lenient_int(value.get("observedGeneration")),
+        message=_lenient_str(value.get("message")),
+        conditions=_conditions(value.get("conditions")),
+    )
+
+
+def _conditions(value: Any) -> tuple[Condition, ...]:
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        type_, status = item.get("type"), item.get("status")
+        if not isinstance(type_, str) or not type_ or not isinstance(status, str):
+            continue
+        when = item.get("lastTransitionTime")
+        if isinstance(when, datetime):
+            when = _timestamp(when, "")
+        out.append(Condition(
+            type=type_, status=status, reason=_lenient_str(item.get("reason")), message=_lenient_str(item.get("message")),
+            observed_generation=_lenient_int(item.get("observedGeneration")), last_transition_time=_lenient_str(when),
+        ))
+    return tuple(out)
+
+
+def _lenient_str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _lenient_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+# --- shared helpers ---------------------------------------------------------------
+
+
+def _key(key: Any) -> str:
+    """A mapping key as a path step: `.name` when plain, else `[<bounded repr>]`."""
+    if isinstance(key, str) and _SIMPLE_KEY.fullmatch(key):
+        return f".{key}"
+    return f"[{show(key, 40)}]"
+
+
+def _type_of(value: Any) -> str:
+    """What a value is, without showing it."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    return {bool: "a boolean", int: "an integer", float: "a number", list: "a list", dict: "a mapping"}.get(
+        type(value), f"a {type(value).__name__}")
+
+
+def _no_unknown(at: str, obj: Mapping[Any, Any], known: tuple[str, ...]) -> None:
+    for key in obj:
+        if key in known:
+            continue
+        hint = ""
+        if isinstance(key, str) and len(key) <= 64:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+        path = f"{at}{_key(key)}".lstrip(".")
+        raise ManifestError(path, f"unknown key{hint} (its value, {_type_of(obj[key])}, is not shown)")
+
+
+# --- files --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A Proxy read from `source` (a List item has its `prefix`)."""
+
+    proxy: Proxy
+    source: str
+    prefix: str = ""
+
+
+def load_manifests(path: str) -> tuple[list[Proxy], list[ManifestError]]:
+    """Every Proxy in `path` (a file, or a directory's *.yaml, *.yml and
+    *.json files, sorted, not recursive) and every problem, each naming its
+    file, document and field. A bad document or file never stops the others;
+    a namespace/name seen before is an error for the later one."""
+    files, errors = _files(path)
+    proxies: list[Proxy] = []
+    first: dict[tuple[str, str], str] = {}
+    for file in files:
+        for item in _read(file):
+            if isinstance(item, ManifestError):
+                errors.append(item)
+                continue
+            proxy = item.proxy
+            where = f"{item.source} {item.prefix}" if item.prefix else item.source
+            seen = first.get((proxy.namespace, proxy.name))
+            if seen is not None:
+                errors.append(ManifestError("metadata.name", f"duplicate of {proxy.key} in {seen}", source=item.source)
+                              .moved(item.source, item.prefix))
+                continue
+            first[(proxy.namespace, proxy.name)] = where
+            proxies.append(proxy)
+    return proxies, errors
+
+
+def fingerprint(path: str) -> str:
+    """Changes when `load_manifests(path)` may read something different: a
+    hash of the manifest files' names, inodes, sizes and mtimes (ns), no
+    content read. A file rewritten in place within one mtime tick at the same
+    size goes unnoticed; an atomic rename or a ConfigMap update does not."""
+    entries: list[tuple[str, int, int, int]] = []
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as exc:
+        return f"missing:{type(exc).__name__}:{getattr(exc, 'errno', '')}"
+    try:
+        names = _names(path) if stat.S_ISDIR(st.st_mode) else [""]
+    except OSError as exc:
+        return f"unreadable:{exc.errno}"
+    for name in names:
+        try:
+            s = os.stat(os.path.join(path, name)) if name else st
+        except OSError:
+            entries.append((name, -1, -1, -1))
+        else:
+            entries.append((name, s.st_ino, s.st_size, s.st_mtime_ns))
+    return hashlib.sha256(repr(entries).encode()).hexdigest()[:32]
+
+
+def _names(directory: str) -> list[str]:
+    """The manifest files in `directory`, sorted (symlinks followed)."""
+    with os.scandir(directory) as it:
+        return sorted(e.name for e in it if e.name.endswith(SUFFIXES) and e.is_file())
+
+
+def _files(path: str) -> tuple[list[str], list[ManifestError]]:
+    try:
+        if not os.path.isdir(path):
+            return [path], []
+        names = _names(path)
+    except (OSError, ValueError) as exc:
+        return [], [ManifestError("", f"cannot read the directory: {getattr(exc, 'strerror', None) or exc}", source=path)]
+    errors = []
+    if len(names) > MAX_FILES:
+        errors.append(ManifestError("", f"has {len(names)} manifest files; only the first {MAX_FILES} (sorted) are read",
+                                    source=path))
+    return [os.path.join(path, n) for n in names[:MAX_FILES]], errors
+
+
+def _read(file: str) -> Iterator[_Found | ManifestError]:
+    try:
+        text = _text(file)
+    except ManifestError as exc:
+        yield exc
+        return
+    count = 0
+    for index, doc in _documents(text, file):
+        source = f"{file}#{index}"
+        entries: list[tuple[Any, str]] = []
+        if isinstance(doc, Mapping) and doc.get("kind") in LIST_KINDS:
+            items = doc.get("items")
+            if isinstance(items, list):
+                entries = [(item, f"items[{i}]") for i, item in enumerate(items)]
+            elif items is not None:
+                doc = ManifestError("items", f"must be a list, got {show(items)}", source=source)
+        elif doc is not None:
+            entries = [(doc, "")]
+        count += max(1, len(entries))
+        if count > MAX_DOCUMENTS:
+            yield ManifestError("", f"more than {MAX_DOCUMENTS} documents or List items; the rest of the file is not read",
+                                source=source)
+            return
+        if isinstance(doc, ManifestError):
+            yield doc
+            continue
+        for obj, prefix in entries:
+            try:
+                yield _Found(_proxy(obj), source, prefix)
+            except ManifestError as exc:
+                yield exc.moved(source, prefix)
+
+
+def _text(file: str) -> str:
+    """The file's text: only a regular file, at most MAX_FILE_BYTES, strict
+    UTF-8. Never blocks on a FIFO or a device."""
+    def fail(why: str) -> ManifestError:
+        return ManifestError("", why, source=file)
+
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        raise fail(f"cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # an embedded NUL
+        raise fail("cannot read: the path contains a NUL byte") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise fail("not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise fail(f"the file is {st.st_size} bytes; at most {MAX_FILE_BYTES} are read")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise fail(f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_FILE_BYTES:
+        raise fail(f"the file is larger than {MAX_FILE_BYTES} bytes")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise fail("the file looks UTF-16 encoded; save it as UTF-8")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise fail(f"not UTF-8: invalid byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
+
+
+class _Loader(_BASE_LOADER):
+    """The safe loader, turning a value it cannot build (an integer of 5,000
+    digits, 2024-13-45) into a YAML error at its node, never a traceback."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError, TypeError, ArithmeticError, AttributeError, LookupError) as exc:
+            what = node.tag.rsplit(":", 1)[-1]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"not a valid {what} ({type(exc).__name__})", node.start_mark) from None
+
+
+def _documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
+    """(index from 1, the document's data or a ManifestError) for each document."""
+    loader = _Loader(text)
+    budget = [MAX_NODES]
+    index = 0
+    try:
+        while True:
+            try:
+                if not loader.check_node():
+                    return
+                index += 1
+                node = loader.get_node()
+            except yaml.YAMLError as exc:  # a syntax error: the parser cannot go on
+                yield index, ManifestError("", _problem(exc, {}) + "; the rest of the file is not read", source=f"{file}#{index}")
+                return
+            except RecursionError:  # the pure-Python composer only; libyaml stops at 1000 levels
+                yield index, ManifestError("", f"nested deeper than {MAX_DEPTH} levels; the rest of the file is not read",
+                                           source=f"{file}#{index}")
+                return
+            if node is None:
+                continue
+            paths: dict[tuple[int, int], str] = {}
+            try:
+                _check(node, paths, budget)
+            except ManifestError as exc:
+                yield index, exc.moved(f"{file}#{index}")
+                if budget[0] < 0:
+                    return
+                continue
+            try:
+                yield index, loader.construct_document(node)
+            except yaml.YAMLError as exc:
+                yield index, ManifestError("", _problem(exc, paths), source=f"{file}#{index}")
+            except RecursionError:
+                yield index, ManifestError("", f"nested deeper than {MAX_DEPTH} levels", source=f"{file}#{index}")
+    finally:
+        loader.dispose()
+
+
+def _problem(exc: yaml.YAMLError, paths: dict[tuple[int, int], str]) -> str:
+    """The parser's reason and place, never its snippet of the text (it may be cloud-init)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"not valid YAML: unacceptable character #x{exc.character:04x} at character {exc.position}"
+    mark = getattr(exc, "problem_mark", None)
+    problem = str(getattr(exc, "problem", None) or type(exc).__name__)
+    problem = problem if len(problem) <= MAX_PROBLEM else problem[:MAX_PROBLEM] + "..."
+    if mark is None:
+        return f"not valid YAML: {problem}"
+    path = paths.get((mark.line, mark.column))
+    where = f"{path.lstrip('.') or 'the document'}: " if path is not None else ""
+    return f"{where}not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
+def _check(root: yaml.Node, paths: dict[tuple[int, int], str], budget: list[int]) -> None:
+    """Bound a composed document before building it: depth, values counted as
+    aliases expand (each shared node is walked once), aliases into
+    themselves, duplicate and non-scalar keys. Records each node's path."""
+    done: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, height)
+    open_: set[int] = set()
+
+    def visit(node: yaml.Node, path: str, level: int) -> tuple[int, int]:
+        ident = id(node)
+        if ident in open_:
+            raise ManifestError(path.lstrip("."), "an alias refers to a node that contains it")
+        known = done.get(ident)
+        if known is not None:  # an alias: it expands to the whole node again
+            if level + known[1] > MAX_DEPTH:
+                raise ManifestError(path.lstrip("."), f"nested deeper than {MAX_DEPTH} levels")
+            spend(known[0], path)
+            return known
+        if level > MAX_DEPTH:
+            raise ManifestError(path.lstrip("."), f"nested deeper than {MAX_DEPTH} levels")
+        spend(1, path)
+        paths.setdefault((node.start_mark.line, node.start_mark.column), path)
+        known = done[ident] = walk(node, path, level)
+        return known
+
+    def spend(values: int, path: str) -> None:
+        budget[0] -= values
+        if budget[0] < 0:
+            raise ManifestError(path.lstrip("."), f"the file has more than {MAX_NODES} values (aliases counted as they "
+                                                  "expand); the rest of the file is not read")
+
+    def walk(node: yaml.Node, path: str, level: int) -> tuple[int, int]:
+        size, height = 1, 0
+        if isinstance(node, yaml.SequenceNode):
+            open_.add(id(node))
+            for i, child in enumerate(node.value):
+                s, h = visit(child, f"{path}[{i}]", level + 1)
+                size, height = size + s, max(height, h + 1)
+            open_.discard(id(node))
+        elif isinstance(node, yaml.MappingNode):
+            open_.add(id(node))
+            lines: dict[str, int] = {}
+            for key, child in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    raise ManifestError(path.lstrip("."), "mapping keys must be plain strings or numbers")
+                at = path + _key(key.value)
+                if key.value in lines:
+                    raise ManifestError(at.lstrip("."), f"duplicate key (first at line {lines[key.value]})")
+                lines[key.value] = key.start_mark.line + 1
+                s, h = visit(child, at, level + 1)
+                size, height = size + 1 + s, max(height, h + 1)
+            open_.discard(id(node))
+        return size, height
+
+    visit(root, "", 0)

@@ -1,0 +1,136 @@
+"""What `fleet get proxies` (`fleet get px`) prints: table rows shaped like
+`kubectl get proxies`, or the objects as `kubectl get -o json|yaml` would
+show them. Pure: Proxies in, rows or text out.
+
+The columns are the CRD's printer columns, with NAMESPACE first when listing
+every namespace (kubectl's `-A`). Cells follow kubectl: PORT is
+`.status.port` (blank until the controller has written one, as a printer
+column on a missing field is), READY the Ready condition's status, AGE
+kubectl's own rounding (`45s`, `3m12s`, `5h4m`, `2d3h`, `<unknown>` without a
+creation time). Rows come sorted by namespace and name, as the API lists
+them. The text layout of the table is the CLI's (fleet.cli cannot be
+imported from here).
+
+Objects are printed Kubernetes-shaped, in a `List`, keys sorted, with one
+deliberate difference: inline cloud-init is replaced by `<redacted: N
+bytes>`, and so is kubectl's `last-applied-configuration` annotation (it
+holds the whole applied manifest, inline text included). fleet's output gets
+pasted into tickets and chats; `kubectl get` on the cluster still shows the
+real object. A redacted object is for reading, not for applying back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import yaml
+
+from fleet.proxies import model
+from fleet.proxies.model import READY, Proxy
+
+COLUMNS = ("NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE")
+NAMESPACE_COLUMN = "NAMESPACE"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+UNKNOWN_AGE = "<unknown>"
+
+
+def columns(all_namespaces: bool = False) -> tuple[str, ...]:
+    """The header row: COLUMNS, after NAMESPACE when listing all namespaces."""
+    return (NAMESPACE_COLUMN, *COLUMNS) if all_namespaces else COLUMNS
+
+
+def rows(proxies: Sequence[Proxy], now: float, all_namespaces: bool = False) -> list[list[str]]:
+    """One row of cells per Proxy, in `columns(all_namespaces)` order,
+    sorted by namespace then name; `now` is a Unix time, for AGE."""
+    out = []
+    for p in sorted(proxies, key=lambda p: (p.namespace, p.name)):
+        ready = p.status.condition(READY)
+        row = [
+            p.name,
+            p.spec.provider,
+            p.status.phase,
+            p.status.ip,
+            str(p.status.port) if p.status.port else "",
+            ready.status if ready is not None else "",
+            age(p.created_at, now),
+        ]
+        out.append([p.namespace, *row] if all_namespaces else row)
+    return out
+
+
+def age(created_at: str, now: float) -> str:
+    """kubectl's AGE for an RFC 3339 creation time; `<unknown>` without one."""
+    if not created_at:
+        return UNKNOWN_AGE
+    try:
+        created = datetime.fromisoformat(created_at.upper()).timestamp()
+    except ValueError:
+        return UNKNOWN_AGE
+    return human_duration(now - created)
+
+
+def human_duration(seconds: float) -> str:
+    """k8s.io/apimachinery's duration.HumanDuration: precise when young,
+    coarser with age (2m0s is "120s", 9m59s, 10m, 3h, 7h59m, 47h, 2d3h,
+    8d, 2y3d, 9y). Up to 2 s in the future is clock skew ("0s")."""
+    whole = int(seconds)  # toward zero, like Go's int(d.Seconds())
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        s = whole % 60
+        return f"{minutes}m" if s == 0 else f"{minutes}m{s}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = whole // 3600
+    if hours < 8:
+        m = minutes % 60
+        return f"{hours}h" if m == 0 else f"{hours}h{m}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        h = hours % 24
+        return f"{hours // 24}d" if h == 0 else f"{hours // 24}d{h}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def redacted(text: str) -> str:
+    return f"<redacted: {len(text.encode('utf-8'))} bytes>"
+
+
+def to_object(proxy: Proxy) -> dict[str, Any]:
+    """The Proxy as a Kubernetes object (`model.to_object`), inline
+    cloud-init and kubectl's last-applied annotation redacted."""
+    obj = model.to_object(proxy, redact=True)
+    annotations = obj["metadata"].get("annotations")
+    if annotations and LAST_APPLIED in annotations:
+        annotations[LAST_APPLIED] = redacted(annotations[LAST_APPLIED])
+    return obj
+
+
+def as_list(proxies: Sequence[Proxy]) -> dict[str, Any]:
+    """The objects in a `List`, as `kubectl get -o yaml` wraps several."""
+    items = [to_object(p) for p in sorted(proxies, key=lambda p: (p.namespace, p.name))]
+    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+
+
+def as_json(proxies: Sequence[Proxy]) -> str:
+    """`kubectl get proxies -o json`'s shape (4-space indent, sorted keys)."""
+    return json.dumps(as_list(proxies), indent=4, sort_keys=True, ensure_ascii=False)
+
+
+def as_yaml(proxies: Sequence[Proxy]) -> str:
+    """`kubectl get proxies -o yaml`'s shape (sorted keys)."""
+    return yaml.safe_dump(as_list(proxies), sort_keys=True, default_flow_style=False, allow_unicode=True)
