@@ -30,6 +30,7 @@ LAST_ROUND = "proxy_operator_last_round_timestamp_seconds"  # beat's stamp (flee
 # Provider calls (fleet.calls), counted by the provider worker that made them and served on its own /metrics.
 REQUESTS_TOTAL = "proxy_operator_provider_requests_total"  # {provider,op,result}, the seed's name
 REQUEST_DURATION = "proxy_operator_provider_request_duration_seconds"  # {provider,op}
+PROXIES = "proxy_operator_proxies"  # {phase}: Proxies by status.phase, read from Redis at scrape time
 
 # Why a check result was dropped before it was stored or written (the
 # `reason` label); `fleet.messages` decides the last three.

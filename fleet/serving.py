@@ -1,5 +1,5 @@
 """A /metrics endpoint, and the probes on the same port (the controller's:
-what it serves is `fleet.health.gauges.serve_metrics`).
+what it serves is composed in `tasks.controller.controller_startup`).
 
 `/readyz` answers 200 only while Redis answers PING (the gauges read Redis at
 scrape time and turn an outage into an empty scrape, so /metrics itself

@@ -106,32 +106,30 @@ def controller_startup() -> None:
     """The controller's start-up, once its worker is ready to consume
     `fleet.controller`: say the mode and clean up what belongs to providers no
     longer configured (`Controller.start`), serve /metrics and the probes,
-    then sweep for overdue providers on the controller's own clock.
+    start the Proxy reconciler (`fleet.proxies.runtime`), then sweep for
+    overdue providers on the controller's own clock.
 
     Exit-on-failure policy: any exception before the sweeps start logs one
     CRITICAL line (the error, cut to 1,000 characters) and ends the process
     at once with `os._exit(EXIT_STARTUP_FAILED)`, without Celery's own
     shutdown, so the controller never consumes without its start-up.
     Restarting is left to Kubernetes' back-off or `fleet up`."""
-    from fleet.health.gauges import serve_metrics
+    from fleet import serving
+    from fleet.health.gauges import collectors
+    from fleet.proxies import runtime as proxies
+    from fleet.proxies.gauges import ProxiesCollector
 
     try:
         ctl = health.controller()
         ctl.start()
-        serve_metrics(ctl)
-    except Exception as exc:
-        log.critical("controller start-up failed, exiting: %s: %s", type(exc).__name__, str(exc)[:1000])
-        logging.shutdown()
-        os._exit(EXIT_STARTUP_FAILED)
-    ctl.run_sweeps(_stop_sweeps)
-    from fleet.proxies import runtime as proxies
-
-    try:
+        registry = serving.registry_of([*collectors(ctl), ProxiesCollector(ctl.store.proxies.phases)])
+        serving.serve_metrics(ctl.settings.metrics_bind_address, registry, ctl.store.ping)
         proxies.start(_stop_sweeps)
     except Exception as exc:
         log.critical("controller start-up failed, exiting: %s: %s", type(exc).__name__, str(exc)[:1000])
         logging.shutdown()
         os._exit(EXIT_STARTUP_FAILED)
+    ctl.run_sweeps(_stop_sweeps)
 
 
 @signals.worker_ready.connect

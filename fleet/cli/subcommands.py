@@ -162,12 +162,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.all_ready for r in results) else EXIT_NOT_READY
 
 
+PROXY_NAMES = ("px", "proxy", "proxies")
+PH_NAMES = ("ph", "providerhealth", "providerhealths")
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     from fleet.health.stored import StoredResults
     from fleet.store import Store, StoreError
 
-    if args.resource not in ("ph", "providerhealth", "providerhealths"):
-        raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth)")
+    if args.resource in PROXY_NAMES:
+        return get_proxies(args)
+    if args.resource not in PH_NAMES:
+        raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth) and px (proxies)")
     if args.name is not None and validate_name(args.name):
         raise BadInput(f"NAME {validate_name(args.name)} (got {show(args.name)})")
     settings = settings_from(args)
@@ -197,6 +203,39 @@ def cmd_get(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     print(tables.render_rows(rows, args.output, now))
+    return EXIT_OK
+
+
+def get_proxies(args: argparse.Namespace) -> int:
+    """Standalone Proxies from Redis, as `kubectl get px` shows cluster ones."""
+    from fleet.proxies import table
+    from fleet.proxies.standalone import Standalone
+    from fleet.store import Store, StoreError
+
+    settings = settings_from(args)
+    store = Store.from_url(settings.broker)
+    try:
+        proxies = Standalone(store.proxies, settings.proxies or "", settings.installation_id).all()
+    except StoreError as exc:
+        raise Unreachable(f"cannot read Proxies from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
+    finally:
+        store.close()
+    if args.namespace:
+        proxies = [p for p in proxies if p.namespace == args.namespace]
+    if args.name is not None:
+        proxies = [p for p in proxies if p.name == args.name]
+        if not proxies:
+            print(f"proxy {args.name!r} not found", file=sys.stderr)
+            return EXIT_NOT_READY
+    if args.output == "json":
+        print(table.as_json(proxies))
+    elif args.output == "yaml":
+        print(table.as_yaml(proxies).rstrip())
+    elif not proxies:
+        print("No Proxies in Redis (standalone mode; with a cluster: kubectl get px -A)", file=sys.stderr)
+    else:
+        all_namespaces = not args.namespace
+        print(tables.grid(table.columns(all_namespaces), table.rows(proxies, time.time(), all_namespaces)))
     return EXIT_OK
 
 
@@ -343,9 +382,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", help="time limit of each check (default: the check timeout)")
     s.set_defaults(fn=cmd_check)
 
-    s = sub.add_parser("get", parents=[common], help="show the latest results from Redis")
-    s.add_argument("resource", help="ph (providerhealth)")
+    s = sub.add_parser("get", parents=[common], help="show provider health or standalone Proxies from Redis")
+    s.add_argument("resource", help="ph (providerhealth) or px (proxies)")
     s.add_argument("name", nargs="?")
+    s.add_argument("-n", "--namespace", help="px: only this namespace (default: all, with a NAMESPACE column)")
     s.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     s.set_defaults(fn=cmd_get)
 

@@ -5,6 +5,7 @@ text out."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -41,17 +42,22 @@ def _age(iso: str | None, now: float) -> str:
     return f"{secs // 3600}h"
 
 
+def grid(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell, three spaces apart (kubectl's look)."""
+    table = [tuple(head)] + [tuple(r) for r in rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
+    return "\n".join("   ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table)
+
+
 def render_rows(rows: list[dict[str, Any]], fmt: str, now: float) -> str:
     if fmt == "json":
         return json.dumps(rows, indent=2)
     if fmt == "yaml":
         return yaml.safe_dump(rows, sort_keys=False).rstrip()
     head = ("NAME", "TYPE", "READY", "TARGETS", "LAST CHECK", "REASON")
-    table = [head] + [
+    lines = grid(head, [
         (r["provider"], r["type"], r["ready"], r["targetsReady"] or "-", _age(r["checkedAt"], now), r["reason"]) for r in rows
-    ]
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
-    lines = ["   ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    ]).split("\n")
     for r in rows:
         if r["reason"] != REASON_ALL_TARGETS_READY and r["message"] and not r["targets"]:
             lines.append(f"  {r['provider']}: {r['message']}")

@@ -168,11 +168,10 @@ def collector_for(ctl: Controller) -> ProviderTargetCollector:
                                    read_last_round=lambda: beatstate.last_round(ctl.store))
 
 
+def collectors(ctl: Controller) -> list[Collector]:
+    """The health feature's part of the controller's /metrics: the store-read gauges and its counters."""
+    return [collector_for(ctl), *ctl.counters.collectors()]
+
+
 def registry_for(ctl: Controller) -> CollectorRegistry:
-    """What the controller's /metrics serves: the store-read gauges and its counters."""
-    return serving.registry_of([collector_for(ctl), *ctl.counters.collectors()])
-
-
-def serve_metrics(ctl: Controller) -> object | None:
-    """The controller's /metrics and probes (`/readyz` while Redis answers)."""
-    return serving.serve_metrics(ctl.settings.metrics_bind_address, registry_for(ctl), ctl.store.ping)
+    return serving.registry_of(collectors(ctl))

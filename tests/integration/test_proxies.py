@@ -1,0 +1,132 @@
+"""The Proxy lifecycle with real parts: redis-server, a provider worker and
+the controller as `celery worker` processes, standalone manifests, and
+`fleet get px`. Crashes: the controller SIGKILLed right after a Create was
+sent, the provider worker SIGKILLed, Redis restarted mid-lifecycle.
+
+The fake provider keeps instances in its worker's memory, which suits the
+controller-crash case (the instance must be found again, not duplicated);
+tests/integration/test_local_proxies.py runs real Squid proxies."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from celery import Celery
+
+from tests.integration.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+MANIFEST = """
+apiVersion: crawl.example.com/v1alpha1
+kind: Proxy
+metadata: {{name: {name}, namespace: crawl}}
+spec:
+  provider: edge
+  port: {port}
+  cloudInit: {{inline: "#cloud-config SENTINEL-cloud-init-{name}"}}
+"""
+
+
+def declare(directory, name: str, port: int = 3128) -> None:
+    (directory / f"{name}.yaml").write_text(MANIFEST.format(name=name, port=port))
+
+
+def proxies(stack) -> dict[str, dict]:
+    out = stack.fleet("get", "px", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return {f"{i['metadata']['namespace']}/{i['metadata']['name']}": i for i in json.loads(out.stdout)["items"]}
+
+
+def phase(stack, key: str) -> str:
+    return ((proxies(stack).get(key) or {}).get("status") or {}).get("phase", "")
+
+
+def instances(broker: str) -> list[dict]:
+    client = Celery("fleet-test-list", broker=broker, backend=broker, set_as_current=False)
+    client.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+    res = client.send_task("fleet.list_instances", kwargs={"provider": "edge", "timeout": 5}, queue="provider.edge",
+                           ignore_result=False)
+    out = res.get(timeout=30)
+    assert out["ok"], out
+    return out["result"]
+
+
+@pytest.fixture
+def px_stack(redis_server, make_stack, tmp_path):
+    manifests = tmp_path / "proxies"
+    manifests.mkdir()
+    stack = make_stack(redis_server.url, [{"name": "edge", "type": "fake"}], FLEET_PROXIES=str(manifests),
+                       FLEET_PROXY_POLL_INTERVAL="1s", FLEET_PROVIDER_CALL_TIMEOUT="3s",
+                       FLEET_PROVIDER_CHECK_INTERVAL="0")
+    stack.manifests = manifests
+    return stack
+
+
+def test_a_proxy_goes_running_and_is_deleted_with_its_manifest(px_stack):
+    stack = px_stack
+    declare(stack.manifests, "a")
+    stack.worker("edge")
+    stack.controller()
+    stack.wait_ready("worker:edge", "controller")
+    wait_for(lambda: phase(stack, "crawl/a") == "Running", 40, "crawl/a Running")
+    p = proxies(stack)["crawl/a"]
+    assert p["status"]["ip"] == "127.0.0.1" and p["status"]["port"] == 3128
+    assert [c["status"] for c in p["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    assert "<redacted" in p["spec"]["cloudInit"]["inline"]
+    table = stack.fleet("get", "px")
+    assert table.stdout.split("\n")[0].split() == ["NAMESPACE", "NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE"]
+    assert "Running" in table.stdout
+    assert len(instances(stack.broker)) == 1
+
+    (stack.manifests / "a.yaml").unlink()
+    wait_for(lambda: "crawl/a" not in proxies(stack), 40, "crawl/a deleted")
+    assert instances(stack.broker) == []
+    for role in ("controller", "worker:edge"):
+        assert "SENTINEL" not in stack.log(role)
+
+
+def test_controller_killed_right_after_create_was_sent(px_stack, redis_server):
+    stack = px_stack
+    r = redis_server.client()
+    declare(stack.manifests, "a")
+    stack.controller()  # no worker yet: the create waits in provider.edge
+    stack.wait_ready("controller")
+    wait_for(lambda: r.get("fleet:px:call:crawl/a"), 30, "the create to be sent")
+    assert json.loads(r.get("fleet:px:call:crawl/a"))["op"] == "create"
+    stack.kill("controller")
+    stack.worker("edge")  # runs the create; its answer waits in fleet.controller
+    stack.wait_ready("worker:edge")
+    wait_for(lambda: r.llen("fleet.controller") >= 1, 30, "the create's answer to be queued")
+    stack.controller()
+    wait_for(lambda: phase(stack, "crawl/a") == "Running", 40, "crawl/a Running after the restart")
+    assert len(instances(stack.broker)) == 1  # adopted, not duplicated
+
+
+def test_worker_killed_and_redis_restarted_mid_lifecycle(px_stack, redis_server):
+    stack = px_stack
+    declare(stack.manifests, "a")
+    declare(stack.manifests, "b")
+    stack.worker("edge")
+    stack.controller()
+    stack.wait_ready("worker:edge", "controller")
+    wait_for(lambda: phase(stack, "crawl/a") in ("Provisioning", "Running"), 40, "crawl/a created")
+    stack.kill("worker:edge")  # the fake's instances die with it: Get → NotFound → create again
+    redis_server.stop()
+    time.sleep(0.5)
+    redis_server.start()  # no persistence: every due time, call and standalone object is gone
+    stack.worker("edge")
+    wait_for(lambda: {phase(stack, "crawl/a"), phase(stack, "crawl/b")} == {"Running"}, 90, "both Running again")
+    uids = {i["uid"] for i in instances(stack.broker)}
+    assert len(uids) == 2
+
+
+def test_an_unconfigured_provider_is_failed_and_named(px_stack):
+    stack = px_stack
+    (stack.manifests / "x.yaml").write_text(MANIFEST.format(name="x", port=3128).replace("provider: edge", "provider: nowhere"))
+    stack.controller()
+    stack.wait_ready("controller")
+    wait_for(lambda: phase(stack, "crawl/x") == "Failed", 30, "crawl/x Failed")
+    assert "'nowhere'" in proxies(stack)["crawl/x"]["status"]["message"]
