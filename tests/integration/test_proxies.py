@@ -130,3 +130,46 @@ def test_an_unconfigured_provider_is_failed_and_named(px_stack):
     stack.wait_ready("controller")
     wait_for(lambda: phase(stack, "crawl/x") == "Failed", 30, "crawl/x Failed")
     assert "'nowhere'" in proxies(stack)["crawl/x"]["status"]["message"]
+
+
+def test_cloud_init_never_reaches_flower_the_result_backend_or_logs(px_stack, redis_server):
+    import base64
+    import urllib.request
+
+    from fleet.cli import commands
+    from tests.integration.conftest import free_port
+
+    stack = px_stack
+    port = free_port()
+    stack.start("flower", [*commands.flower_argv(port), "--basic-auth=admin:s3cret"])
+    stack.worker("edge")
+    stack.controller()
+    stack.wait_ready("worker:edge", "controller")
+    auth = {"Authorization": "Basic " + base64.b64encode(b"admin:s3cret").decode()}
+
+    def api(path: str) -> str:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=auth)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.read().decode()
+
+    wait_for(lambda: len(json.loads(api("/api/workers?refresh=1"))) >= 2, 60, "flower to see both workers", interval=1)
+    for role in ("controller", "worker:edge"):  # Flower turns task events on when it connects (every 5 s)
+        wait_for(lambda role=role: "enabled by remote" in stack.log(role), 30, f"flower to enable {role}'s events")
+    declare(stack.manifests, "a")
+    wait_for(lambda: phase(stack, "crawl/a") == "Running", 40, "crawl/a Running")
+
+    def tasks() -> dict:
+        got = json.loads(api("/api/tasks?limit=1000"))
+        names = {t.get("name") for t in got.values()}
+        return got if {"fleet.create_instance", "fleet.get_instance", "fleet.record_proxy_call"} <= names else {}
+
+    seen = wait_for(tasks, 30, "flower to list the provider calls by operation", interval=1)
+    body = json.dumps(seen)
+    assert "SENTINEL" not in body and "cloud_init_ref" in body  # a reference travels, never the text
+    r = redis_server.client()
+    for key in r.scan_iter(match="celery-task-meta-*"):
+        assert b"SENTINEL" not in (r.get(key) or b""), key
+    for queue in (b"fleet.controller", b"provider.edge"):
+        assert all(b"SENTINEL" not in m for m in r.lrange(queue, 0, -1))
+    for role in ("controller", "worker:edge", "flower"):
+        assert "SENTINEL" not in stack.log(role)
