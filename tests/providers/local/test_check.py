@@ -1,0 +1,64 @@
+"""The local Checker: the reason table, the details, and the real squid."""
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from providers import base
+from providers.base import Deadline
+from providers.local import check
+from providers.local.check import LOCAL_REASONS, check_local, squid_reason
+from tests.providers.local.conftest import squid_binary
+
+
+@pytest.mark.parametrize(
+    ("exc", "want"),
+    [
+        (TimeoutError("squid -v did not answer"), base.REASON_TIMEOUT),
+        (subprocess.TimeoutExpired(["squid"], 1), check.REASON_SQUID_FAILED),  # version() turns these into TimeoutError
+        (FileNotFoundError(errno.ENOENT, "No such file", "/usr/sbin/squid"), check.REASON_SQUID_NOT_FOUND),
+        (PermissionError(errno.EACCES, "Permission denied", "/usr/sbin/squid"), check.REASON_SQUID_NOT_FOUND),
+        (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/x/squid"), check.REASON_SQUID_NOT_FOUND),
+        (RuntimeError("squid -v exited with 1"), check.REASON_SQUID_FAILED),
+        (RuntimeError("squid -v printed no version"), check.REASON_SQUID_FAILED),
+        (OSError(errno.ENOEXEC, "Exec format error"), check.REASON_SQUID_FAILED),
+    ],
+)
+def test_squid_reasons(exc, want):
+    assert squid_reason(exc) == want
+    assert want in LOCAL_REASONS
+
+
+def test_a_healthy_host_with_the_real_squid(state_dir):
+    binary = squid_binary()
+    if binary is None:
+        pytest.skip("squid is not installed")
+    got = check_local(state_dir, binary, Deadline.after(10))
+    assert [t.name for t in got] == ["stateDir", "squid"]
+    assert all(t.ready and t.reason == base.REASON_REACHABLE for t in got), got
+    assert got[0].details["path"] == state_dir and got[0].details["instances"] == "0"
+    assert got[1].details["version"].split(".")[0].isdigit()
+    assert os.listdir(state_dir) == []  # the write probe left nothing
+
+
+def test_a_state_dir_squid_cannot_enter_is_unusable(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("only root hands squid to another user")
+    os.chmod(tmp_path, 0o700)
+    got = check.check_state_dir(str(tmp_path / "state"))
+    assert not got.ready and got.reason == check.REASON_STATE_DIR_UNUSABLE
+    assert "cannot enter" in got.message and str(tmp_path) in got.message
+
+
+@pytest.mark.parametrize("state_dir_value", ["relative", "/with space"])
+def test_an_unsafe_state_dir_is_unusable(state_dir_value):
+    got = check.check_state_dir(state_dir_value)
+    assert not got.ready and got.reason == check.REASON_STATE_DIR_UNUSABLE
+
+
+def test_a_state_dir_under_a_file_is_unusable(tmp_path):
+    (tmp_path / "f").write_text("")
+    got = check.check_state_dir(str(tmp_path / "f" / "state"))
+    assert not got.ready and got.reason == check.REASON_STATE_DIR_UNUSABLE and "Not a directory" in got.message
