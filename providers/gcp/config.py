@@ -21,8 +21,10 @@ DEFAULT_DISK_SIZE_GB = 10
 # "domain:project" ids keep their colon. The id ends up in every URL path, so
 # a slash or space is never valid.
 _PROJECT = re.compile(r"^([a-z][a-z0-9.-]*:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$")
-# GCE resource names (networks, tags): RFC 1035 labels.
+# GCE resource names (networks, tags, machine types): RFC 1035 labels.
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Zones: europe-west1-b, us-central1-a. Also an RFC 1035 label (the id's rule).
+ZONE = re.compile(r"^[a-z]+(-[a-z0-9]+)+$")
 
 # Where a deployment may put Application Default Credentials as a file: the
 # Cloud SDK's config directory, which ADC reads after GOOGLE_APPLICATION_CREDENTIALS
@@ -42,6 +44,10 @@ class GcpConfig(Block):
     # A private or regional endpoint, e.g. https://compute-private.example.internal
     # (tests point it at a local server). Unset: compute.googleapis.com.
     apiEndpoint: str | None = Field(default=None, min_length=1)
+    # Allow-lists for Proxies' placement (providers/gcp/placement.py), checked
+    # on the controller before any API call. Empty: any zone, any machine type.
+    zones: tuple[str, ...] = ()
+    machineTypes: tuple[str, ...] = ()
 
     def runtime(self) -> Runtime:
         """ADC: an optional key file in the Cloud SDK's config directory, or
@@ -54,6 +60,22 @@ class GcpConfig(Block):
         if not _PROJECT.match(v):
             raise ValueError("not a GCP project id (lowercase letters, digits and hyphens, 6-30 characters)")
         return v
+
+    @field_validator("zones")
+    @classmethod
+    def _zones(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for zone in v:
+            if not ZONE.match(zone) or not _NAME.match(zone):
+                raise ValueError(f"{zone!r} is not a GCE zone such as europe-west1-b")
+        return _unique(v)
+
+    @field_validator("machineTypes")
+    @classmethod
+    def _machine_types(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for mt in v:
+            if not _NAME.match(mt):
+                raise ValueError(f"{mt!r} is not a GCE machine type name such as e2-small (a name, not a URL)")
+        return _unique(v)
 
     @field_validator("networkTag")
     @classmethod
@@ -84,3 +106,10 @@ class GcpConfig(Block):
         if not rest or "/" in rest:
             raise ValueError("a host[:port] or an http(s)://host[:port] URL, without a trailing slash or path")
         return v
+
+
+def _unique(v: tuple[str, ...]) -> tuple[str, ...]:
+    dup = sorted({x for x in v if v.count(x) > 1})
+    if dup:
+        raise ValueError(f"duplicate entries: {', '.join(dup)}")
+    return v

@@ -18,24 +18,13 @@ from providers.gcp.config import GcpConfig
 
 USER_DATA_KEY = "user-data"
 NAT_NAME = "External NAT"
-_ZONE = re.compile(r"^[a-z]+(-[a-z0-9]+)+$")  # europe-west1-b
 # GCE label values: lowercase letters, digits, '-' and '_', at most 63.
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{1,63}$")
 
 
-def placement_problem(req: CreateRequest) -> str | None:
-    """Why this request can never be satisfied, or None. Checked before any
-    API call; the CRD can't validate placement, so this is the user's only
-    feedback and names the field and the value."""
-    p = req.placement
-    for field, value in (("zone", p.zone), ("machineType", p.machine_type), ("image", p.image)):
-        if not value.strip():
-            return f"placement.{field} is required by gcp (got {value!r})"
-    if not _ZONE.match(p.zone):
-        return f"placement.zone must be a GCE zone such as europe-west1-b (got {p.zone!r})"
-    if any(c.isspace() for c in p.machine_type + p.image):
-        bad = ("machineType", p.machine_type) if any(c.isspace() for c in p.machine_type) else ("image", p.image)
-        return f"placement.{bad[0]} must not contain whitespace (got {bad[1]!r})"
+def uid_problem(req: CreateRequest) -> str | None:
+    """Why the request's UID can't be a label value, or None (placement is
+    judged by `providers.gcp.placement`)."""
     if not _LABEL_VALUE.match(req.uid):
         return f"uid is not a valid GCE label value (got {req.uid!r})"
     return None

@@ -30,10 +30,11 @@ from providers.gcp.client import Compute
 from providers.gcp.config import GcpConfig
 from providers.gcp.errors import OperationFailedError, classify, error_reasons, http_status
 from providers.gcp.ids import SHAPE, format_id, parse_id
-from providers.gcp.insert import build_instance, placement_problem
+from providers.gcp.insert import build_instance, uid_problem
 from providers.gcp.instances import to_instance
 from providers.gcp.listing import Page, list_request, read_page
 from providers.gcp.operations import DONE, OperationBook, PendingOperation
+from providers.gcp.placement import placement_problem
 
 log = logging.getLogger("providers.gcp")
 T = TypeVar("T")
@@ -137,7 +138,7 @@ class GcpProvider:
     # -- Provider ----------------------------------------------------------------
 
     def create(self, request: CreateRequest, deadline: Deadline) -> str:
-        problem = placement_problem(request)
+        problem = placement_problem(self.cfg, request.placement) or uid_problem(request)
         if problem:
             raise base.wrap(base.Permanent, "create", self.name, request.name, problem)
         zone = request.placement.zone

@@ -1,9 +1,10 @@
 """The kubernetes provider: each proxy is a Squid pod.
 
 Ignores `cloud_init` and all of `placement` (a pod has no cloud-init); the
-Squid config is generated from the port. The client is built lazily on first
-use, so missing credentials are a verdict of the first check, not a crash of
-the worker.
+pod, its Squid config (only `allowedSources` may use it), its security
+settings and its ownerReference are built by `pod.build_pod`. The client is
+built lazily on first use, so missing credentials are a verdict of the first
+check, not a crash of the worker.
 """
 
 from __future__ import annotations
@@ -23,13 +24,10 @@ from providers.kubernetes.check import MANAGED_SELECTOR, check_apiserver
 from providers.kubernetes.client import in_cluster, load_configuration
 from providers.kubernetes.config import KubernetesConfig
 from providers.kubernetes.errors import classify
+from providers.kubernetes.placement import placement_problem
+from providers.kubernetes.pod import build_pod
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-SQUID_CONF = """http_port {port}
-http_access allow all
-cache deny all
-"""
 
 
 class KubernetesProvider:
@@ -82,25 +80,10 @@ class KubernetesProvider:
     def create(self, request: CreateRequest, deadline: Deadline) -> str:
         ns = self.namespace(request)
         pid = f"{ns}/{request.name}"
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": request.name,
-                "namespace": ns,
-                "labels": {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid},
-            },
-            "spec": {
-                "containers": [
-                    {
-                        "name": "squid",
-                        "image": self.cfg.image,
-                        "env": [{"name": "SQUID_CONF", "value": SQUID_CONF.format(port=request.port)}],
-                        "ports": [{"containerPort": request.port, "name": "proxy"}],
-                    }
-                ]
-            },
-        }
+        problem = placement_problem(self.cfg, request.placement)
+        if problem:
+            raise base.wrap(base.Permanent, "create", self.name, pid, problem)
+        pod = build_pod(request, self.cfg, ns)
 
         def create(core: client.CoreV1Api, timeout: float) -> None:
             try:

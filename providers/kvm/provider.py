@@ -2,7 +2,8 @@
 
 Placement: `zone` names the host (`hosts[].name`), `machineType` and `image`
 name catalogue entries; each may be left empty when the catalogue has
-exactly one entry. `region` is ignored. The id is
+exactly one entry (placement.py: the rule the controller applies too).
+`region` is ignored. The id is
 `hosts/<host>/domains/<name>`, so Get and Delete need nothing else.
 
 Create blocks until the domain has started (and, on an image's first use on
@@ -23,7 +24,7 @@ import libvirt
 
 from providers import base
 from providers.base import CreateRequest, Deadline, Instance, State, TargetStatus
-from providers.kvm import domain, image, seediso
+from providers.kvm import domain, image, placement, seediso
 from providers.kvm.check import check_hosts
 from providers.kvm.config import KvmConfig, KvmHost
 from providers.kvm.dialer import SSHDialer
@@ -96,21 +97,6 @@ class KvmProvider:
             raise self._permanent(op, pid, f"host {parsed[0]!r} is not configured")
         return host, parsed[1]
 
-    @staticmethod
-    def _pick(kind: str, value: str, choices: dict[str, Any] | list[str]) -> str | None:
-        if value:
-            return value if value in choices else None
-        return next(iter(choices)) if len(choices) == 1 else None
-
-    def _catalogue_entry(self, pid: str, field: str, value: str, key: str, choices: dict[str, Any]) -> str:
-        """The catalogue key a placement field names; Permanent when it names none."""
-        picked = self._pick(field, value, choices)
-        if picked is None:
-            raise self._permanent(
-                "create", pid, f"placement.{field} {value!r} is not in kvm.{key} (have: {', '.join(choices) or 'none'})"
-            )
-        return picked
-
     # -- Checker -----------------------------------------------------------------------
 
     def check(self, deadline: Deadline) -> list[TargetStatus]:
@@ -124,17 +110,12 @@ class KvmProvider:
 
     def create(self, request: CreateRequest, deadline: Deadline) -> str:
         pl = request.placement
-        host_name = self._pick("host", pl.zone, [h.name for h in self.cfg.hosts])
-        pid = domain.provider_id(host_name or pl.zone or "?", request.name)
-        if host_name is None:
-            raise self._permanent(
-                "create",
-                pid,
-                f"placement.zone {pl.zone!r} is not a configured host "
-                f"(have: {', '.join(h.name for h in self.cfg.hosts)})",
-            )
-        mt = self._catalogue_entry(pid, "machineType", pl.machine_type, "machineTypes", self.cfg.machineTypes)
-        img = self._catalogue_entry(pid, "image", pl.image, "images", self.cfg.images)
+        chosen = placement.choose(self.cfg, pl)  # the controller's rule too (placement_problem)
+        if isinstance(chosen, str):
+            only = self.cfg.hosts[0].name if len(self.cfg.hosts) == 1 else ""
+            raise self._permanent("create", domain.provider_id(pl.zone or only or "?", request.name), chosen)
+        host_name, mt, img = chosen.host, chosen.machine_type, chosen.image
+        pid = domain.provider_id(host_name, request.name)
         try:
             vendor = self.cfg.vendor_data() or (GUEST_AGENT_VENDOR_DATA if self.cfg.installGuestAgent else "")
         except (OSError, UnicodeDecodeError) as exc:
