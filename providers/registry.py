@@ -31,16 +31,19 @@ TYPES: dict[str, ProviderType] = {
         "providers.kubernetes.config:KubernetesConfig",
         "providers.kubernetes.provider:new",
         "Squid pods in a Kubernetes cluster",
+        placement="providers.kubernetes.placement:placement_problem",
     ),
     "kvm": ProviderType(
         "providers.kvm.config:KvmConfig",
         "providers.kvm.provider:new",
         "libvirt VMs on your own hypervisors over SSH",
+        placement="providers.kvm.placement:placement_problem",
     ),
     "gcp": ProviderType(
         "providers.gcp.config:GcpConfig",
         "providers.gcp.provider:new",
         "Compute Engine VMs with an ephemeral external IP",
+        placement="providers.gcp.placement:placement_problem",
     ),
     "local": ProviderType(
         "providers.local.config:LocalConfig",
