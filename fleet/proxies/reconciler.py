@@ -45,7 +45,7 @@ log = logging.getLogger("fleet.proxies")
 
 CLAIM_TTL = 30.0  # seconds one replica may hold a Proxy (a reconcile takes milliseconds)
 GRACE = 30.0  # seconds past a call's deadline before it counts as lost
-FULL_RETRY = 1.0  # seconds before trying again when the provider's calls are all in flight
+FULL_RETRY = 5.0  # seconds before trying again when the provider's calls are all in flight (if no slot frees first)
 MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
 OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
 
@@ -179,7 +179,7 @@ class Reconciler:
         result = "idle"
         if step.call is not None:
             result = self._send(p, step.call, env, cloud_init)
-            if result == "full":
+            if result == "full":  # in line for a slot: the next answer makes it due; this is the fallback
                 self.store.schedule(key, now + FULL_RETRY + random.uniform(0, FULL_RETRY))
         if step.finalizer == "remove":
             self.objects.set_finalizers(p, tuple(f for f in p.finalizers if f != FINALIZER))

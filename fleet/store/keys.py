@@ -47,6 +47,7 @@ PX_DUE = "fleet:px:due"  # sorted set: Proxy key → when it is next due (Unix t
 PX_CLAIM = "fleet:px:claim:"  # + key: the replica reconciling it now, with a TTL
 PX_CALL = "fleet:px:call:"  # + key: its provider call in flight (JSON), with a TTL past the call's deadline
 PX_SLOTS = "fleet:px:slots:"  # + provider: sorted set of Proxy keys with a call in flight → when the slot lapses
+PX_WAITING = "fleet:px:waiting:"  # + provider: sorted set of Proxy keys waiting for a slot → since when
 PX_OUTCOME = "fleet:px:outcome:"  # + key: its last call's answer not yet applied (JSON)
 PX_FAILURES = "fleet:px:failures"  # hash: key → failed calls in a row
 PX_PHASE = "fleet:px:phase"  # hash: key → status.phase (the proxies gauge, read at scrape time)

@@ -22,24 +22,27 @@ import redis
 from fleet.store import keys
 from fleet.store.results import Raw
 
-# KEYS: call, slots, due. ARGV: key, doc, call TTL (ms), slot limit, now, slot expiry.
+# KEYS: call, slots, waiters. ARGV: key, doc, call TTL (ms), slot limit, now, slot expiry.
 # Returns 'busy' (a call in flight for this Proxy), 'full' (the provider's slots
-# are taken) or 'ok' (recorded: the caller sends the message now).
+# are taken: the Proxy waits in line, and the next freed slot makes it due) or
+# 'ok' (recorded: the caller sends the message now).
 _BEGIN = """
 if redis.call('exists', KEYS[1]) == 1 then return 'busy' end
 redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[5])
 if redis.call('zscore', KEYS[2], ARGV[1]) == false and redis.call('zcard', KEYS[2]) >= tonumber(ARGV[4]) then
+  redis.call('zadd', KEYS[3], 'NX', ARGV[5], ARGV[1])
   return 'full'
 end
+redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('zadd', KEYS[2], ARGV[6], ARGV[1])
 redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 'ok'
 """
 
-# KEYS: call, slots, outcome, due. ARGV: key, call id, outcome JSON, now.
+# KEYS: call, slots, outcome, due, waiters. ARGV: key, call id, outcome JSON, now.
 # Only the answer to the call in flight is kept (a late one for a call that
 # lapsed is dropped): stored with its call, the call and slot cleared, the
-# Proxy due now. 1 when kept.
+# Proxy due now, and so is the first Proxy waiting for a slot. 1 when kept.
 _FINISH = """
 local cur = redis.call('get', KEYS[1])
 if not cur then return 0 end
@@ -49,6 +52,11 @@ redis.call('set', KEYS[3], '{"call":' .. cur .. ',"outcome":' .. ARGV[3] .. '}')
 redis.call('del', KEYS[1])
 redis.call('zrem', KEYS[2], ARGV[1])
 redis.call('zadd', KEYS[4], ARGV[4], ARGV[1])
+local next = redis.call('zrange', KEYS[5], 0, 0)
+if next[1] then
+  redis.call('zrem', KEYS[5], next[1])
+  redis.call('zadd', KEYS[4], ARGV[4], next[1])
+end
 return 1
 """
 
@@ -117,7 +125,7 @@ class Proxies:
 
     def begin_call(self, key: str, provider: str, doc: str, ttl: float, limit: int, now: float) -> str:
         """'ok' (recorded), 'busy' (one in flight for this Proxy) or 'full' (the provider's limit)."""
-        got = self._begin(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_DUE],
+        got = self._begin(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_WAITING + provider],
                           args=[key, doc, max(1, int(ttl * 1000)), limit, repr(now), repr(now + ttl)])
         return keys.text(got) if isinstance(got, (bytes, str)) else str(got)
 
@@ -132,7 +140,8 @@ class Proxies:
         pipe.execute()
 
     def finish_call(self, key: str, call_id: str, provider: str, outcome: str, now: float) -> bool:
-        return bool(self._finish(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE],
+        return bool(self._finish(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE,
+                                       keys.PX_WAITING + provider],
                                  args=[key, call_id, outcome, repr(now)]))
 
     def in_flight(self, provider: str, now: float) -> int:
