@@ -1,21 +1,28 @@
 """`make demo`: the whole local stack on an example config, then its results.
 
 Starts a throwaway redis-server, a local KVM lab (a real sshd + libvirtd
-serving libvirt's test driver, when the Debian packages are installed),
-`fleet up` (a worker per provider, controller, beat) on
-deploy/examples/providers.yaml plus a kvm provider pointing at the lab, waits
-for the first round, shows `fleet get ph` and the gauges, and stops it all.
+serving libvirt's test driver, when the Debian packages are installed), a
+local HTTP origin, and `fleet up` (a worker per provider, controller, beat)
+on deploy/examples/providers.yaml plus a kvm provider pointing at the lab
+and the `squid` provider of deploy/examples/local.yaml, with the three
+Proxies of deploy/examples/proxies.yaml. It waits for the first round and
+shows `fleet get ph` and the gauges; waits for the Proxies to run, shows
+`fleet get px` and fetches the origin through each; then removes the
+manifests, waits for the Squid processes to be deleted, and stops it all.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -27,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration.conftest import RedisServer, free_port  # noqa: E402
 from tests.providers.kvm.lab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
+from tests.providers.local.conftest import _Origin  # noqa: E402
 
 
 def kvm_provider(lab) -> dict:
@@ -47,6 +55,31 @@ def kvm_provider(lab) -> dict:
     }
 
 
+def free_window(size: int = 20) -> int:
+    """The first of `size` free loopback ports, from 31280 (the local provider's default range) up."""
+    for lo in range(31280, 40000, size):
+        if all(_free(p) for p in range(lo, lo + size)):
+            return lo
+    raise SystemExit("no free window of loopback ports for the demo's proxies")
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def fetch(ip: str, port: int, url: str) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://{ip}:{port}"}))
+    with opener.open(url, timeout=10) as resp:
+        return f"{resp.status} {resp.read().decode().strip()}"
+
+
 def fleet(env: dict, *args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=env, capture_output=True, text=True, timeout=60)
     return out.stdout + out.stderr
@@ -64,13 +97,31 @@ def main() -> int:
         else:
             lab = stack.enter_context(running_lab())
             config["providers"].append(kvm_provider(lab))
+        lo = free_window()
+        state = tempfile.mkdtemp(prefix="fleet-demo-squid-")  # squid's user must enter it: not under tmp (0700)
+        os.chmod(state, 0o755)
+        stack.callback(shutil.rmtree, state, True)
+        squid = yaml.safe_load((ROOT / "deploy/examples/local.yaml").read_text())["providers"][0]
+        squid["local"] = {"stateDir": state, "portRange": f"{lo}-{lo + 19}"}
+        config["providers"].append(squid)
+        manifests = tmp_path / "proxies"
+        manifests.mkdir()
+        declared = yaml.safe_load((ROOT / "deploy/examples/proxies.yaml").read_text())
+        for i, item in enumerate(declared["items"]):
+            item["spec"]["port"] = lo + i
+        (manifests / "proxies.yaml").write_text(yaml.safe_dump(declared, sort_keys=False))
+        origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
+        threading.Thread(target=origin.serve_forever, daemon=True).start()
+        stack.callback(origin.shutdown)
+        origin_url = f"http://127.0.0.1:{origin.server_address[1]}/"
         cfg_path = tmp_path / "providers.yaml"
         cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
         metrics = f"127.0.0.1:{free_port()}"
         env = {**os.environ, "FLEET_PROVIDERS_CONFIG": str(cfg_path), "FLEET_BROKER_URL": redis_srv.url,
                "FLEET_PROVIDER_CHECK_INTERVAL": "10s", "FLEET_METRICS_BIND_ADDRESS": metrics,
-               "FLEET_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT)}
-        print(f"$ fleet up -c {cfg_path}   (broker {redis_srv.url}; logs in {tmp_path}/up.log)")
+               "FLEET_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT), "FLEET_PROXIES": str(manifests),
+               "FLEET_PROXY_POLL_INTERVAL": "2s"}
+        print(f"$ fleet up -c {cfg_path} --proxies {manifests}   (broker {redis_srv.url}; logs in {tmp_path}/up.log)")
         with open(tmp_path / "up.log", "w") as log:
             up = subprocess.Popen([sys.executable, "-m", "fleet.cli", "up", "--no-flower"], env=env,
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -99,9 +150,42 @@ def main() -> int:
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as resp:
             body = resp.read().decode()
         print("\n".join(line for line in body.splitlines() if line.startswith("proxy_operator_provider_target_up")))
+        proxies = wait_proxies(env, up, tmp_path, len(declared["items"]))
+        if proxies is None:
+            return 1
+        print("\n$ fleet get px")
+        print(fleet(env, "get", "px"))
+        for item in proxies:
+            st = item["status"]
+            print(f"$ curl -x http://{st['ip']}:{st['port']} {origin_url}   # {item['metadata']['name']}")
+            print(fetch(st["ip"], st["port"], origin_url))
+        print(f"\n$ rm {manifests}/proxies.yaml   # deleting the Proxies stops their Squid processes")
+        (manifests / "proxies.yaml").unlink()
+        if wait_proxies(env, up, tmp_path, 0) is None:
+            return 1
+        print(fleet(env, "get", "px").strip() or "(no Proxies left)")
         print("\nRun it yourself: . .venv/bin/activate; redis-server & then fleet up -c deploy/examples/providers.yaml  and  fleet get ph")
+        print("  Proxies: fleet up -c deploy/examples/local.yaml --proxies deploy/examples/proxies.yaml  and  fleet get px")
     shutil.rmtree(tmp_path, ignore_errors=True)
     return 0
+
+
+def wait_proxies(env: dict, up: subprocess.Popen, tmp_path: Path, count: int, timeout: float = 90) -> list | None:
+    """Every Proxy Running (and `count` of them), or None after printing why not."""
+    deadline = time.monotonic() + timeout
+    items: list = []
+    while time.monotonic() < deadline:
+        out = subprocess.run([sys.executable, "-m", "fleet.cli", "get", "px", "-o", "json"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
+        if len(items) == count and all((i.get("status") or {}).get("phase") == "Running" for i in items):
+            return items
+        if up.poll() is not None:
+            break
+        time.sleep(1)
+    print(f"the Proxies did not settle: {[(i['metadata']['name'], (i.get('status') or {}).get('phase')) for i in items]}")
+    print((tmp_path / "up.log").read_text()[-3000:])
+    return None
 
 
 if __name__ == "__main__":
