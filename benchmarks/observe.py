@@ -10,8 +10,11 @@ anything else:
   tests.fakes.kubeapi.FakeKubeAPI on 127.0.0.1, delaying every request by
   `--api-latency-ms` (a sleep: the API server and etcd are another machine's
   CPU; `--api-burn` spins this process's CPU instead), and appends
-  `<time.time()> <METHOD> <code> <name> <status?>` to OUT for every write once
-  the fake has applied it (before the response goes out).
+  `<time.time()> <METHOD> <code> <name> <status|object> <body bytes> <keys>` to OUT
+  for every request once the fake has answered it (a write: applied; before the
+  response goes out); `<keys>` are the status fields a status PATCH sets
+  (comma-separated, `-` for none), so the benchmark can tell a steady write
+  (`lastCheckTime` alone) from one that carries the targets.
 - `kubewatch KUBECONFIG OUT`: watches ProviderHealth objects on any API server
   and appends `<time.time()> <event> <name>` per event (with `--kubeconfig`).
 """
@@ -60,12 +63,14 @@ def kubeapi(port_file: str, log: str, latency_ms: float, burn: bool) -> None:
                     time.sleep(latency_ms / 1000)
             code, body = super().handle(req)
             self.requests.clear()  # the benchmark's log is the file, not memory
-            if req.method in ("POST", "PATCH", "PUT", "DELETE"):
-                parts = req.path.rstrip("/").split("/")
-                status = parts[-1] == "status"
-                created = ((req.body or {}).get("metadata") or {}).get("name", "?")
-                name = parts[-2] if status else (created if req.method == "POST" else parts[-1])
-                f.write(f"{time.time():.6f} {req.method} {code} {name} {'status' if status else 'object'}\n")
+            parts = req.path.rstrip("/").split("/")
+            status = parts[-1] == "status"
+            body_in = req.body if isinstance(req.body, dict) else {}
+            created = (body_in.get("metadata") or {}).get("name", "?")
+            name = parts[-2] if status else (created if req.method == "POST" else parts[-1])
+            size = len(json.dumps(req.body, separators=(",", ":"))) if req.body is not None else 0
+            keys = ",".join(sorted(body_in.get("status") or {})) or "-"
+            f.write(f"{time.time():.6f} {req.method} {code} {name} {'status' if status else 'object'} {size} {keys}\n")
             return code, body
 
     with Server(TimedAPI()) as srv:

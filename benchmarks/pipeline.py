@@ -30,10 +30,32 @@ noisy shared 2-core machine):
   burst, / N. The fake API's and this process's CPU are not in it;
 - controller alone: N record messages put on the controller queue directly,
   records/s = (N−1) / (last end − first end), controller CPU ms per record;
-- RSS (VmRSS, peak VmHWM) of every process at the end.
+- RSS (VmRSS, peak VmHWM) of every process at the end;
+- with the fake API: its requests per provider per round by verb, the PATCH
+  bodies' size and how many carry the targets, and its own CPU per request.
 
-`python benchmarks/pipeline.py --quick` (≈ 1.5 min), or the defaults (≈ 2.5 min),
-`--rounds 10,50,200,500,1000 --repeat 3 --samples 100` for more.
+Variants (`--vary`, each a complete run with its own floor):
+- `steady`: every provider's results are the same every round (fixed
+  latencyMs, all targets ready), so a status write changes only
+  `lastCheckTime` (plus `latencyMillis` when the measured latency rounds to
+  another millisecond);
+- `changing`: the fake's round-to-round variation (providers/fake.py):
+  `latencyJitterMs` (uniform, `--jitter-ms`; `--low-jitter-ms` for the
+  low-load providers) and `flapRatio` (`--flap-ratio` of the targets flip
+  every `--flap-every` rounds), so most writes carry the targets and the
+  Ready condition, and the controller logs the transitions. The benchmark
+  knows each check's latency (`providers.fake.plan`, deterministic per seed,
+  provider and round) and subtracts it; the floor sleeps the same latencies.
+In the controller-alone case each provider gets its own last result again,
+re-stamped (steady), or with `--flap-ratio` of its targets flipped and every
+target's `latencyMillis` + 1 (changing).
+
+`--profile DIR` samples the controller with py-spy (`pip install py-spy`)
+during the controller-alone case and writes DIR/<variant>-<mode>.txt (raw
+collapsed stacks), summarised by benchmarks/profile_summary.py.
+
+`python benchmarks/pipeline.py --quick` (≈ 3 min for both variants), or the
+defaults (≈ 5 min), `--rounds 10,50,200,500,1000 --repeat 3 --samples 100` for more.
 """
 
 from __future__ import annotations
@@ -43,6 +65,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -60,6 +83,7 @@ from celery import Celery, signature  # noqa: E402
 
 from fleet import routing  # noqa: E402
 from fleet.health.dispatch import send_check  # noqa: E402
+from providers.fake import FakeConfig, Plan, plan  # noqa: E402
 from tests.integration.conftest import RedisServer, Stack, wait_for  # noqa: E402
 from tests.procs import die_with_parent  # noqa: E402
 
@@ -97,6 +121,35 @@ def rss_mib(pid: int) -> tuple[float, float]:
         if line.startswith(("VmRSS:", "VmHWM:")):
             got[line[:5]] = int(line.split()[1]) / 1024
     return got.get("VmRSS", math.nan), got.get("VmHWM", math.nan)
+
+
+class Planner:
+    """Each provider's next round, as its fake will run it: `next(name)` is the
+    planned check latency (ms) of the check about to be sent (providers.fake.plan)."""
+
+    def __init__(self, cfgs: dict[str, FakeConfig]) -> None:
+        self.cfgs = cfgs
+        self.rounds: dict[str, int] = {}
+
+    def next(self, name: str) -> float:
+        r = self.rounds.get(name, 0)
+        self.rounds[name] = r + 1
+        return plan(self.cfgs[name], name, r).latency_ms
+
+    def last(self, name: str) -> Plan:
+        return plan(self.cfgs[name], name, self.rounds[name] - 1)
+
+
+def api_requests(path: Path, t0: float, t1: float) -> list[list[str]]:
+    """The fake API's log lines (split) between t0 and t1."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and t0 <= float(parts[0]) <= t1:
+            out.append(parts)
+    return out
 
 
 class Ends:
@@ -137,9 +190,10 @@ class Ends:
 class System:
     """One pipeline under test: how to send a check and a record, where its ends are, its processes."""
 
-    def __init__(self, label: str, send: Callable[[str, float], None], feed: Callable[[str, float], None],
-                 ends: Ends, pids: dict[str, int], latency: dict[str, float]) -> None:
-        self.label, self.send, self.feed, self.ends, self.pids, self.latency = label, send, feed, ends, pids, latency
+    def __init__(self, label: str, send: Callable[[str, float, float], None], feed: Callable[[str, float], None],
+                 ends: Ends, pids: dict[str, int], planner: Planner) -> None:
+        self.label, self.send, self.feed, self.ends, self.pids, self.planner = label, send, feed, ends, pids, planner
+        self.profile: Path | None = None  # py-spy output for the controller-alone case
         # With an API: the status carries lastCheckTime to the second, and the controller skips a patch that
         # changes nothing, so a check is sent in a later second than the last one (rounds are 10 s apart in
         # production); otherwise the end of its write would never come.
@@ -152,47 +206,65 @@ class System:
     def pipeline_pids(self) -> list[int]:
         return [pid for role, pid in self.pids.items() if not role.startswith("fake-api")]
 
+    def api_pids(self) -> list[int]:
+        return [pid for role, pid in self.pids.items() if role.startswith("fake-api")]
+
     def lowload(self, name: str, n: int) -> dict[str, Any]:
         lat = []
         idle0, t0 = cpu_s(self.pipeline_pids()), time.monotonic()
         time.sleep(1.0)  # the idle CPU rate (broker polls, heartbeats), subtracted below
         idle_rate = (cpu_s(self.pipeline_pids()) - idle0) / (time.monotonic() - t0)
-        cpu0, t0 = cpu_s(self.pipeline_pids()), time.monotonic()
+        cpu0, t0, w0 = cpu_s(self.pipeline_pids()), time.monotonic(), time.time()
         for _ in range(n):
             self.next_second()
+            planned = self.planner.next(name)
             t = time.time()
-            self.send(name, t)
+            self.send(name, t, planned)
             end = self.ends.wait({name: t})[name]
-            lat.append((end - t) * 1000)
+            lat.append((end - t) * 1000 - planned)
             time.sleep(0.02)
         busy = cpu_s(self.pipeline_pids()) - cpu0 - idle_rate * (time.monotonic() - t0)
-        return {"lat": lat, "cpu_ms": max(busy, 0.0) * 1000 / n, "tput": math.nan}
+        return {"lat": lat, "cpu_ms": max(busy, 0.0) * 1000 / n, "tput": math.nan, "windows": [(w0, time.time(), n)]}
 
     def burst(self, names: list[str]) -> dict[str, Any]:
         self.next_second()
-        cpu0 = cpu_s(self.pipeline_pids())
+        planned = {n: self.planner.next(n) for n in names}
+        cpu0, api0 = cpu_s(self.pipeline_pids()), cpu_s(self.api_pids())
         sent = {}
         for n in names:
             sent[n] = time.time()
-            self.send(n, sent[n])
+            self.send(n, sent[n], planned[n])
         ends = self.ends.wait(sent)
-        cpu1 = cpu_s(self.pipeline_pids())
-        over = [(ends[n] - sent[n]) * 1000 - self.latency[n] for n in names]
+        cpu1, api1 = cpu_s(self.pipeline_pids()), cpu_s(self.api_pids())
+        over = [(ends[n] - sent[n]) * 1000 - planned[n] for n in names]
         span = max(ends.values()) - min(sent.values())
-        return {"lat": over, "cpu_ms": (cpu1 - cpu0) * 1000 / len(names), "tput": len(names) / span}
+        return {"lat": over, "cpu_ms": (cpu1 - cpu0) * 1000 / len(names), "tput": len(names) / span,
+                "api_cpu_ms": (api1 - api0) * 1000 / len(names), "window": (min(sent.values()), max(ends.values()) + 0.001, len(names))}
 
     def records(self, names: list[str], ctl_role: str) -> dict[str, float]:
         pid = self.pids[ctl_role]
+        spy = None
+        if self.profile is not None:
+            spy_bin = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
+            # --gil: only the thread holding the GIL, i.e. where the Python CPU goes, not threads waiting on a socket
+            spy = subprocess.Popen([spy_bin, "record", "--pid", str(pid), "--rate", "500", "--nonblocking", "--gil", "--format", "raw",
+                                    "--output", str(self.profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   preexec_fn=die_with_parent)
+            time.sleep(1.0)  # attached
         self.next_second()
-        cpu0 = cpu_s([pid])
+        cpu0, api0 = cpu_s([pid]), cpu_s(self.api_pids())
         sent = {}
         for n in names:
             sent[n] = time.time()
             self.feed(n, sent[n])
         ends = self.ends.wait(sent)
-        cpu1 = cpu_s([pid])
+        cpu1, api1 = cpu_s([pid]), cpu_s(self.api_pids())
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         first, last = min(ends.values()), max(ends.values())
-        return {"rate": (len(names) - 1) / max(last - first, 1e-9), "cpu_ms": (cpu1 - cpu0) * 1000 / len(names)}
+        return {"rate": (len(names) - 1) / max(last - first, 1e-9), "cpu_ms": (cpu1 - cpu0) * 1000 / len(names),
+                "api_cpu_ms": (api1 - api0) * 1000 / len(names), "windows": [(min(sent.values()), last + 0.001, len(names))]}
 
 
 def start(role: str, argv: list[str], env: dict[str, str], tmp: Path, procs: dict[str, subprocess.Popen]) -> int:
@@ -227,15 +299,65 @@ def wait_nodes(app: Celery, prefixes: list[str], timeout: float = 90) -> None:
     wait_for(up, timeout, f"{prefixes} to answer ping", interval=0.2)
 
 
-def run(args: argparse.Namespace, tmp: Path) -> None:
-    sizes = [int(s) for s in args.rounds.split(",")]
+def fake_configs(args: argparse.Namespace, variant: str, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Each provider's `fake` block: round providers with a check latency drawn per provider (log-normal around
+    --latency-ms), low-load ones with none; `changing` adds the fake's jitter and flapping targets."""
     rng = random.Random(args.seed)
+    out: dict[str, dict[str, Any]] = {}
+    for n in names:
+        latency = min(10 * args.latency_ms, max(1.0, round(rng.lognormvariate(math.log(args.latency_ms), 0.6))))
+        out[n] = {"targetCount": args.targets, "latencyMs": int(latency)}
+    for n, t in LOW.items():
+        out[n] = {"targetCount": t}
+    if variant == "changing":
+        vary = {"flapRatio": args.flap_ratio, "flapEvery": args.flap_every, "seed": args.seed}
+        for n in names:
+            out[n] |= vary | {"latencyJitterMs": args.jitter_ms}
+        for n in LOW:
+            out[n] |= vary | {"latencyJitterMs": args.low_jitter_ms}
+    return out
+
+
+def vary_result(doc: dict[str, Any], variant: str, ratio: float, salt: int) -> dict[str, Any]:
+    """A provider's last result for the controller-alone case: as it was (steady), or with `ratio` of its targets
+    flipped and every latencyMillis + 1 (changing)."""
+    if variant != "changing":
+        return doc
+    targets = [dict(t) for t in doc.get("targets") or ()]
+    rng = random.Random(f"{doc.get('provider')}:{salt}")
+    k = max(1, round(ratio * len(targets))) if targets and ratio > 0 else 0
+    for i in rng.sample(range(len(targets)), k):
+        t = targets[i]
+        up = not t["ready"]
+        t.update(ready=up, reason="Reachable" if up else "Unreachable", message="" if up else "fake: flapping")
+    for t in targets:
+        t["latencyMillis"] = int(t.get("latencyMillis") or 0) + 1
+    return doc | {"targets": targets}
+
+
+def verify_rounds(redis_client: Any, planner: Planner, names: list[str], label: str) -> None:
+    """The fake in the workers ran the rounds the benchmark planned (same round counts): the down targets of each
+    provider's stored result are those its plan says. A mismatch is printed, not fatal."""
+    bad = []
+    for n in names:
+        if not planner.rounds.get(n):
+            continue
+        raw = redis_client.get("fleet:result:" + n)
+        if raw is None:
+            continue
+        down = {t["name"] for t in json.loads(raw)["targets"] if not t["ready"]}
+        if down != set(planner.last(n).down):
+            bad.append(n)
+    if bad:
+        print(f"  WARNING {label}: {len(bad)} provider(s) out of step with the planned rounds, e.g. {bad[:3]}", flush=True)
+
+
+def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
+    sizes = [int(s) for s in args.rounds.split(",")]
     names = [f"p{i:04d}" for i in range(max(sizes))]
-    # per-provider check latency, log-normal around --latency-ms (the fake cannot vary it per round)
-    latency = {n: min(10 * args.latency_ms, max(1.0, round(rng.lognormvariate(math.log(args.latency_ms), 0.6)))) for n in names}
-    latency |= {n: 0.0 for n in LOW}
-    providers = [{"name": n, "type": "fake", "fake": {"targetCount": args.targets, "latencyMs": int(latency[n])}} for n in names]
-    providers += [{"name": n, "type": "fake", "fake": {"targetCount": t}} for n, t in LOW.items()]
+    fakes = fake_configs(args, variant, names)
+    cfgs = {n: FakeConfig.model_validate(f) for n, f in fakes.items()}
+    providers = [{"name": n, "type": "fake", "fake": f} for n, f in fakes.items()]
     groups = [names[i:: args.workers] for i in range(args.workers)]
     groups[0] = list(LOW) + groups[0]
 
@@ -264,7 +386,7 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
                 "apiVersion": "v1", "kind": "Config", "current-context": "fake",
                 "clusters": [{"name": "fake", "cluster": {"server": url}}], "users": [{"name": "fake", "user": {"token": "t"}}],
                 "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
-            # "<t> PATCH 200 <name> status": the fake applied a status patch
+            # "<t> PATCH 200 <name> status ...": the fake applied a status patch
             api_ends = Ends(tmp / "api.log", lambda p: p[3] if p[1] == "PATCH" and p[2] == "200" and p[4] == "status" else None)
         time.sleep(0.5)
         redis_ends = Ends(tmp / "keyspace.log", lambda p: p[1].split(":", 2)[2] if p[1].startswith("fleet:result:") else None)
@@ -278,13 +400,17 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         for i, group in enumerate(groups):
             argv = celery_worker("fleet.app", [routing.provider_queue(n) for n in group], f"bench{i}", args.concurrency)
             fleet_pids[f"fleet-worker{i}"] = start(f"fleet-worker{i}", argv, stack.env, tmp, procs)
-        template: dict[str, Any] = {}
+        fleet_planner = Planner(cfgs)  # the fleet workers run for both modes: their fakes count rounds across them
+        last: dict[str, dict[str, Any]] = {}  # each provider's last stored result, for the controller-alone case
+        salt = [0]
 
-        def fleet_send(name: str, t: float) -> None:
+        def fleet_send(name: str, t: float, _latency_ms: float) -> None:
             send_check(stack.sender, name, 5.0, 3600.0, t)
 
         def fleet_feed(name: str, t: float) -> None:
-            stack.sender.send_task(routing.RECORD_CHECK, args=[template | {"provider": name, "checkedAt": t, "scheduledAt": t}])
+            doc = vary_result(last[name], variant, args.flap_ratio, salt[0])
+            stack.sender.send_task(routing.RECORD_CHECK, args=[doc | {"provider": name, "checkedAt": t, "scheduledAt": t,
+                                                                       "recordedAt": None}])
 
         modes = [("standalone", stack.env, redis_ends), ("api", {**stack.env, "FLEET_KUBECONFIG": kubeconfig}, api_ends)]
         for mode, ctl_env, ends in modes:
@@ -294,11 +420,15 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
             if mode == "api" and not args.kubeconfig:
                 pids["fake-api"] = procs["fake-api"].pid
             wait_nodes(stack.sender, [f"bench{i}" for i in range(args.workers)] + [role])
-            sysm = System(f"fleet {mode}", fleet_send, fleet_feed, ends, pids, latency)
+            sysm = System(f"fleet {mode}", fleet_send, fleet_feed, ends, pids, fleet_planner)
             sysm.new_second = mode == "api"
             measure(sysm, results, args, names, sizes, role, print_label=f"fleet/{mode}")
-            if not template:  # a real result of a round provider, re-stamped per record
-                template.update(json.loads(redis_srv.client().get("fleet:result:" + names[0])) | {"recordedAt": None})
+            verify_rounds(redis_srv.client(), fleet_planner, names + list(LOW), f"fleet/{mode}")
+            rc = redis_srv.client()
+            last.update({n: json.loads(rc.get("fleet:result:" + n)) for n in names[: args.records]})
+            salt[0] += 1
+            if args.profile:
+                sysm.profile = Path(args.profile) / f"{variant}-{mode}.txt"
             measure_records(sysm, results, args, names, role, f"fleet/{mode}")
             rss += [(f"fleet/{mode}", r, *rss_mib(p)) for r, p in pids.items()]
             stop(procs, role)
@@ -317,27 +447,32 @@ def run(args: argparse.Namespace, tmp: Path) -> None:
         targets = {n: args.targets for n in names} | LOW
         link = signature("floor.record")
 
-        def floor_send(name: str, t: float) -> None:
-            floor_app.send_task("floor.check", kwargs={"provider": name, "latency_ms": latency[name], "targets": targets[name],
+        def floor_send(name: str, t: float, latency_ms: float) -> None:
+            floor_app.send_task("floor.check", kwargs={"provider": name, "latency_ms": latency_ms, "targets": targets[name],
                                                        "scheduled_at": t}, queue=f"floor.provider.{name}", expires=3600.0, link=link)
 
         def floor_feed(name: str, t: float) -> None:
-            floor_app.send_task("floor.record", args=[template | {"provider": name, "checkedAt": t, "scheduledAt": t}],
+            doc = vary_result(last[name], variant, args.flap_ratio, salt[0])
+            floor_app.send_task("floor.record", args=[doc | {"provider": name, "checkedAt": t, "scheduledAt": t, "recordedAt": None}],
                                 queue="floor.controller")
 
-        sysm = System("floor", floor_send, floor_feed, floor_ends, floor_pids, latency)
+        sysm = System("floor", floor_send, floor_feed, floor_ends, floor_pids, Planner(cfgs))
         measure(sysm, results, args, names, sizes, "floor-controller", print_label="floor")
         measure_records(sysm, results, args, names, "floor-controller", "floor")
         rss += [("floor", r, *rss_mib(p)) for r, p in floor_pids.items()]
         for role in ("observer-redis", "fake-api", "observer-kubewatch"):
             if role in procs:
                 rss.append(("observers", role, *rss_mib(procs[role].pid)))
-        payload_sizes = (len(json.dumps(template, separators=(",", ":"))),
+        payload_sizes = (len(json.dumps(last[names[0]], separators=(",", ":"))),
                          len(redis_srv.client().get("floor:result:" + names[0]) or b""))
     finally:
         stop(procs)
         redis_srv.stop()
-    report(args, results, rss, payload_sizes, sizes)
+    if not args.kubeconfig:
+        for key, r in results.items():
+            if key.startswith("fleet/api|") and "windows" in r:
+                r["requests"] = [q for w in r["windows"] for q in api_requests(tmp / "api.log", w[0], w[1])]
+    return {"results": results, "rss": rss, "payload_sizes": payload_sizes, "sizes": sizes, "variant": variant}
 
 
 def measure(sysm: System, results: dict[str, dict[str, Any]], args: argparse.Namespace, names: list[str], sizes: list[int],
@@ -350,7 +485,9 @@ def measure(sysm: System, results: dict[str, dict[str, Any]], args: argparse.Nam
         runs = [sysm.burst(names[:n]) for _ in range(args.repeat + 1)][1:]  # the first round creates objects: warm-up
         results[f"{print_label}|round of {n}"] = {"lat": [x for r in runs for x in r["lat"]],
                                                   "cpu_ms": statistics.mean(r["cpu_ms"] for r in runs),
-                                                  "tput": statistics.median(r["tput"] for r in runs)}
+                                                  "api_cpu_ms": statistics.mean(r["api_cpu_ms"] for r in runs),
+                                                  "tput": statistics.median(r["tput"] for r in runs),
+                                                  "windows": [r["window"] for r in runs]}
         print(f"  {print_label}: round of {n} done", flush=True)
 
 
@@ -359,17 +496,39 @@ def measure_records(sysm: System, results: dict[str, dict[str, Any]], args: argp
     results[f"{label}|records"] = sysm.records(names[: args.records], ctl_role)
 
 
-def report(args: argparse.Namespace, results: dict[str, dict[str, Any]], rss: list[tuple[str, str, float, float]],
-           payload_sizes: tuple[int, int], sizes: list[int]) -> None:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "fleet", "tasks", "beat", "providers"],
-                           capture_output=True, text=True).stdout.strip()
-    print(f"\npipeline benchmark at {commit}{' (+ uncommitted changes in fleet/tasks/beat/providers)' if dirty else ''}: "
+def request_stats(reqs: list[list[str]], n: int) -> str:
+    """The fake API's requests in a case: per provider-round by verb, status PATCH body p50 and the share carrying
+    the targets."""
+    by: dict[str, int] = {}
+    for r in reqs:
+        by[r[1]] = by.get(r[1], 0) + 1
+    patches = [r for r in reqs if r[1] == "PATCH" and r[4] == "status" and len(r) >= 7]
+    per = " ".join(f"{verb} {by.get(verb, 0) / n:.2f}" for verb in ("GET", "POST", "PATCH"))
+    if not patches:
+        return per
+    size = statistics.median(int(r[5]) for r in patches)
+    with_targets = sum("targets" in r[6].split(",") for r in patches) / len(patches)
+    return f"{per}; PATCH body p50 {size:.0f} B, {with_targets:.0%} carry targets"
+
+
+def report(args: argparse.Namespace, run_: dict[str, Any]) -> None:
+    results, rss, payload_sizes, sizes, variant = (run_[k] for k in ("results", "rss", "payload_sizes", "sizes", "variant"))
+    # FLEET_BENCH_COMMIT: the commit of a tree exported with `git archive` (no .git to ask)
+    commit = os.environ.get("FLEET_BENCH_COMMIT") or subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = "" if os.environ.get("FLEET_BENCH_COMMIT") else subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "fleet", "tasks", "beat", "providers"],
+        capture_output=True, text=True).stdout.strip()
+    vary = (f"results vary per round: latencyJitterMs {args.jitter_ms} (low-load {args.low_jitter_ms}) uniform, flapRatio "
+            f"{args.flap_ratio} every {args.flap_every} round(s)" if variant == "changing" else
+            "results the same every round (fixed latencyMs, all targets ready)")
+    print(f"\n=== variant {variant}: pipeline benchmark at {commit}"
+          f"{' (+ uncommitted changes in fleet/tasks/beat/providers)' if dirty else ''}, {time.strftime('%Y-%m-%d')}: "
           f"{args.workers} worker processes x {args.concurrency} threads, 1 controller x 4 threads, {args.targets} targets per "
-          f"provider in rounds, check latency per provider log-normal around {args.latency_ms} ms (fixed across rounds), "
+          f"provider in rounds, check latency per provider log-normal around {args.latency_ms} ms; {vary}; "
           f"fake API {'at ' + args.kubeconfig if args.kubeconfig else f'+{args.api_latency_ms} ms per request'}, "
           f"payload {payload_sizes[0]} B fleet / {payload_sizes[1]} B floor, {os.cpu_count()} CPUs")
-    print("latency: send → end of write (low-load), minus the provider's own check latency (rounds); ms. "
+    print("latency: send → end of write, minus the check's own planned latency; ms. "
           "CPU: workers + controller + redis-server, ms per check (low-load: minus their idle rate). burst: checks/s over the round.\n")
     hdr = (f"| {'case':<22} | {'fleet mode':<10} | {'p50 fleet':>9} | {'floor':>7} | {'ratio':>5} | {'p99 fleet':>9} | {'floor':>7} | "
            f"{'ratio':>5} | {'CPU/check':>9} | {'floor':>6} | {'ratio':>5} | {'burst/s':>8} | {'floor':>7} | {'ratio':>5} |")
@@ -394,16 +553,24 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]], rss: li
         f = results[f"fleet/{mode}|records"]
         print(f"| {mode:<10} | {f['rate']:9.0f} | {fl['rate']:7.0f} | {f['rate'] / fl['rate']:5.2f} | {f['cpu_ms']:13.2f} | "
               f"{fl['cpu_ms']:6.2f} | {f['cpu_ms'] / max(fl['cpu_ms'], 0.01):5.1f} |")
+    if not args.kubeconfig:
+        print("\nthe fake API's requests per provider per round (steady-state goal: ≤ 1 PATCH, no GET) and its own CPU:")
+        for case in [*cases, "records"]:
+            f = results[f"fleet/api|{case}"]
+            api_cpu = f"; fake API CPU {f['api_cpu_ms']:.2f} ms per check" if "api_cpu_ms" in f else ""
+            print(f"  {case:<22} {request_stats(f.get('requests', []), sum(w[2] for w in f['windows']))}{api_cpu}")
     print("\nRSS at the end of each part (MiB, now / peak):")
     for part, role, now, peak in rss:
         print(f"  {part:<16} {role:<28} {now:6.1f} / {peak:6.1f}")
+
+
+def footer(args: argparse.Namespace) -> None:
     if not args.kubeconfig:
-        print(f"\nThe fake API adds {args.api_latency_ms} ms per request ({'CPU burnt on this machine' if args.api_burn else 'a sleep'}, "
-              "standing for the apiserver + etcd work of a real cluster) and leaves out: etcd and its fsync, authentication, "
-              "authorization, admission and webhooks, schema validation of the CRD, watch fan-out, priority & fairness, "
-              "TLS, and any other client's load; its own Python CPU is not in the CPU column.")
-    print("The fake provider's results are constant per provider across rounds (fixed latencyMs, all targets ready): "
-          "rounds vary only in which providers and latencies they include.")
+        print(f"\nThe fake API (tests/fakes/kubeapi.py behind benchmarks/observe.py) adds {args.api_latency_ms} ms per request "
+              f"({'CPU burnt on this machine' if args.api_burn else 'a sleep: no CPU of this machine'}), standing for the "
+              "apiserver + etcd work of a real cluster, and leaves out: etcd and its fsync, authentication, authorization, "
+              "admission and webhooks, schema validation of the CRD, managedFields bookkeeping of a real server, watch fan-out, "
+              "priority & fairness, TLS, and any other client's load; its own Python CPU is printed above, not in the CPU column.")
     print("\nReproduce:")
     print(f"  {' '.join(['.venv/bin/python', 'benchmarks/pipeline.py', *sys.argv[1:]])}")
     print("  .venv/bin/python benchmarks/pipeline.py --rounds 10,50,200,500,1000 --repeat 3 --samples 100 --records 1000  # full")
@@ -418,23 +585,41 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=500, help="record messages for the controller-alone case")
     ap.add_argument("--targets", type=int, default=50)
     ap.add_argument("--latency-ms", type=float, default=50, help="median check latency of the round providers")
+    ap.add_argument("--vary", default="steady,changing", help="variants to run, comma-separated: steady, changing")
+    ap.add_argument("--jitter-ms", type=int, default=20, help="changing: the round providers' latencyJitterMs (uniform)")
+    ap.add_argument("--low-jitter-ms", type=int, default=5, help="changing: the low-load providers' latencyJitterMs (uniform)")
+    ap.add_argument("--flap-ratio", type=float, default=0.1, help="changing: the fake's flapRatio")
+    ap.add_argument("--flap-every", type=int, default=1, help="changing: the fake's flapEvery")
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--api-latency-ms", type=float, default=8.7, help="the fake API's delay per request (issue 11: ≈ 8.7 ms)")
     ap.add_argument("--api-burn", action="store_true", help="burn the fake API's delay as CPU on this machine instead of sleeping")
     ap.add_argument("--kubeconfig", help="write to this API server (the ProviderHealth CRD installed) instead of the fake")
+    ap.add_argument("--profile", help="sample the controller with py-spy in the controller-alone case, into this directory")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--workdir", help="keep logs here (default: a temporary directory)")
     args = ap.parse_args()
     if args.quick:
         args.samples, args.repeat, args.records = min(args.samples, 10), 1, min(args.records, 200)
     args.records = min(args.records, max(int(s) for s in args.rounds.split(",")))
-    if args.workdir:  # kept: the processes' logs and the observers' logs
-        Path(args.workdir).mkdir(parents=True, exist_ok=True)
-        run(args, Path(args.workdir))
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        run(args, Path(tmp))
+    variants = [v for v in args.vary.split(",") if v]
+    if not set(variants) <= {"steady", "changing"}:
+        ap.error("--vary: steady and/or changing")
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+    runs = []
+    for variant in variants:
+        print(f"variant {variant}:", flush=True)
+        if args.workdir:  # kept: the processes' logs and the observers' logs
+            work = Path(args.workdir) / variant
+            work.mkdir(parents=True, exist_ok=True)
+            runs.append(run(args, work, variant))
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                runs.append(run(args, Path(tmp), variant))
+    for r in runs:
+        report(args, r)
+    footer(args)
 
 
 if __name__ == "__main__":
