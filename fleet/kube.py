@@ -19,16 +19,32 @@ the same is seen again within that time. Every write names the field manager
 missing) becomes a ClusterAccessError naming the verb and `plural.group`.
 The kinds are data (`fleet.resources.Resource`); cluster-scoped and
 namespaced ones go through the same code. This module knows no feature.
+
+For a kind users write (Proxy), the writer also patches what a controller
+owns on someone else's object, optimistically (the resourceVersion it read
+in the patch): `patch_status` and `patch_finalizers` answer the new object
+or raise `Conflict` (409: read again) or `NotFound` (404: gone); and
+`read_secret_key` reads one key of a Secret (a Proxy's cloudInit.secretRef),
+bounded and never logged. `list_page` and `WatchStream` are the two
+requests `fleet.kubewatch` makes (list, watch), so the kubernetes SDK stays
+in this module. Every failure is one of this module's exceptions:
+ClusterAccessError (RBAC, credentials, CRD missing), Conflict, NotFound,
+Expired (410), Rejected (the API server refused the content) or
+ApiUnavailable (5xx, 429, connection errors, timeouts: retry later).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import os
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -48,7 +64,11 @@ PATCHED, FOREIGN = "patched", "foreign"
 CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = 10.0
 CACHE_TTL = 3600.0  # seconds a cached object is trusted without a GET
+MAX_SECRET_VALUE = 64 * 1024  # bytes of one Secret key read_secret_key accepts (decoded)
+SECRETS_ROLE = "the ClusterRole fleet:<installation>:controller:secrets from `fleet render`"
 
+# The SDK's client, for callers that hold one (fleet.kubewatch) without importing the SDK.
+ApiClient = client.ApiClient
 
 
 class StatusCache(Protocol):
@@ -65,6 +85,35 @@ class StatusCache(Protocol):
 
 class WriteConflict(Exception):
     """The object kept changing under us for every retry."""
+
+
+class KubeError(Exception):
+    """A request failed; the subclasses say how to react."""
+
+
+class Conflict(KubeError):
+    """409: the object moved since the resourceVersion given: read it again."""
+
+
+class NotFound(KubeError):
+    """404 on a named object: it is gone (or never was)."""
+
+
+class Expired(KubeError):
+    """410: the resourceVersion (watch) or continue token (list) is too old: list again."""
+
+
+class Rejected(KubeError):
+    """400/415/422: the API server refused what was sent (schema, CEL rule); the message says why."""
+
+
+class ApiUnavailable(KubeError):
+    """5xx, 429, a refused or broken connection, a timeout: try again later."""
+
+
+class SecretError(KubeError):
+    """A Secret key that cannot be used: missing, too large, not UTF-8. The
+    message names namespace, Secret and key, never the value."""
 
 
 class ClusterAccessError(Exception):
@@ -119,7 +168,7 @@ def access_error(
             f"cannot {verb} {what}: forbidden (403). The controller's ServiceAccount needs verb {verb!r} on resource "
             f"{rbac!r} in API group {resource.group!r} ({RBAC_ROLE}){said}"
         )
-    elif status == 404 and verb in ("create", "list"):
+    elif status == 404 and verb in ("create", "list", "watch"):
         msg = (
             f"cannot {verb} {what}: the API server does not serve {resource.crd_name}/{resource.version} (404). "
             f"Is the {resource.kind} CRD installed? kubectl apply -k deploy{said}"
@@ -156,11 +205,169 @@ def cluster_configuration(settings: Settings) -> tuple[client.Configuration | No
     return None, "standalone mode: no cluster configured, results are kept in Redis only (fleet get ph)"
 
 
+def api_client(settings: Settings) -> tuple[client.ApiClient | None, str]:
+    """A client of the configured cluster (None standalone), and the sentence
+    saying which mode that is (`cluster_configuration`)."""
+    cfg, mode = cluster_configuration(settings)
+    return (client.ApiClient(cfg) if cfg is not None else None), mode
+
+
 def connect(settings: Settings, cache: StatusCache | None = None) -> tuple[Writer | None, str]:
     """The controller's writer for the configured cluster (None standalone),
-    and the sentence saying which mode that is (`cluster_configuration`)."""
-    cfg, mode = cluster_configuration(settings)
-    return (Writer(client.ApiClient(cfg), settings.installation_id, cache) if cfg is not None else None), mode
+    and the sentence saying which mode that is (`cluster_configuration`).
+    Its `api_client` serves a `fleet.kubewatch.Watcher` too."""
+    api, mode = api_client(settings)
+    return (Writer(api, settings.installation_id, cache) if api is not None else None), mode
+
+
+def _what(resource: Resource, name: str | None, namespace: str | None, subresource: str = "") -> str:
+    out = resource.kind + (f"/{subresource}" if subresource else "")
+    if name:
+        out += f" {namespace}/{name}" if namespace else f" {name}"
+    return out
+
+
+def translate(exc: ApiException, verb: str, resource: Resource, name: str | None = None, namespace: str | None = None,
+              subresource: str = "") -> Exception:
+    """This module's exception for an ApiException (see the module's docstring)."""
+    status, said = exc.status or 0, _server_message(exc)
+    access = access_error(status, verb, resource, name, said, subresource, namespace)
+    if access is not None:
+        return access
+    what = f"{verb} {_what(resource, name, namespace, subresource)}"
+    detail = f" ({status}: {said})" if said else f" ({status})"
+    if status == 404:
+        return NotFound(f"{what}: not found{detail}")
+    if status == 409:
+        return Conflict(f"{what}: conflict{detail}")
+    if status == 410:
+        return Expired(f"{what}: expired{detail}")
+    if status in (400, 415, 422):
+        return Rejected(f"{what}: rejected{detail}")
+    return ApiUnavailable(f"{what}: the API server answered{detail}" if status else f"{what}: {exc.reason}")
+
+
+# errors of the connection under the client: refused, reset, timed out, cut mid-response
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
+
+
+def list_page(api: client.ApiClient, resource: Resource, limit: int = 0, continue_token: str = "") -> dict[str, Any]:
+    """One page of every object of `resource` (across all namespaces): the
+    list as answered, with metadata.resourceVersion and .continue. Raises
+    Expired when the continue token is too old (list again from the start)."""
+    kw: dict[str, Any] = {"_request_timeout": REQUEST_TIMEOUT}
+    if limit:
+        kw["limit"] = limit
+    if continue_token:
+        kw["_continue"] = continue_token
+    try:
+        out = client.CustomObjectsApi(api).list_cluster_custom_object(resource.group, resource.version, resource.plural, **kw)
+    except ApiException as exc:
+        raise translate(exc, "list", resource) from exc
+    except CONNECTION_ERRORS as exc:
+        raise ApiUnavailable(f"list {resource.kind}: {exc}") from exc
+    if not isinstance(out, dict):
+        raise ApiUnavailable(f"list {resource.kind}: the answer is not an object")
+    return out
+
+
+class WatchStream:
+    """One watch request of `resource` across all namespaces, from
+    `resource_version`: iterate for (type, object) pairs, as the API server
+    sent them (the caller validates the objects). Lines that are not a JSON
+    object with a string `type` are logged (not their content) and skipped;
+    an ERROR event raises (410: Expired). The iteration ends when the server
+    ends the response (timeout_seconds) or when `close()` is called, from
+    any thread; a connection cut or a read timeout raises ApiUnavailable."""
+
+    def __init__(self, api: client.ApiClient, resource: Resource, resource_version: str, *, timeout_seconds: int,
+                 bookmarks: bool = True, read_timeout: float | None = None) -> None:
+        self.api, self.resource, self.resource_version = api, resource, resource_version
+        self.timeout_seconds, self.bookmarks = timeout_seconds, bookmarks
+        self.read_timeout = read_timeout if read_timeout is not None else timeout_seconds + 30.0
+        self._lock = threading.Lock()
+        self._resp: Any = None
+        self._closed = False
+
+    def close(self) -> None:
+        """End the iteration now: shut the connection's socket, so a blocked read returns."""
+        with self._lock:
+            self._closed = True
+            resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()
+            except Exception:  # best effort: the read timeout bounds the read anyway
+                log.debug("closing a watch connection failed", exc_info=True)
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        r = self.resource
+        resp: Any  # with _preload_content=False: the urllib3 response
+        try:
+            resp = client.CustomObjectsApi(self.api).list_cluster_custom_object(
+                r.group, r.version, r.plural, watch=True, resource_version=self.resource_version or None,
+                allow_watch_bookmarks=self.bookmarks, timeout_seconds=self.timeout_seconds, _preload_content=False,
+                _request_timeout=(REQUEST_TIMEOUT, self.read_timeout),
+            )
+        except ApiException as exc:
+            raise translate(exc, "watch", r) from exc
+        except CONNECTION_ERRORS as exc:
+            raise ApiUnavailable(f"watch {r.kind}: {exc}") from exc
+        with self._lock:
+            self._resp, closed = resp, self._closed
+        try:
+            if closed:
+                return
+            for line in _lines(resp):
+                event = _event(line, r)
+                if event is not None:
+                    yield event
+        except CONNECTION_ERRORS as exc:
+            if not self._closed:
+                raise ApiUnavailable(f"watch {r.kind}: {exc}") from exc
+        finally:
+            with self._lock:
+                self._resp = None
+            resp.close()
+            resp.release_conn()
+
+
+MAX_WATCH_LINE = 8 * 1024 * 1024  # bytes; an API server object is at most ~1.5 MiB
+
+
+def _lines(resp: Any) -> Iterator[bytes]:
+    """The newline-separated lines of a streamed response, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        yield from lines
+        if len(buffer) > MAX_WATCH_LINE:
+            raise ApiUnavailable(f"a watch event longer than {MAX_WATCH_LINE} bytes")
+    if buffer.strip():
+        yield buffer
+
+
+def _event(line: bytes, resource: Resource) -> tuple[str, Any] | None:
+    """(type, object) of one watch line, None to skip it; raises on an ERROR event."""
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        log.warning("watch: a line that is not JSON, skipped", extra={"fields": {"kind": resource.kind, "bytes": len(line)}})
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        log.warning("watch: an event without a type, skipped", extra={"fields": {"kind": resource.kind}})
+        return None
+    if event["type"] == "ERROR":
+        obj: dict[str, Any] = event["object"] if isinstance(event.get("object"), dict) else {}
+        code, message = obj.get("code"), str(obj.get("message") or obj.get("reason") or "")
+        if code == 410:
+            raise Expired(f"watch {resource.kind}: {message or 'resourceVersion too old'} (410)")
+        err = access_error(code, "watch", resource, None, message) if isinstance(code, int) else None
+        raise err or ApiUnavailable(f"watch {resource.kind}: error event {code}: {message}")
+    return event["type"], event.get("object")
 
 
 def _check_scope(resource: Resource, namespace: str | None) -> None:
@@ -176,7 +383,9 @@ class Writer:
 
     def __init__(self, api_client: client.ApiClient, installation: str, cache: StatusCache | None = None,
                  cache_ttl: float = CACHE_TTL) -> None:
+        self.api_client = api_client
         self.api = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
         self.installation = installation
         self.cache, self.cache_ttl = cache, cache_ttl
         self.writes = 0  # creates + patches, for the benchmark and tests
@@ -324,6 +533,86 @@ class Writer:
             deleted.append(name)
             log.info(f"deleted {resource.kind}" + (f" {why}" if why else ""), extra={"fields": {"name": name, **_ns(namespace)}})
         return deleted
+
+
+    # --- a controller's writes on objects users own (Proxy) ---------------------------
+
+    def _patch(self, resource: Resource, namespace: str | None, name: str, body: dict[str, Any], status: bool) -> dict[str, Any]:
+        _check_scope(resource, namespace)
+        try:
+            out = self._call("patch", resource, namespace, name, body, status=status, field_manager=FIELD_MANAGER,
+                             _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            raise translate(exc, "patch", resource, name, namespace, "status" if status else "") from exc
+        except CONNECTION_ERRORS as exc:
+            raise ApiUnavailable(f"patch {_what(resource, name, namespace)}: {exc}") from exc
+        if not isinstance(out, dict):
+            raise ApiUnavailable(f"patch {_what(resource, name, namespace)}: the answer is not an object")
+        self.writes += 1
+        return out
+
+    def patch_status(self, resource: Resource, namespace: str | None, name: str, resource_version: str,
+                     status: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource (RFC 7386: a None value removes
+        a field, a list replaces the list), only if the object is still at
+        `resource_version`. Returns the object as written; Conflict (409: it
+        moved, read again), NotFound (404: gone)."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": dict(status)}
+        return self._patch(resource, namespace, name, body, status=True)
+
+    def patch_finalizers(self, resource: Resource, namespace: str | None, name: str, resource_version: str,
+                         finalizers: Sequence[str]) -> dict[str, Any]:
+        """Set metadata.finalizers to `finalizers` (the whole list: add or
+        remove ours, keep the others as read), only if the object is still at
+        `resource_version`. Returns the object as written (an object being
+        deleted whose last finalizer goes is deleted: the answer is its last
+        state); Conflict (409), NotFound (404)."""
+        body = {"metadata": {"resourceVersion": resource_version, "finalizers": list(finalizers)}}
+        return self._patch(resource, namespace, name, body, status=False)
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str:
+        """The UTF-8 text under `key` of Secret `namespace/name` (a Proxy's
+        cloudInit.secretRef), at most MAX_SECRET_VALUE bytes. A missing Secret
+        or key, an oversized or undecodable value: SecretError naming
+        namespace, name and key; never the value, which is not logged."""
+        where = f"Secret {namespace}/{name}"
+        resp: Any  # with _preload_content=False: the urllib3 response, read here (no model, no copies)
+        try:
+            resp = self.core.read_namespaced_secret(name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+            raw = resp.data
+        except ApiException as exc:
+            said, status = _server_message(exc), exc.status or 0
+            if status == 404:
+                raise SecretError(f"{where} not found (key {key!r} wanted)") from None
+            if status in (401, 403):
+                raise ClusterAccessError(
+                    f"cannot get {where}: {'forbidden' if status == 403 else 'credentials rejected'} ({status}). The "
+                    f"controller's ServiceAccount needs verb 'get' on resource 'secrets' in API group '' in namespace "
+                    f"{namespace!r} ({SECRETS_ROLE}, or a RoleBinding of it there) (API server: {said})",
+                    "get", "secrets", status) from None
+            raise ApiUnavailable(f"get {where}: the API server answered ({status})") from None
+        except CONNECTION_ERRORS as exc:
+            raise ApiUnavailable(f"get {where}: {exc}") from None
+        try:
+            data = json.loads(raw).get("data") or {}
+        except (ValueError, AttributeError):
+            raise ApiUnavailable(f"get {where}: the answer is not a Secret") from None
+        encoded = data.get(key) if isinstance(data, dict) else None
+        if encoded is None:
+            keys = ", ".join(sorted(map(str, data))) if isinstance(data, dict) else ""
+            raise SecretError(f"{where} has no key {key!r} (keys: {keys or 'none'})")
+        if not isinstance(encoded, str) or len(encoded) > 4 * (MAX_SECRET_VALUE // 3 + 1):
+            raise SecretError(f"{where} key {key!r}: larger than {MAX_SECRET_VALUE} bytes")
+        try:
+            value = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise SecretError(f"{where} key {key!r}: not base64 (as the API server sends it)") from None
+        if len(value) > MAX_SECRET_VALUE:
+            raise SecretError(f"{where} key {key!r}: larger than {MAX_SECRET_VALUE} bytes")
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SecretError(f"{where} key {key!r}: not UTF-8 text") from None
 
 
 def _ns(namespace: str | None) -> dict[str, str]:

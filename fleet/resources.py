@@ -60,7 +60,7 @@ class Skip:
 Decide = Callable[[dict[str, Any]], Patch | Skip]
 
 PROVIDER_HEALTH = Resource("crawl.example.com", "v1alpha1", "providerhealths", "ProviderHealth", namespaced=False, short_names=("ph",))
+PROXY = Resource("crawl.example.com", "v1alpha1", "proxies", "Proxy", namespaced=True, short_names=("px",))
 
-# Every kind fleet writes; each has its CRD in deploy/crd/. (Proxy,
-# `proxies.crawl.example.com`, namespaced, joins with its CRD.)
-KNOWN: tuple[Resource, ...] = (PROVIDER_HEALTH,)
+# Every kind fleet reads or writes; each has its CRD in deploy/crd/.
+KNOWN: tuple[Resource, ...] = (PROVIDER_HEALTH, PROXY)

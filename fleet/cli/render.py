@@ -8,8 +8,11 @@ It prints, for one installation (default: the namespace):
   with any secret field (a block's `secret_fields`, e.g. kvm `vendorData`)
   moved out into a Secret `fleet-<provider>-secrets` mounted by that
   provider's worker only, and the field replaced by its `<field>File` path;
-- the controller: ServiceAccount, a ClusterRole on ProviderHealth and its
-  binding, the Deployment and the `fleet-controller-metrics` Service;
+- the controller: ServiceAccount, a ClusterRole on ProviderHealth and
+  Proxy and its binding, a second ClusterRole with `get` on Secrets (a
+  Proxy's cloudInit.secretRef; see CONTROLLER_SECRET_RULES for narrowing it
+  to namespaces) and its binding, the Deployment and the
+  `fleet-controller-metrics` Service;
 - beat: ServiceAccount (no token) and the Deployment;
 - per provider, a ServiceAccount, RBAC only when the provider talks to this
   cluster, and a worker Deployment running `fleet worker -p NAME` (which
@@ -24,7 +27,7 @@ changed file rolls the controller, beat and every worker. RBAC objects are
 named `fleet:<installation>:<role>` (':' cannot occur in a DNS label, so two
 installations never share a name) and everything carries the installation
 label. What does not read the providers file stays in deploy/ (kustomize):
-the CRD, the viewer role, Flower, the quickstart Redis. Both share the
+the CRDs, the people's roles, Flower, the quickstart Redis. Both share the
 envelope below: non-root, read-only root filesystem, a 64Mi /tmp, the broker
 URL from the `fleet-broker` Secret.
 """
@@ -69,13 +72,28 @@ RBAC_API = "rbac.authorization.k8s.io"
 RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
-# The controller writes ProviderHealth objects only: uncached get, create
-# when missing, list (with the managed-by label) and delete at start-up
-# cleanup, status merge-patch. No watch: nothing is cached.
+# The controller's rights on fleet's own kinds. ProviderHealth: uncached
+# get, create when missing, list (with the managed-by label) and delete at
+# start-up cleanup, status merge-patch; never watched. Proxy (users create
+# them): list and watch across namespaces (fleet.kubewatch), get, patch and
+# update of the object for its finalizer, and of its status. It never
+# creates or deletes a Proxy: users do.
 CONTROLLER_RULES = (
     {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths"], "verbs": ["create", "delete", "get", "list"]},
     {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": ["crawl.example.com"], "resources": ["proxies"], "verbs": ["get", "list", "patch", "update", "watch"]},
+    {"apiGroups": ["crawl.example.com"], "resources": ["proxies/status"], "verbs": ["get", "patch", "update"]},
 )
+# A Proxy's cloudInit.secretRef names a Secret in the Proxy's own namespace,
+# which the controller reads (`fleet.kube.Writer.read_secret_key`) when it
+# creates the instance. Only `get`: without list or watch it can read a
+# Secret only by a name some Proxy gives, never enumerate them, and it never
+# writes one. Proxies may live in any namespace, so this is a ClusterRole
+# bound cluster-wide -- kept apart from CONTROLLER_RULES so that an
+# operator can narrow it: delete the ClusterRoleBinding
+# `fleet:<installation>:controller:secrets` and bind the same ClusterRole
+# with a RoleBinding in each namespace whose Proxies use a secretRef.
+CONTROLLER_SECRET_RULES = ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},)
 
 
 class RenderError(ValueError):
@@ -271,6 +289,8 @@ def controller(t: Target) -> list[dict[str, Any]]:
     return [
         service_account(CONTROLLER, t, "controller", token=True),
         *binding_pair("ClusterRole", rbac_name(t.installation, "controller"), CONTROLLER_RULES, CONTROLLER, t, "controller"),
+        *binding_pair("ClusterRole", rbac_name(t.installation, "controller", "secrets"), CONTROLLER_SECRET_RULES, CONTROLLER, t,
+                      "controller"),
         deployment(CONTROLLER, t, "controller", pod_spec),
         service,
     ]

@@ -91,3 +91,156 @@ def test_what_the_controller_writes_fits_the_schema(result):
     check(st, STATUS)
     v = status.overdue_verdict(None, "provider.p", 135)
     check(status.overdue_status(st, "kvm", v, 1.8e9 + 500), STATUS)
+
+
+# --- the Proxy CRD (issue 12) ---------------------------------------------------------
+
+PX_CRD = yaml.safe_load((ROOT / "deploy/crd/crawl.example.com_proxies.yaml").read_text())
+(PX_VER,) = PX_CRD["spec"]["versions"]
+PX_SCHEMA = PX_VER["schema"]["openAPIV3Schema"]
+PX_SPEC = PX_SCHEMA["properties"]["spec"]
+PX_STATUS = PX_SCHEMA["properties"]["status"]
+
+
+def crds_in_deploy():
+    from tests.deploy import kustomize
+
+    return {o["metadata"]["name"]: o for o in kustomize.render(ROOT / "deploy") if o["kind"] == "CustomResourceDefinition"}
+
+
+def test_both_crds_are_installed_by_kubectl_apply_k_deploy():
+    assert set(crds_in_deploy()) == {"providerhealths.crawl.example.com", "proxies.crawl.example.com"}
+
+
+def test_proxy_names_scope_and_subresource():
+    from fleet.resources import PROXY
+
+    spec = PX_CRD["spec"]
+    assert PX_CRD["metadata"]["name"] == PROXY.crd_name == "proxies.crawl.example.com"
+    assert (spec["group"], PX_VER["name"], spec["names"]["kind"]) == (PROXY.group, PROXY.version, PROXY.kind)
+    assert spec["scope"] == "Namespaced" and PROXY.namespaced
+    assert spec["names"]["shortNames"] == ["px"] == list(PROXY.short_names)
+    assert (spec["names"]["singular"], spec["names"]["listKind"]) == ("proxy", "ProxyList")
+    assert PX_VER["subresources"] == {"status": {}}
+    assert PX_VER["served"] and PX_VER["storage"]
+
+
+def test_proxy_printer_columns():
+    cols = [(c["name"], c["jsonPath"], c["type"]) for c in PX_VER["additionalPrinterColumns"]]
+    assert cols == [
+        ("Provider", ".spec.provider", "string"),
+        ("Phase", ".status.phase", "string"),
+        ("IP", ".status.ip", "string"),
+        ("Port", ".status.port", "integer"),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string"),
+        ("Age", ".metadata.creationTimestamp", "date"),
+    ]
+
+
+def rules(schema):
+    return [(v["rule"], v["message"]) for v in schema.get("x-kubernetes-validations", ())]
+
+
+def test_proxy_spec_provider_is_a_required_immutable_dns_label():
+    assert PX_SCHEMA["required"] == ["spec"] and PX_SPEC["required"] == ["provider"]
+    provider = PX_SPEC["properties"]["provider"]
+    assert provider["maxLength"] == 63 and provider["minLength"] == 1
+    assert provider["pattern"] == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    assert rules(provider) == [("self == oldSelf", "provider is immutable")]
+
+
+@pytest.mark.parametrize(("name", "ok"), [
+    ("kvm-home", True), ("a", True), ("gcp-eu-1", True), ("x" * 63, True),
+    ("KVM", False), ("-kvm", False), ("kvm-", False), ("kvm_home", False), ("kvm.home", False), ("", False), ("x" * 64, False),
+])
+def test_the_provider_pattern_is_the_one_the_config_accepts(name, ok):
+    import re
+
+    from fleet.cli.render import DNS1123_LABEL
+
+    provider = PX_SPEC["properties"]["provider"]
+    fits = bool(re.fullmatch(provider["pattern"].strip("^$"), name)) and 1 <= len(name) <= provider["maxLength"]
+    assert fits is ok is bool(DNS1123_LABEL.match(name))
+
+
+def test_proxy_spec_placement_port_and_cloud_init():
+    props = PX_SPEC["properties"]
+    placement = props["placement"]
+    assert set(placement["properties"]) == {"region", "zone", "machineType", "image"}
+    assert "required" not in placement
+    for name, field in placement["properties"].items():
+        assert field["type"] == "string" and 0 < field["maxLength"] <= 512, name
+    port = props["port"]
+    assert (port["type"], port["minimum"], port["maximum"], port["default"]) == ("integer", 1, 65535, 3128)
+    from fleet.proxies.model import DEFAULT_PORT
+
+    assert port["default"] == DEFAULT_PORT
+    ci = props["cloudInit"]
+    assert set(ci["properties"]) == {"inline", "secretRef"}
+    assert ci["properties"]["inline"]["maxLength"] == 32768
+    ref = ci["properties"]["secretRef"]
+    assert ref["required"] == ["key", "name"] and all(ref["properties"][k]["maxLength"] == 253 for k in ("key", "name"))
+    assert rules(ci) == [("has(self.inline) != has(self.secretRef)",
+                          "exactly one of cloudInit.inline or cloudInit.secretRef must be set")]
+
+
+def every_cel_rule(schema, path="$"):
+    out = [(path, r) for r, _ in rules(schema)]
+    for k, v in (schema.get("properties") or {}).items():
+        out += every_cel_rule(v, f"{path}.{k}")
+    if "items" in schema:
+        out += every_cel_rule(schema["items"], f"{path}[]")
+    return out
+
+
+def test_proxy_cel_rules_are_the_two_and_bounded():
+    """Every CEL rule, where it sits: the API server estimates a rule's cost
+    from the bounds of what it reads, so every string under spec is bounded."""
+    assert every_cel_rule(PX_SCHEMA) == [
+        ("$.spec.cloudInit", "has(self.inline) != has(self.secretRef)"),
+        ("$.spec.provider", "self == oldSelf"),
+    ]
+
+    def unbounded(schema, path):
+        if schema.get("type") == "string" and "maxLength" not in schema and "enum" not in schema:
+            yield path
+        for k, v in (schema.get("properties") or {}).items():
+            yield from unbounded(v, f"{path}.{k}")
+
+    assert list(unbounded(PX_SPEC, "spec")) == []
+    assert list(unbounded(PX_STATUS, "status")) == []
+
+
+def test_proxy_status_phases_and_conditions_are_the_models():
+    from fleet.proxies import model
+
+    props = PX_STATUS["properties"]
+    assert props["phase"]["enum"] == list(model.PHASES)
+    assert set(props) == {"phase", "providerID", "ip", "port", "specHash", "observedGeneration", "message", "conditions"}
+    conditions = props["conditions"]
+    assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
+    item = conditions["items"]
+    assert item["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+    assert set(item["properties"]) == {"type", "status", "reason", "message", "observedGeneration", "lastTransitionTime"}
+    # the same condition shape as ProviderHealth's (metav1.Condition)
+    assert item == STATUS["properties"]["conditions"]["items"]
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Provisioning", "Running", "Replacing", "Deleting", "Failed"])
+def test_what_the_proxy_model_writes_fits_the_schema(phase):
+    from fleet.proxies.model import HEALTHY, PROVISIONED, READY, Condition, ProxyStatus
+
+    conds = tuple(Condition(t, s, "SomeReason", "m" * 100, 3, "2026-01-01T00:00:00Z")
+                  for t, s in ((PROVISIONED, "True"), (HEALTHY, "Unknown"), (READY, "False")))
+    st = ProxyStatus(phase, "projects/p/zones/z/instances/px-1", "10.0.0.7", 3128, "a" * 64, 3, "ok", conds)
+    check(st.to_dict(), PX_STATUS)
+
+
+def test_a_proxy_manifest_fits_the_spec_schema():
+    for cloud_init in ({"inline": "#cloud-config\n"}, {"secretRef": {"name": "ci", "key": "user-data"}}):
+        check({"provider": "kvm-home", "placement": {"zone": "nas1", "machineType": "small"}, "cloudInit": cloud_init,
+               "port": 3128}, PX_SPEC, "spec")
+    with pytest.raises(AssertionError, match=r"spec\.provider is required"):
+        check({"port": 3128}, PX_SPEC, "spec")
+    with pytest.raises(AssertionError, match="not in the CRD schema"):
+        check({"provider": "p", "cloudinit": {}}, PX_SPEC, "spec")

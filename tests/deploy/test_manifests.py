@@ -150,16 +150,23 @@ def test_each_process_has_its_own_service_account_and_only_api_callers_a_token(i
         assert accounts[sa].get("automountServiceAccountToken", True) is wants_token, sa
 
 
-def test_only_api_callers_are_bound_and_the_controller_only_to_providerhealths(installed):
+def test_only_api_callers_are_bound_and_the_controller_only_to_fleets_kinds_and_secret_reads(installed):
     bindings = [o for o in installed if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     subjects = {s["name"] for b in bindings for s in b["subjects"]}
     assert subjects == API_CALLERS
-    (binding,) = [b for b in bindings if b["subjects"][0]["name"] == "fleet-controller"]
-    role = by_kind(installed, "ClusterRole")[binding["roleRef"]["name"]]
-    for rule in role["rules"]:
+    roles = by_kind(installed, "ClusterRole")
+    rules = [r for b in bindings if b["subjects"][0]["name"] == "fleet-controller" for r in roles[b["roleRef"]["name"]]["rules"]]
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        if rule["apiGroups"] == [""]:  # core: only get on Secrets (a Proxy's cloudInit.secretRef)
+            assert (rule["resources"], rule["verbs"]) == (["secrets"], ["get"])
+            continue
         assert rule["apiGroups"] == ["crawl.example.com"]
-        assert set(rule["resources"]) <= {"providerhealths", "providerhealths/status"}
-        assert "*" not in rule["verbs"] and "watch" not in rule["verbs"]
+        assert set(rule["resources"]) <= {"providerhealths", "providerhealths/status", "proxies", "proxies/status"}
+        if set(rule["resources"]) & {"providerhealths", "providerhealths/status"}:
+            assert "watch" not in rule["verbs"]  # uncached: never watched
+        if set(rule["resources"]) & {"proxies", "proxies/status"}:
+            assert not {"create", "delete", "deletecollection"} & set(rule["verbs"])  # people create and delete Proxies
 
 
 def _parse(argv: list[str]):

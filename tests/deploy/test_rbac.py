@@ -89,6 +89,80 @@ def test_the_evaluator_is_not_vacuous(tmp_path):
     assert not cluster.can(moved, worker(), "create", "pods", "proxies")
 
 
+# --- the Proxy controller (issue 12) ------------------------------------------------
+
+
+CONTROLLER = ("fleet-system", "fleet-controller")
+PROXY_GROUP = "crawl.example.com"
+
+
+def test_the_controller_lists_watches_and_patches_proxies_in_every_namespace(tmp_path):
+    objs = rendered(tmp_path)
+    for ns in (None, "crawl-team", "kube-system"):
+        for verb in ("get", "list", "watch", "patch", "update"):
+            assert cluster.can(objs, CONTROLLER, verb, "proxies", ns, group=PROXY_GROUP), (verb, ns)
+        for verb in ("get", "patch", "update"):
+            assert cluster.can(objs, CONTROLLER, verb, "proxies/status", ns, group=PROXY_GROUP), (verb, ns)
+    # people create and delete Proxies; the controller only finalizes them
+    for verb in ("create", "delete", "deletecollection"):
+        assert not cluster.can(objs, CONTROLLER, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+    # ProviderHealth stays unwatched
+    assert not cluster.can(objs, CONTROLLER, "watch", "providerhealths", None, group=PROXY_GROUP)
+
+
+def test_the_controller_may_only_get_secrets_and_nobody_else_read_them(tmp_path):
+    objs = rendered(tmp_path, KUBE + "  - name: gce\n    type: gcp\n    gcp: {project: egress-proxies}\n")
+    assert cluster.can(objs, CONTROLLER, "get", "secrets", "crawl-team")  # a Proxy's cloudInit.secretRef
+    for verb in ("list", "watch", "create", "update", "patch", "delete"):
+        assert not cluster.can(objs, CONTROLLER, verb, "secrets", "crawl-team"), verb
+        assert not cluster.can(objs, CONTROLLER, verb, "secrets", None), verb
+    # provider workers (their credentials come mounted) and beat cannot read any Secret
+    for account in (worker(), ("fleet-system", "fleet-worker-demo"), ("fleet-system", "fleet-worker-gce"),
+                    ("fleet-system", "fleet-beat")):
+        for ns in ("proxies", "crawl-team", "fleet-system", None):
+            assert not cluster.can(objs, account, "get", "secrets", ns), (account, ns)
+            assert not cluster.can(objs, account, "list", "secrets", ns), (account, ns)
+        assert not cluster.can(objs, account, "patch", "proxies/status", None, group=PROXY_GROUP), account
+
+
+def test_the_secret_read_can_be_narrowed_to_namespaces(tmp_path):
+    """What CONTROLLER_SECRET_RULES' comment tells operators: drop the
+    ClusterRoleBinding, bind the same ClusterRole per namespace."""
+    objs = rendered(tmp_path)
+    name = "fleet:fleet-system:controller:secrets"
+    (crb,) = [o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == name]
+    narrowed = [o for o in objs if o is not crb] + [{
+        "kind": "RoleBinding", "metadata": {"name": name, "namespace": "crawl-team"},
+        "roleRef": {"kind": "ClusterRole", "name": name}, "subjects": crb["subjects"],
+    }]
+    assert cluster.can(narrowed, CONTROLLER, "get", "secrets", "crawl-team")
+    assert not cluster.can(narrowed, CONTROLLER, "get", "secrets", "kube-system")
+    assert cluster.can(narrowed, CONTROLLER, "watch", "proxies", None, group=PROXY_GROUP)  # the rest stays
+
+
+def test_the_peoples_proxy_roles(rendered):
+    roles = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "ClusterRole"}
+    editor, viewer = roles["proxy-editor-role"], roles["proxy-viewer-role"]
+
+    def bound(role, ns="crawl-team"):
+        return [role, {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": ns},
+                       "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"]},
+                       "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": "crawl-team"}]}]
+
+    alice = ("crawl-team", "alice")
+    for verb in ("create", "delete", "get", "list", "patch", "update", "watch"):
+        assert cluster.can(bound(editor), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+        assert not cluster.can(bound(editor), alice, verb, "proxies", "other", group=PROXY_GROUP), verb
+    for verb in ("get", "list", "watch"):
+        assert cluster.can(bound(viewer), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+    for role in (editor, viewer):
+        assert not cluster.can(bound(role), alice, "patch", "proxies/status", "crawl-team", group=PROXY_GROUP)
+        assert not cluster.can(bound(role), alice, "get", "secrets", "crawl-team")
+        assert not any(lbl.startswith("rbac.authorization.k8s.io/aggregate") for lbl in role["metadata"].get("labels", {}))
+    for verb in ("create", "delete", "patch", "update"):
+        assert not cluster.can(bound(viewer), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+
+
 # --- two installations ------------------------------------------------------------------
 
 
@@ -116,7 +190,7 @@ def test_two_installations_share_no_cluster_scoped_name_and_rebind_nothing(tmp_p
 def test_an_explicit_installation_names_the_rbac(tmp_path):
     objs = rendered(tmp_path, namespace="fleet-a", installation="eu-1")
     rbac = {o["metadata"]["name"] for o in objs if o["apiVersion"].startswith("rbac.")}
-    assert rbac == {"fleet:eu-1:controller", "fleet:eu-1:worker:cluster"}
+    assert rbac == {"fleet:eu-1:controller", "fleet:eu-1:controller:secrets", "fleet:eu-1:worker:cluster"}
 
 
 def test_the_cluster_model_sees_a_rebinding():

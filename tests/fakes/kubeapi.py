@@ -16,25 +16,54 @@ request on it) answer like the API server; other responses can be scripted
 per path.
 (The PyPI `kmock` emulator lacks label selectors, status subresources and
 resourceVersion conflicts, hence this small fake.)
+
+What a Proxy controller needs, as the API server behaves (issue 12):
+- create (POST) assigns uid, creationTimestamp, resourceVersion and
+  generation 1; generation bumps when a write changes the spec (and when
+  deletion starts), never on a status or metadata-only change; a write that
+  changes nothing keeps the resourceVersion and sends no event;
+- merge patches of the object (metadata: finalizers, labels, annotations;
+  spec) and of its status subresource, each with an optional
+  metadata.resourceVersion precondition (409 on mismatch);
+- DELETE of an object with finalizers sets deletionTimestamp and keeps it;
+  it goes when a patch empties its finalizers; without finalizers at once;
+- list with metadata.resourceVersion, paged with limit/continue (a continue
+  token older than the event window answers 410 Expired);
+- watch (`?watch=1&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S`):
+  a chunked stream of JSON lines, see tests/fakes/kubeapi_watch.py
+  (`events.window`, `events.bookmark_interval`, `expire_history()`,
+  `drop_watches()`);
+- core v1 Secrets: GET by name, data base64-encoded (`add_secret`).
+Objects are keyed by `namespace/name` across plurals, so two kinds cannot
+hold the same key. Not done: PUT, CRD defaults and validation, label
+selectors on watch.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import copy
 import json
 import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakes.http import LoopbackServer
+from tests.fakes.kubeapi_watch import DEFAULT_TIMEOUT, Dropped, EventLog
 
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
+SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)$")
+# metadata a client's write cannot change
+SYSTEM_METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+                   "generation", "resourceVersion", "managedFields")
 CUSTOM = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
     r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<status>/status)?$"
@@ -61,6 +90,18 @@ def merge(target: Any, patch: Any) -> Any:
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Stream:
+    """A streamed answer (a watch): the handler writes each item as a JSON
+    line (bytes as they are). A script may answer one."""
+
+    def __init__(self, events: Iterator[dict[str, Any] | bytes]) -> None:
+        self.events = events
 
 
 @dataclass
@@ -104,8 +145,18 @@ class FakeKubeAPI:
     missing: set[str] = field(default_factory=set)  # custom resource plurals not served (CRD missing): 404
     user: str = "system:serviceaccount:fleet-system:fleet-controller"
     delay: float = 0.0  # seconds before answering (timeouts)
+    secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # by `key(namespace, name)`
+    kinds: dict[str, str] = field(default_factory=dict)  # plural -> kind, as created (for bookmarks)
     _rv: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)  # reentrant: tests call _store from scripts
+
+    def __post_init__(self) -> None:
+        self.events = EventLog(self._lock)  # window, bookmark_interval: set on it
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion handed out."""
+        return self._rv
 
     # --- test helpers -------------------------------------------------------------
 
@@ -123,10 +174,39 @@ class FakeKubeAPI:
         """(manager, subresource or '') pairs recorded in the object's managedFields (`name`: an `objects` key)."""
         return {(f["manager"], f.get("subresource", "")) for f in self.objects[name]["metadata"].get("managedFields", [])}
 
-    def add(self, obj: dict[str, Any], plural: str = "providerhealths") -> None:
-        """Put an object in place (namespaced when its metadata has a namespace)."""
+    def add(self, obj: dict[str, Any], plural: str = "providerhealths") -> dict[str, Any]:
+        """Put an object in place (namespaced when its metadata has a namespace),
+        as someone else's write: an ADDED or MODIFIED event. Returns a copy as stored."""
         with self._lock:
-            self._store(copy.deepcopy(obj), plural)
+            return copy.deepcopy(self._store(copy.deepcopy(obj), plural))
+
+    def add_secret(self, namespace: str, name: str, data: Mapping[str, str | bytes], type_: str = "Opaque") -> None:
+        """A Secret whose `data` values are given decoded (str as UTF-8)."""
+        encoded = {k: base64.b64encode(v.encode() if isinstance(v, str) else v).decode() for k, v in data.items()}
+        with self._lock:
+            self._rv += 1
+            self.secrets[key(namespace, name)] = {
+                "apiVersion": "v1", "kind": "Secret", "type": type_, "data": encoded,
+                "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
+                             "resourceVersion": str(self._rv), "creationTimestamp": now()},
+            }
+
+    def expire_history(self) -> None:
+        """The API server compacted: a watch or a list continuation from any
+        resourceVersion handed out so far answers 410 Expired (a new list's does not)."""
+        with self._lock:
+            self._rv += 1
+            self.events.expire(self._rv)
+
+    def drop_watches(self) -> None:
+        """Cut every open watch mid-stream (a restart, a broken connection)."""
+        with self._lock:
+            self.events.drop()
+
+    def delete(self, name: str) -> None:
+        """Someone else deletes the object (`name`: an `objects` key): finalizers as for a DELETE."""
+        with self._lock:
+            self._delete(name, self.plurals[name])
 
     def writes(self, name: str | None = None) -> list[Request]:
         return [
@@ -136,16 +216,54 @@ class FakeKubeAPI:
         ]
 
     def _store(self, obj: dict[str, Any], plural: str | None = None) -> dict[str, Any]:
-        """Keep `obj` with a new resourceVersion (plural None: the one it had, else providerhealths)."""
+        """Keep `obj` with a new resourceVersion (plural None: the one it had,
+        else providerhealths) and record the event. A new object gets a uid,
+        creationTimestamp and generation 1; a changed spec bumps the generation."""
         self._rv += 1
         meta = obj.setdefault("metadata", {})
-        meta["resourceVersion"] = str(self._rv)
-        meta.setdefault("uid", f"uid-{meta['name']}")
-        meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         k = key(meta.get("namespace"), meta["name"])
+        plural = plural or self.plurals.get(k, "providerhealths")
+        prev = self.objects.get(k) if self.plurals.get(k) == plural else None
+        meta["resourceVersion"] = str(self._rv)
+        if prev is None:
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", now())
+            meta.setdefault("generation", 1)
+        else:
+            pm = prev["metadata"]
+            meta.setdefault("uid", pm.get("uid"))
+            meta.setdefault("creationTimestamp", pm.get("creationTimestamp"))
+            gen = int(pm.get("generation") or 1)
+            meta["generation"] = gen + 1 if obj.get("spec") != prev.get("spec") else gen
         self.objects[k] = obj
-        self.plurals[k] = plural or self.plurals.get(k, "providerhealths")
+        self.plurals[k] = plural
+        if obj.get("kind"):
+            self.kinds.setdefault(plural, obj["kind"])
+        self.events.record(self._rv, plural, meta.get("namespace"), "ADDED" if prev is None else "MODIFIED", copy.deepcopy(obj))
         return obj
+
+    def _delete(self, k: str, plural: str) -> dict[str, Any]:
+        """DELETE: with finalizers, mark it (deletionTimestamp, a generation
+        bump) and keep it; without, remove it now. Returns the object."""
+        obj = self.objects[k]
+        if obj["metadata"].get("finalizers"):
+            if obj["metadata"].get("deletionTimestamp"):
+                return obj
+            new = copy.deepcopy(obj)
+            new["metadata"].update(deletionTimestamp=now(), deletionGracePeriodSeconds=0)
+            new["metadata"]["generation"] = int(obj["metadata"].get("generation") or 1) + 1
+            self._rv += 1
+            new["metadata"]["resourceVersion"] = str(self._rv)
+            self.objects[k] = new
+            self.events.record(self._rv, plural, new["metadata"].get("namespace"), "MODIFIED", copy.deepcopy(new))
+            return new
+        del self.objects[k]
+        del self.plurals[k]
+        self._rv += 1
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = str(self._rv)
+        self.events.record(self._rv, plural, gone["metadata"].get("namespace"), "DELETED", copy.deepcopy(gone))
+        return gone
 
     # --- request handling --------------------------------------------------------------
 
@@ -164,6 +282,9 @@ class FakeKubeAPI:
         if pm:
             with self._lock:
                 return self._pod(req, pm.group("ns"), pm.group("name"))
+        sm = SECRETS.match(req.path)
+        if sm:
+            return self._secret(req, sm.group("ns"), sm.group("name"))
         m = CUSTOM.match(req.path)
         if not m:
             return 404, status_body(404, "NotFound", f"the server could not find the requested resource {req.path}")
@@ -176,16 +297,36 @@ class FakeKubeAPI:
     def _refused(self, req: Request, m: re.Match[str]) -> tuple[int, Any] | None:
         """403 for a denied verb (authorization runs before routing), then 404 for a missing CRD."""
         plural, name, group, ns = m.group("plural"), m.group("name"), m.group("group"), m.group("ns")
-        verb = verb_of(req.method, name, req.query)
         resource = plural + ("/status" if m.group("status") else "")
-        if (verb, resource) in self.denied:
-            what = f'{plural}.{group} "{name}"' if name else f"{plural}.{group}"
-            scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
-            return 403, status_body(403, "Forbidden", f'{what} is forbidden: User "{self.user}" cannot {verb} resource '
-                                                      f'"{resource}" in API group "{group}" {scope}')
+        forbidden = self._forbidden(req, resource, group, name, ns)
+        if forbidden is not None:
+            return forbidden
         if plural in self.missing:
             return 404, status_body(404, "NotFound", "the server could not find the requested resource")
         return None
+
+    def _forbidden(self, req: Request, resource: str, group: str, name: str | None, ns: str | None) -> tuple[int, Any] | None:
+        verb = verb_of(req.method, name, req.query)
+        if (verb, resource) not in self.denied:
+            return None
+        plural = resource.split("/")[0]
+        qualified = f"{plural}.{group}" if group else plural
+        what = f'{qualified} "{name}"' if name else qualified
+        scope = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        return 403, status_body(403, "Forbidden", f'{what} is forbidden: User "{self.user}" cannot {verb} resource '
+                                                  f'"{resource}" in API group "{group}" {scope}')
+
+    def _secret(self, req: Request, ns: str, name: str) -> tuple[int, Any]:
+        forbidden = self._forbidden(req, "secrets", "", name, ns)
+        if forbidden is not None:
+            return forbidden
+        if req.method != "GET":
+            return 405, status_body(405, "MethodNotAllowed", req.method)
+        with self._lock:
+            found = self.secrets.get(key(ns, name))
+            if found is None:
+                return 404, status_body(404, "NotFound", f'secrets "{name}" not found')
+            return 200, copy.deepcopy(found)
 
     def _manage(self, obj: dict[str, Any], req: Request, subresource: str) -> None:
         """Record the writer in managedFields, one entry per manager and subresource."""
@@ -229,12 +370,10 @@ class FakeKubeAPI:
         name, status, group, version = m.group("name"), bool(m.group("status")), m.group("group"), m.group("version")
         plural, ns = m.group("plural"), m.group("ns")
         if name is None:
+            if req.method == "GET" and verb_of(req.method, None, req.query) == "watch":
+                return self._watch(req, group, version, plural, ns)
             if req.method == "GET":  # in `ns`, or across all namespaces
-                sel = req.query.get("labelSelector", [""])[0]
-                items = [copy.deepcopy(o) for k, o in self.objects.items()
-                         if self.plurals.get(k) == plural and (ns is None or o["metadata"].get("namespace") == ns)
-                         and _selected(o, sel)]
-                return 200, {"apiVersion": f"{group}/{version}", "kind": "List", "metadata": {}, "items": items}
+                return self._list(req, group, version, plural, ns)
             if req.method == "POST":
                 obj = req.body
                 meta = obj.setdefault("metadata", {})
@@ -247,32 +386,111 @@ class FakeKubeAPI:
                 if key(ns, n) in self.objects:
                     return 409, status_body(409, "AlreadyExists", f'"{n}" already exists')
                 obj.pop("status", None)  # status is ignored on create with the subresource
-                meta.pop("managedFields", None)
+                for f in SYSTEM_METADATA[2:]:
+                    meta.pop(f, None)
                 self._manage(obj, req, "")
                 return 201, copy.deepcopy(self._store(obj, plural))
             return 405, status_body(405, "MethodNotAllowed", req.method)
         k = key(ns, name)
         obj = self.objects.get(k) if self.plurals.get(k) == plural else None
         if obj is None:
-            return 404, status_body(404, "NotFound", f'"{name}" not found')
+            return 404, status_body(404, "NotFound", f'{plural}.{group} "{name}" not found')
         if req.method == "GET":
             return 200, copy.deepcopy(obj)
         if req.method == "DELETE":
-            del self.objects[k]
-            del self.plurals[k]
+            left = self._delete(k, plural)
+            if k in self.objects:  # finalizers pending: the object, marked for deletion
+                return 200, copy.deepcopy(left)
             return 200, status_body(200, "", "deleted") | {"status": "Success"}
-        if req.method == "PATCH" and status:
+        if req.method == "PATCH":
             if req.content_type != "application/merge-patch+json":
                 return 415, status_body(415, "UnsupportedMediaType", req.content_type)
             want_rv = (req.body.get("metadata") or {}).get("resourceVersion")
-            if self.conflicts > 0 or (want_rv and want_rv != obj["metadata"]["resourceVersion"]):
-                self.conflicts = max(0, self.conflicts - 1)
-                return 409, status_body(409, "Conflict", "the object has been modified; please apply your changes to the latest version")
-            new = copy.deepcopy(obj)
-            new["status"] = merge(obj.get("status") or {}, req.body.get("status") or {})
-            self._manage(new, req, "status")
-            return 200, copy.deepcopy(self._store(new, plural))
+            if (status and self.conflicts > 0) or (want_rv and want_rv != obj["metadata"]["resourceVersion"]):
+                if status:
+                    self.conflicts = max(0, self.conflicts - 1)
+                return 409, status_body(409, "Conflict", f'Operation cannot be fulfilled on {plural}.{group} "{name}": '
+                                                         "the object has been modified; please apply your changes to the latest version")
+            return self._patch(req, k, obj, plural, group, status)
         return 405, status_body(405, "MethodNotAllowed", req.method)
+
+    def _patch(self, req: Request, k: str, obj: dict[str, Any], plural: str, group: str, status: bool) -> tuple[int, Any]:
+        """Merge-patch the status subresource (only .status changes) or the
+        object (everything but .status and the system's metadata)."""
+        new = copy.deepcopy(obj)
+        if status:
+            new["status"] = merge(obj.get("status") or {}, req.body.get("status") or {})
+        else:
+            new = merge(copy.deepcopy(obj), {f: v for f, v in req.body.items() if f != "status"})
+            meta, old = new["metadata"], obj["metadata"]
+            for f in SYSTEM_METADATA:
+                if f in old:
+                    meta[f] = copy.deepcopy(old[f])
+                else:
+                    meta.pop(f, None)
+            if not meta.get("finalizers"):  # [] is stored as absent
+                meta.pop("finalizers", None)
+            added = set(meta.get("finalizers") or ()) - set(old.get("finalizers") or ())
+            if old.get("deletionTimestamp") and added:
+                return 422, status_body(422, "Invalid", f'{plural}.{group} "{old["name"]}" is invalid: metadata.finalizers: '
+                                                        "Forbidden: no new finalizers can be added if the object is being deleted")
+            if old.get("deletionTimestamp") and not meta.get("finalizers"):  # the last finalizer gone: deleted
+                self.objects[k] = new
+                return 200, copy.deepcopy(self._delete(k, plural))
+        if new == obj:  # nothing changes: no new resourceVersion, no event
+            return 200, copy.deepcopy(obj)
+        self._manage(new, req, "status" if status else "")
+        return 200, copy.deepcopy(self._store(new, plural))
+
+    def _list(self, req: Request, group: str, version: str, plural: str, ns: str | None) -> tuple[int, Any]:
+        """All objects, or a page of `limit` in key order with a `continue`
+        token (pages come from the current state, not a snapshot)."""
+        sel = req.query.get("labelSelector", [""])[0]
+        items = [(k, o) for k, o in self.objects.items()
+                 if self.plurals.get(k) == plural and (ns is None or o["metadata"].get("namespace") == ns) and _selected(o, sel)]
+        limit = int(req.query.get("limit", ["0"])[0] or 0)
+        token = req.query.get("continue", [""])[0]
+        meta: dict[str, Any] = {"resourceVersion": str(self._rv)}
+        if limit or token:
+            items.sort()
+            if token:
+                try:
+                    cont = json.loads(base64.urlsafe_b64decode(token))
+                    rv, after = int(cont["rv"]), str(cont["after"])
+                except (ValueError, KeyError, TypeError):
+                    return 400, status_body(400, "BadRequest", "continue key is not valid")
+                if rv < self.events.compacted:
+                    return 410, status_body(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                                                            "list result. You can start a new list without the continue parameter.")
+                items = [(k, o) for k, o in items if k > after]
+                meta["resourceVersion"] = str(rv)
+            if limit and len(items) > limit:
+                items = items[:limit]
+                cont = {"rv": int(meta["resourceVersion"]), "after": items[-1][0]}
+                meta["continue"] = base64.urlsafe_b64encode(json.dumps(cont).encode()).decode()
+                meta["remainingItemCount"] = 0  # not counted
+        body = {"apiVersion": f"{group}/{version}", "kind": "List", "metadata": meta, "items": [copy.deepcopy(o) for _, o in items]}
+        return 200, body
+
+    def _watch(self, req: Request, group: str, version: str, plural: str, ns: str | None) -> tuple[int, Any]:
+        q = {k: v[0] for k, v in req.query.items()}
+        rv = q.get("resourceVersion", "")
+        try:
+            since = int(rv) if rv not in ("", "0") else None
+            timeout = float(q.get("timeoutSeconds") or DEFAULT_TIMEOUT)
+        except ValueError:
+            return 400, status_body(400, "BadRequest", f"invalid resourceVersion or timeoutSeconds: {rv!r}")
+        api_version = f"{group}/{version}"
+
+        def current() -> list[dict[str, Any]]:
+            return [copy.deepcopy(o) for k, o in self.objects.items()
+                    if self.plurals.get(k) == plural and (ns is None or o["metadata"].get("namespace") == ns)]
+
+        def bookmark(rv: int) -> dict[str, Any]:
+            return {"kind": self.kinds.get(plural, ""), "apiVersion": api_version, "metadata": {"resourceVersion": str(rv)}}
+
+        bookmarks = q.get("allowWatchBookmarks") in ("1", "true")
+        return 200, Stream(self.events.stream(plural, ns, since, timeout, bookmarks, lambda: self._rv, current, bookmark))
 
 
 def _selected(obj: dict[str, Any], selector: str) -> bool:
@@ -285,9 +503,11 @@ def _selected(obj: dict[str, Any], selector: str) -> bool:
 
 
 class Server(LoopbackServer):
-    """Serves a FakeKubeAPI on 127.0.0.1 and writes a kubeconfig for it."""
+    """Serves a FakeKubeAPI on 127.0.0.1 and writes a kubeconfig for it.
+    `port`: listen there (a restart of a server that ran on it); leaving
+    ends every open watch."""
 
-    def __init__(self, api: FakeKubeAPI) -> None:
+    def __init__(self, api: FakeKubeAPI, port: int = 0) -> None:
         self.api = api
         outer = self
 
@@ -311,6 +531,9 @@ class Server(LoopbackServer):
                 req = Request(self.command, parts.path, parse_qs(parts.query), body, self.headers.get("Content-Type", ""),
                               self.headers.get("User-Agent", ""))
                 code, out = outer.api.handle(req)
+                if isinstance(out, Stream):
+                    self._stream(code, out)
+                    return
                 data = json.dumps(out).encode()
                 try:
                     self.send_response(code)
@@ -321,9 +544,45 @@ class Server(LoopbackServer):
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def _stream(self, code: int, out: Stream) -> None:
+                """One JSON line per chunk; a cut stream ends without the last chunk."""
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for event in out.events:  # a dict, or raw bytes (a scripted malformed line)
+                        line = (event if isinstance(event, bytes) else json.dumps(event).encode()) + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.write(b"0\r\n\r\n")
+                except Dropped:
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                finally:
+                    close = getattr(out.events, "close", None)
+                    if close is not None:
+                        close()
+
             do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _do
 
         super().__init__(Handler, "fake-kube-api")
+        if port:
+            self.httpd.server_close()
+            self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+            self.httpd.daemon_threads = True
+            self.url = f"http://127.0.0.1:{port}"
+            self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="fake-kube-api", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    def __exit__(self, *exc: Any) -> None:
+        self.api.drop_watches()
+        super().__exit__(*exc)
 
     def kubeconfig(self, path: str, token: str = "test-token") -> str:
         cfg = {

@@ -313,3 +313,229 @@ def test_with_the_cache_cleanup_drops_the_entries_of_what_it_deleted(cached, kub
     assert not redis_client.exists(keys.status("widgets", "ns1", "old"))
     assert w.publish(WIDGET, "old", "ns1", set_phase("Ready")) == PATCHED  # recreated, not skipped as unchanged
     assert "ns1/old" in kubeapi.objects
+
+
+# --- a controller's writes on objects users own (issue 12: Proxy) ------------------------
+
+from fleet.kube import (  # noqa: E402
+    MAX_SECRET_VALUE,
+    ApiUnavailable,
+    Conflict,
+    Expired,
+    NotFound,
+    Rejected,
+    SecretError,
+    list_page,
+)
+from fleet.proxies.model import FINALIZER  # noqa: E402
+from fleet.resources import PROXY  # noqa: E402
+
+PROXIES = "/apis/crawl.example.com/v1alpha1/namespaces/{ns}/proxies"
+
+
+def proxy(name="px1", ns="team-a", **spec):
+    return {"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "metadata": {"name": name, "namespace": ns},
+            "spec": {"provider": "kvm-home", **spec}}
+
+
+@pytest.fixture
+def api(kubeapi):
+    return client.ApiClient(load_configuration(kubeapi.kubeconfig_path))
+
+
+def test_the_fake_assigns_identity_on_create_and_bumps_generation_on_spec_changes_only(api, kubeapi):
+    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "crawl.example.com", "v1alpha1", "team-a", "proxies", proxy(port=3128))
+    meta = created["metadata"]
+    assert meta["uid"] and meta["creationTimestamp"] and meta["resourceVersion"] and meta["generation"] == 1
+    w = Writer(api, "blue")
+    st = w.patch_status(PROXY, "team-a", "px1", meta["resourceVersion"], {"phase": "Pending"})
+    assert st["metadata"]["generation"] == 1 and int(st["metadata"]["resourceVersion"]) > int(meta["resourceVersion"])
+    fin = w.patch_finalizers(PROXY, "team-a", "px1", st["metadata"]["resourceVersion"], [FINALIZER])
+    assert fin["metadata"]["generation"] == 1 and fin["metadata"]["finalizers"] == [FINALIZER]
+    assert fin["metadata"]["uid"] == meta["uid"]
+    edited = kubeapi.add({**kubeapi.objects["team-a/px1"], "spec": {"provider": "kvm-home", "port": 8080}}, plural="proxies")
+    assert edited["metadata"]["generation"] == 2 and edited["status"] == {"phase": "Pending"}
+    # a recreated object of the same name is another object
+    kubeapi.objects.pop("team-a/px1")
+    again = kubeapi.add(proxy(), plural="proxies")
+    assert again["metadata"]["uid"] != meta["uid"] and again["metadata"]["generation"] == 1
+
+
+def test_patch_status_writes_with_the_resource_version_and_returns_the_object(api, kubeapi):
+    rv = kubeapi.add({**proxy(), "status": {"phase": "Pending", "ip": ""}}, plural="proxies")["metadata"]["resourceVersion"]
+    w = Writer(api, "blue")
+    out = w.patch_status(PROXY, "team-a", "px1", rv, {"phase": "Running", "ip": "10.0.0.7", "message": None})
+    assert out["status"] == {"phase": "Running", "ip": "10.0.0.7"} == kubeapi.objects["team-a/px1"]["status"]
+    assert out["spec"] == {"provider": "kvm-home"}  # the object, not only its status
+    req = kubeapi.requests[-1]
+    assert (req.method, req.path) == ("PATCH", PROXIES.format(ns="team-a") + "/px1/status")
+    assert req.content_type == "application/merge-patch+json" and req.field_manager == FIELD_MANAGER
+    assert req.body == {"metadata": {"resourceVersion": rv},
+                        "status": {"phase": "Running", "ip": "10.0.0.7", "message": None}}
+    assert w.writes == 1
+
+
+def test_patch_status_raises_conflict_on_a_stale_resource_version_and_not_found_when_gone(api, kubeapi):
+    rv = kubeapi.add(proxy(), plural="proxies")["metadata"]["resourceVersion"]
+    kubeapi.add({**proxy(), "metadata": {**proxy()["metadata"], "labels": {"x": "y"}}}, plural="proxies")  # someone else wrote
+    w = Writer(api, "blue")
+    with pytest.raises(Conflict, match="patch Proxy/status team-a/px1: conflict"):
+        w.patch_status(PROXY, "team-a", "px1", rv, {"phase": "Running"})
+    with pytest.raises(Conflict):
+        w.patch_finalizers(PROXY, "team-a", "px1", rv, [FINALIZER])
+    assert "status" not in kubeapi.objects["team-a/px1"] and "finalizers" not in kubeapi.objects["team-a/px1"]["metadata"]
+    with pytest.raises(NotFound, match="team-b/px1"):
+        w.patch_status(PROXY, "team-b", "px1", rv, {"phase": "Running"})
+    with pytest.raises(NotFound):
+        w.patch_finalizers(PROXY, "team-b", "px1", rv, [])
+    assert w.writes == 0
+
+
+def test_patch_finalizers_sets_the_list_and_leaves_spec_and_status_alone(api, kubeapi):
+    obj = kubeapi.add({**proxy(), "metadata": {**proxy()["metadata"], "finalizers": ["other.example.com/keep"]},
+                       "status": {"phase": "Pending"}}, plural="proxies")
+    w = Writer(api, "blue")
+    out = w.patch_finalizers(PROXY, "team-a", "px1", obj["metadata"]["resourceVersion"], ["other.example.com/keep", FINALIZER])
+    assert out["metadata"]["finalizers"] == ["other.example.com/keep", FINALIZER]
+    assert out["spec"] == obj["spec"] and out["status"] == {"phase": "Pending"}
+    req = kubeapi.requests[-1]
+    assert (req.method, req.path, req.content_type) == ("PATCH", PROXIES.format(ns="team-a") + "/px1", "application/merge-patch+json")
+    assert req.body == {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"],
+                                     "finalizers": ["other.example.com/keep", FINALIZER]}}
+    assert req.field_manager == FIELD_MANAGER
+
+
+def test_delete_with_a_finalizer_waits_for_it_then_the_object_goes(api, kubeapi):
+    w = Writer(api, "blue")
+    rv = kubeapi.add(proxy(), plural="proxies")["metadata"]["resourceVersion"]
+    rv = w.patch_finalizers(PROXY, "team-a", "px1", rv, [FINALIZER])["metadata"]["resourceVersion"]
+    custom = client.CustomObjectsApi(api)
+    custom.delete_namespaced_custom_object("crawl.example.com", "v1alpha1", "team-a", "proxies", "px1")
+    marked = kubeapi.objects["team-a/px1"]
+    assert marked["metadata"]["deletionTimestamp"] and marked["metadata"]["generation"] == 2
+    assert marked["metadata"]["resourceVersion"] != rv
+    with pytest.raises(Conflict):  # the deletion moved it
+        w.patch_finalizers(PROXY, "team-a", "px1", rv, [])
+    with pytest.raises(Rejected, match="no new finalizers"):
+        w.patch_finalizers(PROXY, "team-a", "px1", marked["metadata"]["resourceVersion"], [FINALIZER, "late.example.com/x"])
+    status = w.patch_status(PROXY, "team-a", "px1", marked["metadata"]["resourceVersion"], {"phase": "Deleting"})
+    last = w.patch_finalizers(PROXY, "team-a", "px1", status["metadata"]["resourceVersion"], [])
+    assert "team-a/px1" not in kubeapi.objects
+    assert last["status"] == {"phase": "Deleting"} and not last["metadata"].get("finalizers")
+    with pytest.raises(NotFound):
+        w.patch_status(PROXY, "team-a", "px1", last["metadata"]["resourceVersion"], {"phase": "Deleting"})
+    # without finalizers a DELETE removes it at once
+    kubeapi.add(proxy("px2"), plural="proxies")
+    custom.delete_namespaced_custom_object("crawl.example.com", "v1alpha1", "team-a", "proxies", "px2")
+    assert "team-a/px2" not in kubeapi.objects
+
+
+def test_an_unchanged_patch_keeps_the_resource_version(api, kubeapi):
+    rv = kubeapi.add({**proxy(), "status": {"phase": "Running"}}, plural="proxies")["metadata"]["resourceVersion"]
+    w = Writer(api, "blue")
+    assert w.patch_status(PROXY, "team-a", "px1", rv, {"phase": "Running"})["metadata"]["resourceVersion"] == rv
+    assert w.patch_finalizers(PROXY, "team-a", "px1", rv, [])["metadata"]["resourceVersion"] == rv
+
+
+@pytest.mark.parametrize("verb, resource, act", [
+    ("patch", "proxies/status", lambda w: w.patch_status(PROXY, "team-a", "px1", "1", {"phase": "Running"})),
+    ("patch", "proxies", lambda w: w.patch_finalizers(PROXY, "team-a", "px1", "1", [FINALIZER])),
+])
+def test_a_refused_patch_is_a_cluster_access_error(api, kubeapi, verb, resource, act):
+    kubeapi.add(proxy(), plural="proxies")
+    kubeapi.deny(verb, resource)
+    with pytest.raises(ClusterAccessError) as err:
+        act(Writer(api, "blue"))
+    assert (err.value.verb, err.value.resource, err.value.status) == (verb, resource, 403)
+    assert "in namespace 'team-a'" in str(err.value)
+
+
+def test_a_server_error_or_a_dead_server_is_unavailable(api, kubeapi):
+    kubeapi.add(proxy(), plural="proxies")
+    kubeapi.script("PATCH", r"/proxies/", lambda req: (503, {"kind": "Status", "code": 503, "message": "etcd down"}))
+    with pytest.raises(ApiUnavailable, match="503"):
+        Writer(api, "blue").patch_status(PROXY, "team-a", "px1", "1", {"phase": "Running"})
+    dead = load_configuration(kubeapi.kubeconfig_path)
+    dead.host = "http://127.0.0.1:9"  # discard: nothing listens
+    with pytest.raises(ApiUnavailable):
+        Writer(client.ApiClient(dead), "blue").patch_finalizers(PROXY, "team-a", "px1", "1", [])
+
+
+def test_the_scope_is_checked_before_any_request(api, kubeapi):
+    with pytest.raises(ValueError):
+        Writer(api, "blue").patch_status(PROXY, None, "px1", "1", {})
+    assert kubeapi.requests == []
+
+
+# --- Secrets (a Proxy's cloudInit.secretRef) ----------------------------------------------
+
+SENTINEL = "#cloud-config\npassword: s3cr3t-SENTINEL-do-not-log\n"
+
+
+def test_read_secret_key_decodes_the_value(api, kubeapi):
+    kubeapi.add_secret("team-a", "ci", {"user-data": SENTINEL, "other": b"\xff"})
+    assert Writer(api, "blue").read_secret_key("team-a", "ci", "user-data") == SENTINEL
+    req = kubeapi.requests[-1]
+    assert (req.method, req.path) == ("GET", "/api/v1/namespaces/team-a/secrets/ci")
+
+
+@pytest.mark.parametrize("setup, name, key, want", [
+    (lambda k: None, "ci", "user-data", "Secret team-a/ci not found (key 'user-data' wanted)"),
+    (lambda k: k.add_secret("team-a", "ci", {"other": SENTINEL}), "ci", "user-data",
+     "Secret team-a/ci has no key 'user-data' (keys: other)"),
+    (lambda k: k.add_secret("team-a", "ci", {"user-data": b"\xff\xfe" + SENTINEL.encode()}), "ci", "user-data",
+     "Secret team-a/ci key 'user-data': not UTF-8 text"),
+    (lambda k: k.add_secret("team-a", "ci", {"user-data": SENTINEL + "x" * MAX_SECRET_VALUE}), "ci", "user-data",
+     f"Secret team-a/ci key 'user-data': larger than {MAX_SECRET_VALUE} bytes"),
+    (lambda k: k.add_secret("team-b", "ci", {"user-data": SENTINEL}), "ci", "user-data",
+     "Secret team-a/ci not found (key 'user-data' wanted)"),  # the Proxy's namespace only
+])
+def test_read_secret_key_errors_name_the_secret_and_key_never_the_value(api, kubeapi, caplog, setup, name, key, want):
+    caplog.set_level(logging.DEBUG)
+    setup(kubeapi)
+    with pytest.raises(SecretError) as err:
+        Writer(api, "blue").read_secret_key("team-a", name, key)
+    assert str(err.value) == want
+    assert "SENTINEL" not in repr(err.value) and "SENTINEL" not in caplog.text
+    assert err.value.__cause__ is None and "SENTINEL" not in str(err.value.__context__)
+
+
+def test_read_secret_key_exactly_at_the_limit(api, kubeapi):
+    kubeapi.add_secret("team-a", "ci", {"k": "x" * MAX_SECRET_VALUE})
+    assert len(Writer(api, "blue").read_secret_key("team-a", "ci", "k")) == MAX_SECRET_VALUE
+
+
+def test_read_secret_key_refused_names_the_role(api, kubeapi):
+    kubeapi.add_secret("team-a", "ci", {"user-data": SENTINEL})
+    kubeapi.deny("get", "secrets")
+    with pytest.raises(ClusterAccessError) as err:
+        Writer(api, "blue").read_secret_key("team-a", "ci", "user-data")
+    e = err.value
+    assert (e.verb, e.resource, e.status) == ("get", "secrets", 403)
+    assert "fleet:<installation>:controller:secrets" in str(e) and "namespace 'team-a'" in str(e)
+    assert 'cannot get resource "secrets"' in str(e)  # the API server's words
+
+
+# --- list pages -----------------------------------------------------------------------------
+
+
+def test_list_page_pages_across_namespaces_and_an_old_token_expires(api, kubeapi):
+    for i in range(5):
+        kubeapi.add(proxy(f"px{i}", f"team-{'ab'[i % 2]}"), plural="proxies")
+    kubeapi.add(widget("w", "team-a"), plural="widgets")  # another kind: not listed
+    first = list_page(api, PROXY, limit=2)
+    assert [o["metadata"]["name"] for o in first["items"]] == ["px0", "px2"]
+    token, rv = first["metadata"]["continue"], first["metadata"]["resourceVersion"]
+    second = list_page(api, PROXY, limit=2, continue_token=token)
+    assert [o["metadata"]["name"] for o in second["items"]] == ["px4", "px1"]
+    assert second["metadata"]["resourceVersion"] == rv
+    third = list_page(api, PROXY, limit=2, continue_token=second["metadata"]["continue"])
+    assert [o["metadata"]["name"] for o in third["items"]] == ["px3"] and not third["metadata"].get("continue")
+    assert len(list_page(api, PROXY)["items"]) == 5
+    kubeapi.expire_history()
+    with pytest.raises(Expired):
+        list_page(api, PROXY, limit=2, continue_token=token)
+    kubeapi.remove_crd("proxies")
+    with pytest.raises(ClusterAccessError, match="Is the Proxy CRD installed"):
+        list_page(api, PROXY)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fleet import resources
-from fleet.resources import KNOWN, PROVIDER_HEALTH, Resource
+from fleet.resources import KNOWN, PROVIDER_HEALTH, PROXY, Resource
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,8 +61,10 @@ def test_each_resource_matches_its_crd(resource):
 
 
 @pytest.mark.parametrize("resource, want", [
-    (Resource("crawl.example.com", "v1alpha1", "proxies", "Proxy", namespaced=True),
-     ["no CRD proxies.crawl.example.com in deploy/crd/"]),
+    (Resource("crawl.example.com", "v1alpha1", "leases", "Lease", namespaced=True),
+     ["no CRD leases.crawl.example.com in deploy/crd/"]),
+    (dataclasses.replace(PROXY, namespaced=False, short_names=()),
+     ["scope: CRD 'Namespaced', Resource 'Cluster'", "shortNames: CRD ('px',), Resource ()"]),
     (dataclasses.replace(PROVIDER_HEALTH, namespaced=True), ["scope: CRD 'Cluster', Resource 'Namespaced'"]),
     (dataclasses.replace(PROVIDER_HEALTH, kind="Health", short_names=()),
      ["kind: CRD 'ProviderHealth', Resource 'Health'", "shortNames: CRD ('ph',), Resource ()"]),
@@ -83,3 +85,9 @@ def test_provider_health():
     assert want == PROVIDER_HEALTH
     assert (PROVIDER_HEALTH.api_version, PROVIDER_HEALTH.crd_name) == ("crawl.example.com/v1alpha1",
                                                                         "providerhealths.crawl.example.com")
+
+
+def test_proxy():
+    want = Resource("crawl.example.com", "v1alpha1", "proxies", "Proxy", namespaced=True, short_names=("px",))
+    assert want == PROXY and PROXY in KNOWN
+    assert (PROXY.api_version, PROXY.crd_name) == ("crawl.example.com/v1alpha1", "proxies.crawl.example.com")

@@ -1,0 +1,258 @@
+"""List and watch every object of one custom resource kind, across all
+namespaces, and hand the changes to a consumer: the informer loop, without
+a cache (the consumer keeps what it needs).
+
+`Watcher.run(stop)` loops until `stop` is set:
+
+1. **list** (paged: `limit`/`continue`; a continue token that expires
+   mid-list restarts the list), then deliver the result: each object as
+   `on_event("SYNC", obj)`, then `on_synced(objects)` with all of them, the
+   complete current set, so a consumer can drop what vanished while it was
+   not watching (deleted during a disconnection, or before a 410). `synced`
+   is set after the first complete list.
+2. **watch** from the list's resourceVersion: `on_event("ADDED" | "MODIFIED"
+   | "DELETED", obj)` in the API server's order; each event and each
+   BOOKMARK advances the resourceVersion. When the server ends the watch
+   (`timeout_seconds`), watch again from there at once.
+3. **410 Gone** (the resourceVersion is too old): list again (1).
+   A refused or broken connection, a read timeout, a 5xx, RBAC or a missing
+   CRD: log, back off (`Backoff`: exponential, bounded, jittered), and watch
+   again from the last resourceVersion (or list, if none yet); the backoff
+   resets after a request that worked.
+
+Objects are validated at the boundary: a listed item or an event object that
+is not a dict with a string metadata.name is logged (never its content: a
+spec may carry cloud-init) and skipped. A consumer callback that raises is
+logged and the loop goes on: the event is not retried, so consumers should
+be idempotent and rely on the next relist or resync to repair.
+
+`stop` ends `run` promptly: the open watch connection is shut from a small
+helper thread, and every wait (backoff) is on `stop`; a list request in
+flight is bounded by `fleet.kube.REQUEST_TIMEOUT`.
+
+Infrastructure: knows no feature; the SDK stays in `fleet.kube`, which
+builds the client (`kube.api_client`, or a `Writer`'s `api_client`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fleet import kube
+from fleet.kube import ApiClient
+from fleet.resources import Resource
+
+log = logging.getLogger("fleet.kubewatch")
+
+SYNC, ADDED, MODIFIED, DELETED, BOOKMARK = "SYNC", "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
+CHANGES = (ADDED, MODIFIED, DELETED)
+PAGE_SIZE = 500
+
+OnEvent = Callable[[str, dict[str, Any]], None]
+OnSynced = Callable[[list[dict[str, Any]]], None]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between failed attempts: initial * factor**attempt, at most
+    `maximum`, each multiplied by a random factor in [1 - jitter, 1 + jitter]."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+    factor: float = 2.0
+    jitter: float = 0.2
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        return max(0.0, base * random.uniform(1 - self.jitter, 1 + self.jitter))
+
+
+def object_name(obj: Any) -> str | None:
+    """`namespace/name` of a well-formed object (name alone when cluster-scoped), else None."""
+    if not isinstance(obj, dict):
+        return None
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        return None
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if isinstance(ns, str) and ns else meta["name"]
+
+
+def _resource_version(obj: Any) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return rv if isinstance(rv, str) and rv else None
+
+
+class Watcher:
+    """List+watch of `resource` across all namespaces; see the module docstring.
+
+    `api`: an `ApiClient`, or a function building one (called at the start
+    and again after the credentials were rejected, 401)."""
+
+    def __init__(
+        self,
+        api: ApiClient | Callable[[], ApiClient],
+        resource: Resource,
+        on_event: OnEvent,
+        *,
+        on_synced: OnSynced | None = None,
+        bookmark: bool = True,
+        timeout_seconds: int = 300,
+        backoff: Backoff = Backoff(),
+        page_size: int = PAGE_SIZE,
+        read_timeout: float | None = None,
+    ) -> None:
+        self._api, self._client = api, api if isinstance(api, ApiClient) else None
+        self.resource, self.on_event, self.on_synced = resource, on_event, on_synced
+        self.bookmark, self.timeout_seconds, self.backoff = bookmark, timeout_seconds, backoff
+        self.page_size = page_size
+        self.read_timeout = read_timeout  # None: timeout_seconds + 30 (kube.WatchStream)
+        self.synced = threading.Event()  # set after the first complete list
+        self.resource_version = ""  # where the next watch starts; "" until listed
+        self.lists = 0  # complete lists delivered (relists after the first), for tests and metrics
+        self._stream: kube.WatchStream | None = None
+        self._lock = threading.Lock()
+
+    # --- the loop -------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch, until `stop` is set (see the module docstring)."""
+        closer = threading.Thread(target=self._close_on, args=(stop,), name=f"kubewatch-{self.resource.plural}-stop",
+                                  daemon=True)
+        closer.start()
+        attempt = 0
+        while not stop.is_set():
+            try:
+                if not self.resource_version:
+                    self._list(stop)
+                    attempt = 0
+                    if stop.is_set():
+                        break
+                if self._watch(stop):
+                    attempt = 0
+            except kube.Expired as exc:
+                log.info("watch expired, listing again", extra={"fields": {"kind": self.resource.kind, "reason": str(exc)}})
+                self.resource_version = ""
+            except (kube.KubeError, kube.ClusterAccessError) as exc:
+                if stop.is_set():
+                    break
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                if isinstance(exc, kube.ClusterAccessError) and exc.status == 401 and not isinstance(self._api, ApiClient):
+                    self._client = None  # credentials rejected: build the client again
+                level = logging.ERROR if isinstance(exc, kube.ClusterAccessError) else logging.WARNING
+                log.log(level, "list/watch failed, retrying", extra={"fields": {
+                    "kind": self.resource.kind, "error": str(exc), "retry_in": round(delay, 2), "attempt": attempt}})
+                stop.wait(delay)
+        log.debug("watcher stopped", extra={"fields": {"kind": self.resource.kind}})
+
+    def _close_on(self, stop: threading.Event) -> None:
+        stop.wait()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def _api_client(self) -> ApiClient:
+        if self._client is None:
+            assert not isinstance(self._api, ApiClient)
+            self._client = self._api()
+        return self._client
+
+    # --- list -------------------------------------------------------------------------
+
+    def _list(self, stop: threading.Event) -> None:
+        """A complete list, delivered; sets resource_version. An expired
+        continue token restarts it (up to 3 times, then Expired)."""
+        for _ in range(3):
+            items: list[dict[str, Any]] = []
+            token, rv = "", ""
+            try:
+                while True:
+                    page = kube.list_page(self._api_client(), self.resource, self.page_size, token)
+                    found = page.get("metadata")
+                    meta: dict[str, Any] = found if isinstance(found, dict) else {}
+                    rv = rv or str(meta.get("resourceVersion") or "")
+                    raw = page.get("items")
+                    for item in raw if isinstance(raw, list) else ():
+                        if object_name(item) is None:
+                            log.warning("list: an item without metadata.name, skipped", extra={"fields": {
+                                "kind": self.resource.kind, "type": type(item).__name__}})
+                        else:
+                            items.append(item)
+                    token = str(meta.get("continue") or "")
+                    if not token or stop.is_set():
+                        break
+            except kube.Expired:
+                log.info("list: continue token expired, listing from the start", extra={"fields": {"kind": self.resource.kind}})
+                continue
+            if stop.is_set():
+                return
+            if not rv:
+                raise kube.ApiUnavailable(f"list {self.resource.kind}: the answer has no metadata.resourceVersion")
+            self._deliver_list(items)
+            self.resource_version = rv
+            self.lists += 1
+            self.synced.set()
+            return
+        raise kube.Expired(f"list {self.resource.kind}: the continue token kept expiring")
+
+    def _deliver_list(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            self._call(self.on_event, SYNC, item)
+        if self.on_synced is not None:
+            try:
+                self.on_synced(items)
+            except Exception:
+                log.exception("on_synced failed", extra={"fields": {"kind": self.resource.kind, "objects": len(items)}})
+        log.debug("listed", extra={"fields": {"kind": self.resource.kind, "objects": len(items)}})
+
+    # --- watch --------------------------------------------------------------------------
+
+    def _watch(self, stop: threading.Event) -> bool:
+        """One watch request, from resource_version, until the server ends it
+        or `stop`. True when it delivered anything or ended cleanly."""
+        stream = kube.WatchStream(self._api_client(), self.resource, self.resource_version,
+                                  timeout_seconds=self.timeout_seconds, bookmarks=self.bookmark, read_timeout=self.read_timeout)
+        with self._lock:
+            self._stream = stream
+        if stop.is_set():  # set before the closer could see this stream
+            stream.close()
+        try:
+            for type_, obj in stream:
+                self._on_watch_event(type_, obj)
+            return True
+        finally:
+            with self._lock:
+                self._stream = None
+
+    def _on_watch_event(self, type_: str, obj: Any) -> None:
+        if type_ == BOOKMARK:
+            rv = _resource_version(obj)
+            if rv:
+                self.resource_version = rv
+            return
+        if type_ not in CHANGES:
+            log.warning("watch: an event of unknown type, skipped", extra={"fields": {"kind": self.resource.kind, "type": type_[:64]}})
+            return
+        if object_name(obj) is None:
+            log.warning("watch: an event object without metadata.name, skipped", extra={"fields": {
+                "kind": self.resource.kind, "type": type_, "object_type": type(obj).__name__}})
+            return
+        rv = _resource_version(obj)
+        if rv:
+            self.resource_version = rv
+        self._call(self.on_event, type_, obj)
+
+    def _call(self, fn: OnEvent, type_: str, obj: dict[str, Any]) -> None:
+        try:
+            fn(type_, obj)
+        except Exception:
+            log.exception("on_event failed", extra={"fields": {"kind": self.resource.kind, "type": type_,
+                                                               "object": object_name(obj)}})
