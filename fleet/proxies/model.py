@@ -89,11 +89,15 @@ class ProxyStatus:
         return next((c for c in self.conditions if c.type == type_), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The status subresource; an empty phase is left out (the CRD's enum has no empty value)."""
+        out = {
             "phase": self.phase, "providerID": self.provider_id, "ip": self.ip, "port": self.port,
             "specHash": self.spec_hash, "observedGeneration": self.observed_generation, "message": self.message,
             "conditions": [c.to_dict() for c in self.conditions],
         }
+        if not self.phase:
+            del out["phase"]
+        return out
 
 
 @dataclass(frozen=True)

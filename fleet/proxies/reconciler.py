@@ -62,6 +62,10 @@ class Objects(Protocol):
     """Where Proxy objects live: the Kubernetes API (`cluster`) or manifests
     plus Redis (`standalone`). Reads are local; writes may raise Conflict."""
 
+    def ready(self) -> bool:
+        """Whether `get` can be trusted (a watch cache has listed once): before, nothing is reconciled."""
+        ...
+
     def get(self, key: str) -> Proxy | None: ...
 
     def keys(self) -> list[str]: ...
@@ -101,6 +105,8 @@ class Reconciler:
 
     def reconcile(self, key: str) -> str:
         """Take this Proxy's next step; what happened, for logs and tests."""
+        if not self.objects.ready():
+            return "not-ready"  # its due entry stays; the loop waits for the first list
         if not self.store.claim(key, self.owner, CLAIM_TTL):
             return "claimed"  # another replica has it; the due entry stays for whoever is next
         try:
@@ -250,6 +256,8 @@ class Reconciler:
 
     def run(self, stop: threading.Event, resync_every: float = 30.0, idle: float = 0.25) -> None:
         last_resync = 0.0
+        while not self.objects.ready() and not stop.wait(idle):
+            pass
         while not stop.is_set():
             try:
                 if time.monotonic() - last_resync >= resync_every:

@@ -37,7 +37,7 @@ def mode() -> tuple[Objects | None, str]:
         return None, "Proxies: off (no --proxies manifests and no cluster)"
     from fleet.proxies.cluster import Cluster
 
-    return Cluster.connect(s, store), f"Proxies: watching proxies.crawl.example.com on {cfg.host}"
+    return Cluster.connect(s), f"Proxies: watching proxies.crawl.example.com on {cfg.host}"
 
 
 @functools.cache

@@ -48,6 +48,9 @@ class Standalone:
 
     # -- Objects --------------------------------------------------------------------
 
+    def ready(self) -> bool:
+        return True  # the objects are in Redis: what it holds is what there is
+
     def get(self, key: str) -> Proxy | None:
         raw = self.store.object(key)
         if raw is None:

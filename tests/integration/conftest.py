@@ -55,6 +55,7 @@ class RedisServer:
         self.workdir = workdir
         self.proc: subprocess.Popen | None = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._clients: list[redis.Redis] = []
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
@@ -62,15 +63,27 @@ class RedisServer:
              "--dir", str(self.workdir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
         )
-        wait_for(lambda: redis.Redis(port=self.port).ping(), 10, "redis-server to answer")
+        wait_for(self.ping, 10, "redis-server to answer")
+
+    def ping(self) -> bool:
+        client = redis.Redis(port=self.port)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
 
     def stop(self) -> None:
+        for c in self._clients:
+            c.close()
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port)
+        """A client closed when the server stops (a socket left to the GC is a ResourceWarning)."""
+        c = redis.Redis(port=self.port)
+        self._clients.append(c)
+        return c
 
 
 @pytest.fixture

@@ -1,0 +1,168 @@
+"""Cluster mode: the Proxy objects of the API server, read from a watch cache
+(`fleet.kubewatch`: list+watch, bookmarks, relist on 410) and written through
+`fleet.kube.Writer` (status and finalizers, each with the resourceVersion
+read, so two replicas can't interleave).
+
+Every replica watches and keeps its own cache; which replica reconciles a
+Proxy is settled in Redis (the reconciler's claim). A watch event makes a
+Proxy due only when something the reconciler reads changed: it is new, or
+its generation, deletion mark, finalizers or annotations moved. The echo of
+our own status write is not a reason to reconcile again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fleet import kube, kubewatch
+from fleet.proxies.manifests import ManifestError, parse_proxy
+from fleet.proxies.model import Proxy, ProxyStatus
+from fleet.proxies.reconciler import CloudInitUnavailable, Conflict
+from fleet.resources import PROXY
+from fleet.settings import Settings
+
+log = logging.getLogger("fleet.proxies")
+
+SECRET_TTL = 10.0  # seconds a Secret's key is reused before it is read again
+
+
+def _rv(p: Proxy) -> int:
+    return int(p.resource_version) if p.resource_version.isdigit() else -1
+
+
+def _relevant(old: Proxy | None, new: Proxy) -> bool:
+    return old is None or (old.generation, old.deleting, old.finalizers, dict(old.annotations)) != (
+        new.generation, new.deleting, new.finalizers, dict(new.annotations))
+
+
+class Cluster:
+    def __init__(self, writer: kube.Writer, clock: Callable[[], float] = time.monotonic) -> None:
+        self.writer = writer
+        self.clock = clock
+        self._cache: dict[str, Proxy] = {}
+        self._secrets: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._reported: set[str] = set()
+
+    @classmethod
+    def connect(cls, settings: Settings) -> Cluster:
+        writer, _ = kube.connect(settings)
+        if writer is None:
+            raise RuntimeError("no cluster configured")
+        return cls(writer)
+
+    # -- Objects --------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        return self._synced.is_set()
+
+    def get(self, key: str) -> Proxy | None:
+        with self._lock:
+            return self._cache.get(key)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return sorted(self._cache)
+
+    def write_status(self, p: Proxy, status: ProxyStatus) -> Proxy:
+        return self._write(p, lambda: self.writer.patch_status(PROXY, p.namespace, p.name, p.resource_version,
+                                                               status.to_dict()))
+
+    def set_finalizers(self, p: Proxy, finalizers: tuple[str, ...]) -> Proxy | None:
+        try:
+            return self._write(p, lambda: self.writer.patch_finalizers(PROXY, p.namespace, p.name, p.resource_version,
+                                                                       list(finalizers)))
+        except kube.NotFound:
+            self._forget(p.key)
+            return None
+
+    def cloud_init(self, p: Proxy) -> str:
+        ci = p.spec.cloud_init
+        if ci.secret is None:
+            return ci.inline or ""
+        where = (p.namespace, ci.secret.name, ci.secret.key)
+        now = self.clock()
+        with self._lock:
+            hit = self._secrets.get(where)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        try:
+            text = self.writer.read_secret_key(*where)
+        except (kube.KubeError, kube.ClusterAccessError) as exc:  # the message names the Secret and key, never the value
+            raise CloudInitUnavailable(str(exc)) from None
+        with self._lock:
+            if len(self._secrets) > 10_000:
+                self._secrets.clear()
+            self._secrets[where] = (now + SECRET_TTL, text)
+        return text
+
+    def _write(self, p: Proxy, request: Callable[[], dict[str, Any]]) -> Proxy:
+        try:
+            obj = request()
+        except kube.Conflict:
+            raise Conflict(p.key) from None
+        except kube.NotFound:
+            self._forget(p.key)
+            raise Conflict(p.key) from None
+        new = self._parse(obj)
+        if new is None:
+            raise Conflict(p.key)
+        self._keep(new)
+        return new
+
+    # -- the watch ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, on_change: Callable[[Iterable[str]], None]) -> None:
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            p = self._parse(obj)
+            if p is None:
+                return
+            if kind == kubewatch.DELETED:
+                self._forget(p.key)
+                on_change([p.key])
+                return
+            with self._lock:
+                old = self._cache.get(p.key)
+            if self._keep(p) and _relevant(old, p):
+                on_change([p.key])
+
+        def on_synced(objs: list[dict[str, Any]]) -> None:
+            present = {f"{(o.get('metadata') or {}).get('namespace')}/{(o.get('metadata') or {}).get('name')}" for o in objs}
+            with self._lock:
+                gone = [k for k in self._cache if k not in present]
+                for k in gone:
+                    del self._cache[k]
+            self._synced.set()
+            if gone:
+                on_change(gone)
+
+        kubewatch.Watcher(self.writer.api_client, PROXY, on_event, on_synced=on_synced).run(stop)
+
+    def _parse(self, obj: dict[str, Any]) -> Proxy | None:
+        try:
+            return parse_proxy(obj, source="the API server")
+        except ManifestError as exc:  # the CRD validates; this is an object the CRD let through (an older schema)
+            meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            if key not in self._reported and len(self._reported) < 1000:
+                self._reported.add(key)
+                log.warning("ignoring a Proxy object fleet cannot read", extra={"fields": {"proxy": key, "error": str(exc)[:300]}})
+            return None
+
+    def _keep(self, p: Proxy) -> bool:
+        """Cache `p` unless a newer version is cached already; whether it was kept."""
+        with self._lock:
+            cur = self._cache.get(p.key)
+            if cur is not None and _rv(cur) > _rv(p) >= 0:
+                return False
+            self._cache[p.key] = p
+            return True
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._cache.pop(key, None)
