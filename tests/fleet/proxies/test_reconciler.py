@@ -277,3 +277,25 @@ def test_deletion_removes_the_finalizer_only_after_not_found(world):
     world.step(1)
     p = world.proxy("a")
     assert p is not None and p.status.phase == "Deleting" and rules.FINALIZER in p.finalizers
+
+
+def test_an_impossible_placement_is_failed_with_field_and_value_before_any_call(world):
+    from providers.gcp.config import GcpConfig
+
+    gcp = ProviderConfig("gce", "gcp", GcpConfig(project="my-project-1", zones=("europe-west1-b",)))
+    world.rec.config = ProvidersConfig((*world.rec.config.providers, gcp))
+    (world.dir / "g.yaml").write_text(PROXY.format(name="g", provider="gce", port=3128).replace(
+        "  port: 3128", "  port: 3128\n  placement: {zone: mars-1a, machineType: e2-small, image: debian-12}"))
+    assert world.step() == []
+    p = world.proxy("g")
+    assert p.status.phase == "Failed" and p.status.condition("Provisioned").reason == "InvalidPlacement"
+    assert "placement.zone 'mars-1a'" in p.status.message
+
+
+def test_a_malformed_manifest_is_named_and_does_not_stop_the_others(world):
+    world.declare("good")
+    (world.dir / "bad.yaml").write_text(PROXY.format(name="bad", provider="edge", port=70000))
+    assert world.step() == ["create"]
+    assert world.proxy("good").status.phase == "Provisioning" and world.proxy("bad") is None
+    (err,) = world.objects.errors
+    assert "bad.yaml" in str(err) and "spec.port" in str(err) and "70000" in str(err)
