@@ -91,7 +91,7 @@ def test_an_unplaced_task_fails_at_send_time(sent):
 def test_an_explicit_queue_would_not_be_needed():
     """`queue=` / "queue" appear only in the router (and the queue
     declarations) in fleet/, tasks/ and beat/."""
-    pattern = re.compile(r"""queue=|["']queue["']\s*:""")
+    pattern = re.compile(r"""\bqueue=|["']queue["']\s*:""")
     allowed = {"fleet/routing.py", "fleet/inspection.py"}  # the router; `celery inspect provider_status` names the queue
     offenders = []
     for top in ("fleet", "tasks", "beat"):
