@@ -30,6 +30,7 @@ PATCH, see docs/architecture.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -166,12 +167,13 @@ def main() -> None:
             print(f"  {role:11s} CPU {1000 * (cpu1[role] - cpu0[role]) / n:6.2f} ms/Proxy   "
                   f"RSS {rss[role][0]:.0f} MiB (peak {rss[role][1]:.0f})")
     finally:
-        for p in procs.values():
+        for role, p in procs.items():
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM) if p.pid != procs["redis"].pid else p.terminate()
-                except ProcessLookupError:
-                    pass
+                with contextlib.suppress(ProcessLookupError):
+                    if role == "redis":
+                        p.terminate()
+                    else:
+                        os.killpg(p.pid, signal.SIGTERM)
         for p in procs.values():
             try:
                 p.wait(15)
