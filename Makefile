@@ -44,4 +44,5 @@ demo: deps
 	$(PY) deploy/examples/demo.py
 
 bench: deps
-	$(PY) benchmarks/round.py
+	$(PY) benchmarks/pipeline.py --quick
+	$(PY) benchmarks/proxies.py
