@@ -78,6 +78,8 @@ class FakeConfig(Block):
     flapRatio: float = Field(default=0.0, ge=0.0, le=1.0, strict=True, allow_inf_nan=False)
     flapEvery: int = Field(default=1, ge=1, le=MAX_FLAP_EVERY, strict=True)
     seed: int = Field(default=0, ge=0, le=MAX_SEED, strict=True)
+    # Each create takes this long (before the deadline), like a backend that is slow to answer.
+    createLatencyMs: int = Field(default=0, ge=0, le=MAX_LATENCY_MS, strict=True)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,12 @@ class FakeProvider:
 
     def create(self, request: base.CreateRequest, deadline: Deadline) -> str:
         pid = f"fake/{request.name}"
+        if self.cfg.createLatencyMs:
+            wait = self.cfg.createLatencyMs / 1000
+            timed_out = wait > deadline.remaining()
+            time.sleep(min(wait, deadline.remaining()))
+            if timed_out:
+                raise base.wrap(base.Transient, "create", self.name, pid, "deadline passed")
         with self._lock:
             if pid not in self._instances:
                 self._instances[pid] = Instance(

@@ -44,7 +44,7 @@ from providers.base import name_from_uid
 log = logging.getLogger("fleet.proxies")
 
 CLAIM_TTL = 30.0  # seconds one replica may hold a Proxy (a reconcile takes milliseconds)
-GRACE = 30.0  # seconds past a call's deadline before it counts as lost
+MAX_GRACE = 30.0  # seconds past a call's deadline before it counts as lost (at most; see Timing.grace)
 FULL_RETRY = 5.0  # seconds before trying again when the provider's calls are all in flight (if no slot frees first)
 MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
 OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
@@ -92,6 +92,12 @@ class Timing:
     call_timeout: float = 60.0
     max_calls: int = 3  # per provider
 
+    @property
+    def grace(self) -> float:
+        """How long past its deadline a call's answer may still be on its way
+        (queued behind others on fleet.controller): 30 s, or the call timeout if shorter."""
+        return min(MAX_GRACE, self.call_timeout)
+
 
 class Reconciler:
     def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig, send: Send,
@@ -132,7 +138,7 @@ class Reconciler:
         if call is not None:
             # its answer wakes the Proxy; an answer that never came is given up once the call lapses
             deadline = call.get("deadline")
-            lapses = float(deadline) + GRACE if isinstance(deadline, (int, float)) else now
+            lapses = float(deadline) + self.timing.grace if isinstance(deadline, (int, float)) else now
             if now < lapses:
                 self.store.schedule(key, lapses)
                 return "waiting"
@@ -196,19 +202,19 @@ class Reconciler:
         return result
 
     def _send(self, p: Proxy, call: Call, env: Env, cloud_init: str) -> str:
-        provider, timeout = p.spec.provider, self.timing.call_timeout
+        provider, timeout, grace = p.spec.provider, self.timing.call_timeout, self.timing.grace
         now = self.clock()
         doc = {"id": uuid.uuid4().hex, "op": call.op, "provider": provider, "uid": p.uid, "specHash": env.spec_hash or "",
                "release": call.release_on_success, "deadline": now + timeout}
-        state = self.store.begin_call(p.key, provider, json.dumps(doc), timeout + GRACE, self.timing.max_calls, now)
+        state = self.store.begin_call(p.key, provider, json.dumps(doc), timeout + grace, self.timing.max_calls, now)
         if state == "busy":
-            self.store.schedule(p.key, now + timeout + GRACE)
+            self.store.schedule(p.key, now + timeout + grace)
         if state != "ok":
             return state
         kwargs: dict[str, Any] = {"provider": provider, "timeout": timeout, "attempt": env.failures + 1}
         if call.op == rules.CREATE:
             token = uuid.uuid4().hex
-            self.store.stage_cloud_init(token, cloud_init, timeout + GRACE)
+            self.store.stage_cloud_init(token, cloud_init, timeout + grace)
             pl = p.spec.placement
             kwargs.update(name=name_from_uid(p.uid), uid=p.uid, namespace=p.namespace, proxy_name=p.name,
                           region=pl.region, zone=pl.zone, machine_type=pl.machine_type, image=pl.image,
@@ -220,7 +226,7 @@ class Reconciler:
         except Exception:
             self.store.cancel_call(p.key, provider)
             raise
-        self.store.schedule(p.key, now + timeout + GRACE)  # if its answer never comes
+        self.store.schedule(p.key, now + timeout + grace)  # if its answer never comes
         log.debug("provider call sent", extra={"fields": {"proxy": p.key, "op": call.op, "provider": provider}})
         return "sent"
 

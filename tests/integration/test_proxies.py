@@ -173,3 +173,23 @@ def test_cloud_init_never_reaches_flower_the_result_backend_or_logs(px_stack, re
         assert all(b"SENTINEL" not in m for m in r.lrange(queue, 0, -1))
     for role in ("controller", "worker:edge", "flower"):
         assert "SENTINEL" not in stack.log(role)
+
+
+def test_worker_killed_mid_create_converges_on_one_instance(redis_server, make_stack, tmp_path):
+    manifests = tmp_path / "slow-proxies"
+    manifests.mkdir()
+    stack = make_stack(redis_server.url, [{"name": "edge", "type": "fake", "fake": {"createLatencyMs": 1500}}],
+                       FLEET_PROXIES=str(manifests), FLEET_PROXY_POLL_INTERVAL="1s", FLEET_PROVIDER_CALL_TIMEOUT="3s",
+                       FLEET_PROVIDER_CHECK_INTERVAL="0", FLEET_LOG_LEVEL="debug")
+    stack.manifests = manifests
+    r = redis_server.client()
+    stack.worker("edge")
+    stack.controller()
+    stack.wait_ready("worker:edge", "controller")
+    declare(manifests, "a")
+    wait_for(lambda: "fleet.create_instance" in stack.log("worker:edge") and r.get("fleet:px:call:crawl/a"), 30,
+             "the worker to start the create")
+    stack.kill("worker:edge")  # mid-create: the message was taken, its answer never comes
+    stack.worker("edge")
+    wait_for(lambda: phase(stack, "crawl/a") == "Running", 60, "crawl/a Running after the create lapsed and was sent again")
+    assert len(instances(stack.broker)) == 1

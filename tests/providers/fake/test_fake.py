@@ -184,3 +184,25 @@ def test_the_instance_table_ignores_variation():
     _rounds(p, 2)
     assert p.get(pid, Deadline.after(5)).uid == "u"
     assert [i.id for i in p.list_by_tag(Deadline.after(5))] == [pid]
+
+
+def test_create_latency_is_honoured_and_bounded_by_the_deadline():
+    import time as _time
+
+    from providers import base as _base
+    from providers.fake import FakeConfig as _Cfg
+    from providers.fake import FakeProvider as _Fake
+
+    p = _Fake("slow", _Cfg(createLatencyMs=200))
+    req = _base.CreateRequest(name="proxy-a", uid="u")
+    start = _time.monotonic()
+    assert p.create(req, _base.Deadline.after(5)) == "fake/proxy-a"
+    assert 0.2 <= _time.monotonic() - start < 1
+    start = _time.monotonic()
+    try:
+        _Fake("slow", _Cfg(createLatencyMs=5000)).create(req, _base.Deadline.after(0.1))
+    except _base.Transient:
+        pass
+    else:
+        raise AssertionError("a create past its deadline must fail Transient")
+    assert _time.monotonic() - start < 1
