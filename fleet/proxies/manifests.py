@@ -206,10 +206,11 @@ def _cloud_init(value: Any) -> CloudInit:
     key = ref.get("key")
     if not isinstance(key, str) or not key:
         raise ManifestError(f"{at}.secretRef.key", f"is required and must be a string, got {show(key)}")
-    if len(key) > MAX_STRING or not _SECRET_KEY.fullmatch(key):
+    if len(key) > MAX_STRING or not _SECRET_KEY.fullmatch(key) or key in (".", "..") or key.startswith(".."):
         raise ManifestError(
             f"{at}.secretRef.key",
-            f"must be a Secret key: at most {MAX_STRING} letters, digits, '-', '_' or '.', got {show(key)}",
+            f"must be a Secret key: at most {MAX_STRING} letters, digits, '-', '_' or '.', not '.', '..' or "
+            f"starting with '..' (as Kubernetes requires), got {show(key)}",
         )
     return CloudInit(secret=SecretRef(name=name, key=key))
 

@@ -190,7 +190,8 @@ def test_good_values(path: str, value: Any, read: Any) -> None:
          "spec.cloudInit.secretRef.key: is required and must be a string, got None"),
         (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": ""}}), "spec.cloudInit.secretRef.key: is required"),
         (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "user data"}}),
-         "spec.cloudInit.secretRef.key: must be a Secret key: at most 253 letters, digits, '-', '_' or '.', got 'user data'"),
+         "spec.cloudInit.secretRef.key: must be a Secret key: at most 253 letters, digits, '-', '_' or '.', "
+         "not '.', '..' or starting with '..' (as Kubernetes requires), got 'user data'"),
         (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "k" * 254}}),
          "spec.cloudInit.secretRef.key: must be a Secret key"),
         (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "k", "namespace": "x"}}),
@@ -592,3 +593,11 @@ def test_fingerprint_of_a_file_and_of_nothing(tmp_path: Any) -> None:
     assert present != missing
     write(a, GOOD.format(name="b") + "\n")
     assert fingerprint(str(a)) != present
+
+
+@pytest.mark.parametrize("key", [".", "..", "..data", "../etc"])
+def test_a_secret_key_cannot_climb_out_of_its_directory(key):
+    doc = {"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "metadata": {"name": "a"},
+           "spec": {"provider": "p", "cloudInit": {"secretRef": {"name": "s", "key": key}}}}
+    with pytest.raises(ManifestError, match=r"secretRef\.key"):
+        parse_proxy(doc)
