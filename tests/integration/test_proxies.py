@@ -13,6 +13,7 @@ import json
 import time
 
 import pytest
+import yaml
 from celery import Celery
 
 from tests.integration.conftest import wait_for
@@ -130,6 +131,16 @@ def test_an_unconfigured_provider_is_failed_and_named(px_stack):
     stack.wait_ready("controller")
     wait_for(lambda: phase(stack, "crawl/x") == "Failed", 30, "crawl/x Failed")
     assert "'nowhere'" in proxies(stack)["crawl/x"]["status"]["message"]
+    generation = proxies(stack)["crawl/x"]["metadata"]["generation"]
+
+    # the provider is added (a new config, the controller restarted): the latch lifts without a spec change
+    stack.config_path.write_text(yaml.safe_dump({"providers": [{"name": "edge", "type": "fake"},
+                                                               {"name": "nowhere", "type": "fake"}]}))
+    stack.kill("controller")
+    stack.worker("nowhere")
+    stack.controller()
+    wait_for(lambda: phase(stack, "crawl/x") == "Running", 40, "crawl/x Running on the added provider")
+    assert proxies(stack)["crawl/x"]["metadata"]["generation"] == generation
 
 
 def test_cloud_init_never_reaches_flower_the_result_backend_or_logs(px_stack, redis_server):
