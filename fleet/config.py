@@ -27,9 +27,7 @@ time and memory (`fleet validate` on any file ends in well under a second):
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from fleet.files import FileProblem, read_bounded
 from fleet.settings import show
 from providers import registry
 
@@ -228,34 +227,9 @@ def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
     UTF-8. Never blocks on a FIFO or device. Raises ConfigError."""
     source = str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read the providers file: {exc.strerror or exc}"]) from None
-    except ValueError:  # an embedded NUL
-        raise ConfigError(source, ["cannot read the providers file: the path contains a NUL byte"]) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                    else "a character device" if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            raise ConfigError(source, [f"the providers file must be a regular file, this is {kind}"])
-        if st.st_size > limit:
-            raise ConfigError(source, [f"the providers file is {st.st_size} bytes; at most {limit} are read"])
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read the providers file: {exc.strerror or exc}"]) from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > limit:
-        raise ConfigError(source, [f"the providers file is larger than {limit} bytes"])
+        data = read_bounded(path, limit, "the providers file")
+    except FileProblem as exc:
+        raise ConfigError(source, [str(exc)]) from None
     return decode(data, source)
 
 

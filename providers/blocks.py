@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 
 @dataclass(frozen=True)
@@ -56,3 +57,21 @@ class Block(BaseModel):
     def runtime(self) -> Runtime:
         """What this provider's worker needs mounted or granted; nothing by default."""
         return Runtime()
+
+
+def _source_range(v: str) -> str:
+    """A network clients may come from, in CIDR notation, strictly: the prefix
+    length given, no host bits set, never /0 (an open proxy)."""
+    try:
+        net = ipaddress.ip_network(v, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"must be a network in CIDR notation such as 10.0.0.0/8 ({exc})") from None
+    if net.prefixlen == 0:
+        raise ValueError("must not be /0: the proxy would be open to every address")
+    if "/" not in v:
+        raise ValueError("must give the prefix length, e.g. 10.1.2.3/32")
+    return str(net)
+
+
+# An entry of a provider's `allowedSources`: who may use its proxies.
+SourceRange = Annotated[str, AfterValidator(_source_range)]

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from fleet.files import FileProblem, read_bounded
 from fleet.proxies.model import API_VERSION, DEFAULT_PORT, KIND, CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
 from fleet.settings import show
 from providers.base import Placement
@@ -497,32 +498,9 @@ def _text(file: str) -> str:
         return ManifestError("", why, source=file)
 
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise fail(f"cannot read: {exc.strerror or exc}") from None
-    except ValueError:  # an embedded NUL
-        raise fail("cannot read: the path contains a NUL byte") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise fail("not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise fail(f"the file is {st.st_size} bytes; at most {MAX_FILE_BYTES} are read")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise fail(f"cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > MAX_FILE_BYTES:
-        raise fail(f"the file is larger than {MAX_FILE_BYTES} bytes")
+        data = read_bounded(file, MAX_FILE_BYTES)
+    except FileProblem as exc:
+        raise fail(str(exc)) from None
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise fail("the file looks UTF-16 encoded; save it as UTF-8")
     try:

@@ -7,14 +7,13 @@ describes each field.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from decimal import Decimal
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
-from providers.blocks import Block, Runtime
+from providers.blocks import Block, Runtime, SourceRange
 
 DEFAULT_IMAGE = "ubuntu/squid:6.6-24.04_edge"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -82,20 +81,7 @@ Cpu = Annotated[str, BeforeValidator(_as_text), AfterValidator(_cpu)]
 Memory = Annotated[str, BeforeValidator(_as_text), AfterValidator(_memory)]
 
 
-def _cidr(v: str) -> str:
-    """A network in CIDR notation, strictly: no host bits set, no /0."""
-    try:
-        net = ipaddress.ip_network(v, strict=True)
-    except ValueError as exc:
-        raise ValueError(f"must be a network in CIDR notation such as 10.0.0.0/8 ({exc})") from None
-    if net.prefixlen == 0:
-        raise ValueError("must not be /0: the proxy would be open to every address")
-    if "/" not in v:
-        raise ValueError("must give the prefix length, e.g. 10.1.2.3/32")
-    return str(net)
-
-
-Cidr = Annotated[str, AfterValidator(_cidr)]
+Cidr = SourceRange
 
 
 class Requests(Block):

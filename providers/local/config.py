@@ -12,11 +12,10 @@ import ipaddress
 import os
 import re
 import shutil
-from typing import Annotated
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import Field, field_validator
 
-from providers.blocks import Block
+from providers.blocks import Block, SourceRange
 
 DEFAULT_PORT_RANGE = "31280-31379"
 MIN_PORT = 1024
@@ -53,16 +52,6 @@ def safe_path(v: str, what: str) -> str:
     return v
 
 
-def _cidr(v: str) -> str:
-    try:
-        net = ipaddress.ip_network(v, strict=True)
-    except ValueError as exc:
-        raise ValueError(f"must be a CIDR such as 10.0.0.0/8 ({exc})") from None
-    if net.prefixlen == 0:
-        raise ValueError(f"{v} allows every address: that would be an open proxy")
-    return str(net)
-
-
 class LocalConfig(Block):
     """Squid processes on the worker's own host.
 
@@ -83,7 +72,7 @@ class LocalConfig(Block):
     bindAddress: str = "127.0.0.1"
     portRange: str = DEFAULT_PORT_RANGE
     squidPath: str | None = None
-    allowedSources: list[Annotated[str, AfterValidator(_cidr)]] | None = Field(
+    allowedSources: list[SourceRange] | None = Field(
         default=None, min_length=1, max_length=MAX_SOURCES)
 
     @field_validator("stateDir")

@@ -534,10 +534,10 @@ def test_encodings(tmp_path: Any, data: bytes, expected: str | None) -> None:
 
 def test_a_missing_path_and_a_fifo(tmp_path: Any) -> None:
     assert [str(e) for e in load_manifests(str(tmp_path / "nope.yaml"))[1]] == [
-        f"{tmp_path}/nope.yaml: cannot read: No such file or directory"]
+        f"{tmp_path}/nope.yaml: cannot read the file: No such file or directory"]
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
-    assert [str(e) for e in load_manifests(str(fifo))[1]] == [f"{fifo}: not a regular file"]
+    assert [str(e) for e in load_manifests(str(fifo))[1]] == [f"{fifo}: the file must be a regular file, this is a FIFO"]
     proxies, errors = load_manifests(str(tmp_path))  # is_file() skips it in a directory
     assert (proxies, errors) == ([], [])
 

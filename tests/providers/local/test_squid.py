@@ -140,6 +140,9 @@ def test_find_by_argument(sleeper):
     marker = f"/tmp/fleet-local-marker-{os.getpid()}"
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
     try:
+        end = time.monotonic() + 5  # Popen returns before the child has exec'd: its cmdline shows a moment later
+        while not process.find(marker) and time.monotonic() < end:
+            time.sleep(0.01)
         assert [pid for pid, _ in process.find(marker)] == [p.pid]
     finally:
         p.kill()
