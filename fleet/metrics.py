@@ -31,6 +31,19 @@ LAST_ROUND = "proxy_operator_last_round_timestamp_seconds"  # beat's stamp (flee
 REQUESTS_TOTAL = "proxy_operator_provider_requests_total"  # {provider,op,result}, the seed's name
 REQUEST_DURATION = "proxy_operator_provider_request_duration_seconds"  # {provider,op}
 PROXIES = "proxy_operator_proxies"  # {phase}: Proxies by status.phase, read from Redis at scrape time
+# Seconds the longest-waiting Proxy has been in a phase ({phase}; 0 when none is): "stuck in Provisioning/Deleting".
+PROXIES_OLDEST_IN_PHASE = "proxy_operator_proxies_oldest_in_phase_seconds"
+PROXIES_UNHEALTHY = "proxy_operator_proxies_unhealthy"  # Running Proxies whose last probe verdict is unhealthy
+PROXIES_EGRESS_SHARED = "proxy_operator_proxies_egress_shared"  # Proxies whose egress IP another Proxy also has
+PROXIES_EGRESS_MISMATCH = "proxy_operator_proxies_egress_mismatch"  # egress IP ≠ the IP their instance reported
+# Orphan GC (fleet.gc), on the controller.
+GC_DELETED = "proxy_operator_gc_deleted_total"  # {provider}
+GC_SKIPPED = "proxy_operator_gc_skipped_total"  # {provider,reason}; provider "*" when the whole sweep is skipped
+GC_LAST_SUCCESS = "proxy_operator_gc_last_success_timestamp_seconds"  # {provider}, read from Redis at scrape time
+# The prober (fleet.prober), on its own /metrics.
+HEALTHCHECK_DURATION = "proxy_operator_healthcheck_duration_seconds"  # {proxy}: every probe (the seed's name)
+HEALTHCHECK_FAILURES = "proxy_operator_healthcheck_failures_total"  # {proxy}: every failed probe (the seed's name)
+PROBER_PROXIES = "proxy_operator_prober_proxies"  # proxies this prober replica probes (its share)
 
 # Why a check result was dropped before it was stored or written (the
 # `reason` label); `fleet.messages` decides the last three.

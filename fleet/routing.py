@@ -29,6 +29,8 @@ GET_INSTANCE = "fleet.get_instance"
 DELETE_INSTANCE = "fleet.delete_instance"
 LIST_INSTANCES = "fleet.list_instances"
 RECORD_PROXY_CALL = "fleet.record_proxy_call"
+GC_SWEEP = "fleet.gc_sweep"  # beat → controller: start an orphan sweep
+RECORD_GC_LIST = "fleet.record_gc_list"  # a provider's list_instances answer → controller: decide and delete
 
 
 class Placement(enum.Enum):
@@ -45,6 +47,8 @@ PLACEMENT: Mapping[str, Placement] = MappingProxyType({
     DELETE_INSTANCE: Placement.PROVIDER,
     LIST_INSTANCES: Placement.PROVIDER,
     RECORD_PROXY_CALL: Placement.CONTROLLER,
+    GC_SWEEP: Placement.CONTROLLER,
+    RECORD_GC_LIST: Placement.CONTROLLER,
 })
 
 

@@ -202,6 +202,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("proxy-resync-interval", "How often a Running Proxy's instance is looked at again. Default 1m.", "duration"),
     Option("provider-call-timeout", "Time limit of one provider call (create, get, delete). Default 1m, at most 10m.",
            "duration"),
+    Option("gc-interval", "How often beat schedules an orphan GC sweep; 0 turns GC off. Default 10m.", "duration"),
+    Option("gc-min-age", "An orphan younger than this is never collected (unknown age counts as very old). Default 10m.",
+           "duration"),
+    Option("probe-target", "What the prober reaches through every Running proxy: host:port (a CONNECT), or "
+                           "http://host:port/path (a CONNECT, then a GET in the tunnel; a body holding an IP is the "
+                           "proxy's egress address). Default: none (the prober idles and says so)."),
+    Option("probe-interval", "How often each Running proxy is probed. Default 1s.", "duration"),
+    Option("probe-timeout", "Time limit of one probe. Default: 5s, or 5 x --probe-interval when that is shorter.", "duration"),
+    Option("probe-failure-threshold", "Failed probes in a row before a proxy is Healthy=False. Default 3.", "int"),
+    Option("probe-success-threshold", "Good probes in a row before an unhealthy proxy is Healthy=True again. Default 1.",
+           "int"),
+    Option("trace-health-probes", "true: a span per probe (off by default: one per proxy per second)."),
+    Option("prober-metrics-bind-address", "host:port of the prober's /metrics; 0 turns it off. Default :8081."),
     Option("log-format", "text (key=value) or json."),
     Option("log-level", "debug, info, warning or error."),
 )
@@ -231,6 +244,15 @@ class Settings:
     proxy_poll_interval: float = 10.0
     proxy_resync_interval: float = 60.0
     provider_call_timeout: float = 60.0
+    gc_interval: float = 600.0
+    gc_min_age: float = 600.0
+    probe_target: str | None = None
+    probe_interval: float = 1.0
+    probe_timeout: float = 0.0  # 0: derived, see `probe_time_limit`
+    probe_failure_threshold: int = 3
+    probe_success_threshold: int = 1
+    trace_health_probes: str = "false"
+    prober_metrics_bind_address: str = ":8081"
     log_format: str = "text"
     log_level: str = "info"
 
@@ -242,6 +264,18 @@ class Settings:
     def installation_id(self) -> str:
         """The installation label's value: the flag, else the namespace this pod runs in."""
         return self.installation or current_namespace() or DEFAULT_INSTALLATION
+
+    @property
+    def gc_enabled(self) -> bool:
+        return self.gc_interval > 0
+
+    @property
+    def probe_time_limit(self) -> float:
+        return self.probe_timeout or min(5.0, 5 * self.probe_interval)
+
+    @property
+    def traces_probes(self) -> bool:
+        return self.trace_health_probes.lower() in ("true", "1", "yes")
 
     @property
     def checks_enabled(self) -> bool:
@@ -305,6 +339,23 @@ class Settings:
             raise SettingsError(f"--broker {why}, got {show(redact_url(self.broker), 200)}")
         parse_bind_address(self.metrics_bind_address)
         parse_bind_address(self.worker_metrics_bind_address, "--worker-metrics-bind-address")
+        if self.gc_interval and not 60.0 <= self.gc_interval <= 86400.0:
+            raise SettingsError(f"--gc-interval must be 0 (off) or from 1m to 24h, got {format_duration(self.gc_interval)}")
+        if not 0.0 <= self.gc_min_age <= 86400.0:
+            raise SettingsError(f"--gc-min-age must be at most 24h, got {format_duration(self.gc_min_age)}")
+        if not 0.1 <= self.probe_interval <= 3600.0:
+            raise SettingsError(f"--probe-interval must be from 100ms to 1h, got {format_duration(self.probe_interval)}")
+        if self.probe_timeout and not 0.05 <= self.probe_timeout <= 60.0:
+            raise SettingsError(f"--probe-timeout must be from 50ms to 1m, got {format_duration(self.probe_timeout)}")
+        for flag, n in (("--probe-failure-threshold", self.probe_failure_threshold),
+                        ("--probe-success-threshold", self.probe_success_threshold)):
+            if not 1 <= n <= 100:
+                raise SettingsError(f"{flag} must be from 1 to 100, got {n}")
+        if self.trace_health_probes.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise SettingsError(f"--trace-health-probes must be true or false, got {show(self.trace_health_probes)}")
+        parse_bind_address(self.prober_metrics_bind_address, "--prober-metrics-bind-address")
+        if self.probe_target is not None and probe_target_problem(self.probe_target):
+            raise SettingsError(f"--probe-target {probe_target_problem(self.probe_target)}, got {show(self.probe_target)}")
         if not 1 <= self.max_provider_calls <= 1000:
             raise SettingsError(f"--max-provider-calls must be from 1 to 1000, got {self.max_provider_calls}")
         for flag, seconds, low, high in (("--proxy-poll-interval", self.proxy_poll_interval, 1.0, 3600.0),
@@ -331,6 +382,37 @@ def current_namespace() -> str | None:
             return f.read(64).strip() or None
     except OSError:
         return None
+
+
+def probe_target_problem(target: str) -> str | None:
+    """Why a --probe-target is unusable, or None: host:port, or http://host:port[/path]."""
+    text = target.strip()
+    if text.startswith("http://"):
+        parts = urlsplit(text)
+        if parts.query or parts.fragment or parts.username or parts.password:
+            return "must be http://host[:port]/path without credentials, query or fragment"
+        try:
+            host, port = parts.hostname, parts.port or 80
+        except ValueError:
+            return "must have a port from 1 to 65535"
+    else:
+        host, _, raw = text.rpartition(":")
+        if not raw or not _PORT.fullmatch(raw):
+            return "must be host:port or http://host:port/path"
+        port = int(raw)
+    if not host or not (_HOSTNAME.fullmatch(host.strip("[]")) or _is_ip(host.strip("[]"))):
+        return "must name a host (a DNS name or an IP address)"
+    if not 1 <= int(port) <= 65535:
+        return "must have a port from 1 to 65535"
+    return None
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def validate_schedule(interval: float, timeout: float) -> None:
