@@ -122,7 +122,7 @@ def controller_startup() -> None:
     try:
         ctl = health.controller()
         ctl.start()
-        registry = serving.registry_of([*collectors(ctl), ProxiesCollector(ctl.store.proxies.phases)])
+        registry = serving.registry_of([*collectors(ctl), ProxiesCollector(ctl.store.proxies.phases, ctl.store.proxies.verdicts)])
         serving.serve_metrics(ctl.settings.metrics_bind_address, registry, ctl.store.ping)
         proxies.start(_stop_sweeps)
     except Exception as exc:

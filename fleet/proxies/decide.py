@@ -35,6 +35,7 @@ The rules are the seed's (docs/providers.md §2–3, the reconciler lines its
 | QuotaExceeded                      | Provisioned=False (QuotaExceeded), retry in 5 m, not counted  |
 | Permanent (not deleting)           | Failed (PermanentError), latched                              |
 | Permanent while deleting           | retried with back-off, never latched                          |
+| a probe verdict, Running           | Healthy True/False (ProbeSucceeded/ProbeFailed); Ready follows |
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ R_QUOTA = "QuotaExceeded"
 R_PROVIDER_ERROR = "ProviderError"  # a transient failure; the message says which
 R_PERMANENT = LATCH_PERMANENT
 R_NOT_PROBED = "NotProbed"  # Healthy: the prober has not judged it yet
+R_PROBE_OK = "ProbeSucceeded"  # Healthy=True: the prober's verdict
+R_PROBE_FAILED = "ProbeFailed"  # Healthy=False: the prober's verdict (the message says why)
 R_NOT_RUNNING = "NotRunning"  # Ready
 LATCHES = (R_NOT_CONFIGURED, R_INVALID_PLACEMENT, R_PERMANENT)
 
@@ -119,6 +122,15 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """The prober's last verdict on this Proxy's current UID (fleet.prober)."""
+
+    healthy: bool
+    message: str = ""
+    egress_ip: str = ""
+
+
+@dataclass(frozen=True)
 class Env:
     """What the controller knows beyond the object: judged before deciding."""
 
@@ -130,6 +142,7 @@ class Env:
     failures: int = 0  # failed calls in a row for this Proxy
     poll: float = POLL
     resync: float = RESYNC
+    probe: Probe | None = None
 
 
 @dataclass(frozen=True)
@@ -181,12 +194,15 @@ def with_phase(p: Proxy, env: Env, phase: str, reason: str, message: str = "", *
     g = p.generation
     running = phase == RUNNING
     conds = set_condition(st.conditions, Condition(PROVISIONED, "True" if running else "False", reason, message, g), env.now)
-    healthy = st.condition(HEALTHY)
-    if healthy is None:
+    probe = env.probe if running else None
+    if probe is not None:
+        verdict = Condition(HEALTHY, "True" if probe.healthy else "False", R_PROBE_OK if probe.healthy else R_PROBE_FAILED,
+                            probe.message, g)
+        conds = set_condition(conds, verdict, env.now)
+        st = dataclasses.replace(st, egress_ip=probe.egress_ip)
+    elif st.condition(HEALTHY) is None:
         conds = set_condition(conds, Condition(HEALTHY, "Unknown", R_NOT_PROBED, "", g), env.now)
-        healthy_status = "Unknown"
-    else:
-        healthy_status = healthy.status
+    healthy_status = next(c.status for c in conds if c.type == HEALTHY)
     ready = running and healthy_status != "False"
     ready_reason = R_RUNNING if ready else (reason if not running else "Unhealthy")
     conds = set_condition(conds, Condition(READY, "True" if ready else "False", ready_reason, "" if ready else message, g), env.now)
@@ -199,6 +215,11 @@ def changed(p: Proxy, st: ProxyStatus | None) -> ProxyStatus | None:
 
 def decide(p: Proxy, out: Outcome | None, env: Env) -> Step:
     step = _deleting(p, out, env) if p.deleting else _managing(p, out, env)
+    st = step.status if step.status is not None else p.status
+    if not p.deleting and st.phase == RUNNING and env.probe is not None:
+        # a new verdict on a Running Proxy: Healthy and Ready follow it, whatever else happens
+        st = with_phase(dataclasses.replace(p, status=st), env, RUNNING, R_RUNNING, st.message)
+        step = dataclasses.replace(step, status=st)
     return dataclasses.replace(step, status=changed(p, step.status))
 
 

@@ -314,6 +314,7 @@ def _status(value: Any) -> ProxyStatus:
         observed_generation=_lenient_int(value.get("observedGeneration")),
         message=_lenient_str(value.get("message")),
         conditions=_conditions(value.get("conditions")),
+        egress_ip=_lenient_str(value.get("egressIP")),
     )
 
 

@@ -84,6 +84,7 @@ class ProxyStatus:
     observed_generation: int = 0
     message: str = ""
     conditions: tuple[Condition, ...] = ()
+    egress_ip: str = ""  # what the prober's echoing target saw (issue 13)
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -95,6 +96,8 @@ class ProxyStatus:
             "specHash": self.spec_hash, "observedGeneration": self.observed_generation, "message": self.message,
             "conditions": [c.to_dict() for c in self.conditions],
         }
+        if self.egress_ip:
+            out["egressIP"] = self.egress_ip
         if not self.phase:
             del out["phase"]
         return out

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 from fleet import routing
 from fleet.config import ProvidersConfig
 from fleet.proxies import decide as rules
-from fleet.proxies.decide import Call, Env, Outcome, Step
-from fleet.proxies.model import FINALIZER, Proxy, ProxyStatus
+from fleet.proxies.decide import Call, Env, Outcome, Probe, Step
+from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus
 from fleet.store import Proxies as ProxyStore
 from providers import registry
 from providers.base import name_from_uid
@@ -164,7 +164,8 @@ class Reconciler:
         except CloudInitUnavailable as exc:
             why = str(exc)
         env = Env(now=now, configured=configured, placement_problem=problem, spec_hash=digest, cloud_init_problem=why,
-                  failures=self.store.failures(p.key), poll=self.timing.poll, resync=self.timing.resync)
+                  failures=self.store.failures(p.key), poll=self.timing.poll, resync=self.timing.resync,
+                  probe=probe_of(self.store.verdict(p.key), p.uid))
         return env, text
 
     def _outcome(self, p: Proxy, raw: bytes | str | None) -> Outcome | None:
@@ -187,7 +188,7 @@ class Reconciler:
         if step.status is not None:
             p = self.objects.write_status(p, step.status)
         if p.status.phase:
-            self.store.set_phase(key, p.status.phase)
+            self._publish_state(p, now)
         result = "idle"
         if step.call is not None:
             result = self._send(p, step.call, env, cloud_init)
@@ -200,6 +201,17 @@ class Reconciler:
         if step.requeue is not None:
             self.store.schedule(key, now + step.requeue)
         return result
+
+    def _publish_state(self, p: Proxy, now: float) -> None:
+        """What others read: the phase since when (the gauges) and, while
+        Running, the endpoint the prober probes."""
+        old = phase_since(self.store.phase_of(p.key))
+        since = old[1] if old is not None and old[0] == p.status.phase else now
+        endpoint = None
+        if p.status.phase == RUNNING and p.status.ip:
+            endpoint = json.dumps({"uid": p.uid, "ip": p.status.ip, "port": p.status.port or p.spec.port},
+                                  separators=(",", ":"))
+        self.store.set_state(p.key, f"{p.status.phase}|{since:.3f}", endpoint)
 
     def _send(self, p: Proxy, call: Call, env: Env, cloud_init: str) -> str:
         provider, timeout, grace = p.spec.provider, self.timing.call_timeout, self.timing.grace
@@ -278,6 +290,29 @@ class Reconciler:
                 wait = 1.0
             if self.wake.wait(wait):
                 self.wake.clear()
+
+
+def phase_since(raw: bytes | str | None) -> tuple[str, float] | None:
+    """`phase|since` as `_publish_state` stores it (a bare phase: since unknown, 0)."""
+    if raw is None:
+        return None
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    phase, _, since = text.partition("|")
+    try:
+        return phase, float(since) if since else 0.0
+    except ValueError:
+        return phase, 0.0
+
+
+def probe_of(raw: bytes | str | None, uid: str) -> Probe | None:
+    """The prober's verdict, if it is about this UID (a verdict on a Proxy since
+    deleted and declared again under the same name is not)."""
+    doc = _json(raw)
+    if doc is None or doc.get("uid") != uid or not isinstance(doc.get("healthy"), bool):
+        return None
+    message, egress = doc.get("message"), doc.get("egressIP")
+    return Probe(doc["healthy"], message[:512] if isinstance(message, str) else "",
+                 egress[:64] if isinstance(egress, str) else "")
 
 
 def _json(raw: bytes | str | None) -> dict[str, Any] | None:

@@ -3,8 +3,9 @@
 Everything a restart or a second replica must see lives here, not in a
 process: when each Proxy is next due, who is reconciling it, the provider
 call in flight (so never two per Proxy, and at most N per provider), the
-call's answer until it is applied, failures in a row, and each Proxy's
-phase for the gauge. Timed requeues are scores in one sorted set, so a
+call's answer until it is applied, failures in a row, each Proxy's phase
+for the gauge, the endpoints of the Running ones (what the prober probes)
+and the prober's verdicts (what the controller turns into `Healthy`). Timed requeues are scores in one sorted set, so a
 controller restart or Redis's `visibility_timeout` can neither lose nor
 double a 10 s poll or a 5 m quota wait.
 
@@ -169,13 +170,45 @@ class Proxies:
         except ValueError:
             return 0
 
-    # -- the phase gauge ---------------------------------------------------------------------
+    # -- what others read: the phase gauge, Running endpoints (the prober) ------------------------
 
-    def set_phase(self, key: str, phase: str) -> None:
-        self._redis.hset(keys.PX_PHASE, key, phase)
+    def set_state(self, key: str, phase: str, endpoint: str | None) -> None:
+        """The Proxy's phase (`phase|since` as the reconciler encodes it) and, while it is
+        Running, its endpoint document (`{"uid","ip","port"}`); None removes the endpoint."""
+        pipe = self._redis.pipeline()
+        pipe.hset(keys.PX_PHASE, key, phase)
+        if endpoint is None:
+            pipe.hdel(keys.PX_ENDPOINTS, key)
+        else:
+            pipe.hset(keys.PX_ENDPOINTS, key, endpoint)
+        pipe.execute()
 
-    def phases(self) -> dict[str, str]:
-        return {keys.text(k): keys.text(v) for k, v in self._redis.hgetall(keys.PX_PHASE).items()}
+    def phase_of(self, key: str) -> Raw:
+        return self._redis.hget(keys.PX_PHASE, key)
+
+    def endpoints(self) -> dict[str, bytes | str]:
+        """Every Running Proxy's endpoint document, by key (the prober's work list)."""
+        return {keys.text(k): v for k, v in self._redis.hgetall(keys.PX_ENDPOINTS).items()}
+
+    # -- the prober's verdicts ---------------------------------------------------------------------
+
+    def put_verdict(self, key: str, doc: str, now: float) -> None:
+        """A new verdict for the Proxy (written by the prober on a transition only): kept,
+        and the Proxy made due now so the controller writes its Healthy condition."""
+        pipe = self._redis.pipeline()
+        pipe.hset(keys.PROBE_VERDICTS, key, doc)
+        pipe.zadd(keys.PX_DUE, {key: now}, lt=True)
+        pipe.execute()
+
+    def verdict(self, key: str) -> Raw:
+        return self._redis.hget(keys.PROBE_VERDICTS, key)
+
+    def verdicts(self) -> dict[str, bytes | str]:
+        return {keys.text(k): v for k, v in self._redis.hgetall(keys.PROBE_VERDICTS).items()}
+
+    def phases(self) -> dict[str, bytes | str]:
+        """Every Proxy's `phase|since` as the reconciler stored it, by key."""
+        return {keys.text(k): v for k, v in self._redis.hgetall(keys.PX_PHASE).items()}
 
     def forget(self, key: str) -> None:
         """The Proxy is gone: everything kept for it (its call's slot lapses by itself)."""
@@ -184,6 +217,8 @@ class Proxies:
         pipe.delete(keys.PX_OUTCOME + key)
         pipe.hdel(keys.PX_FAILURES, key)
         pipe.hdel(keys.PX_PHASE, key)
+        pipe.hdel(keys.PX_ENDPOINTS, key)
+        pipe.hdel(keys.PROBE_VERDICTS, key)
         pipe.execute()
 
     # -- cloud-init, staged for one create -------------------------------------------------------

@@ -230,3 +230,20 @@ def test_the_spec_hash_covers_placement_cloud_init_and_port():
     assert h != d.spec_hash(base, "ci2")
     assert h != d.spec_hash(dataclasses.replace(base, port=3129), "ci")
     assert h != d.spec_hash(dataclasses.replace(base, placement=Placement(zone="y")), "ci")
+
+
+def test_a_probe_verdict_on_a_running_proxy_moves_healthy_and_ready_only():
+    running = decide(px("Provisioning", "fake/x"), ok(GET, RUNNING_INST), ENV).status
+    assert running is not None
+    p = dataclasses.replace(px(), status=running)
+    env = dataclasses.replace(ENV, probe=d.Probe(False, "refused", "203.0.113.9"))
+    sick = decide(p, None, env)
+    assert cond(sick.status, "Healthy") == ("False", "ProbeFailed") and cond(sick.status, "Ready") == ("False", "Unhealthy")
+    assert sick.status.phase == "Running" and sick.status.egress_ip == "203.0.113.9" and sick.call == Call(GET, "fake/x")
+    same = decide(dataclasses.replace(p, status=sick.status), None, env)
+    assert same.status is None  # an unchanged verdict writes nothing
+
+
+def test_a_verdict_does_not_touch_a_proxy_that_is_not_running():
+    s = decide(px("Provisioning", "fake/x"), None, dataclasses.replace(ENV, probe=d.Probe(False, "refused")))
+    assert s.status is None and s.call == Call(GET, "fake/x")

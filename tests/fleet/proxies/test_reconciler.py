@@ -134,7 +134,9 @@ def test_pending_to_running_in_three_writes_and_then_quiet(world):
     # steady state: one Get per resync, no write
     assert world.step(60) == ["get"]
     assert world.proxy("a").resource_version == "4"
-    assert world.store.proxies.phases() == {"crawl/a": "Running"}
+    assert world.store.proxies.phases() == {"crawl/a": b"Running|1000010.000"}  # Running since the clock's 1000010
+    (endpoint,) = world.store.proxies.endpoints().values()
+    assert json.loads(endpoint) == {"uid": p.uid, "ip": "127.0.0.1", "port": 3128}
 
 
 def test_cloud_init_reaches_the_provider_but_never_a_message(world):
@@ -299,3 +301,33 @@ def test_a_malformed_manifest_is_named_and_does_not_stop_the_others(world):
     assert world.proxy("good").status.phase == "Provisioning" and world.proxy("bad") is None
     (err,) = world.objects.errors
     assert "bad.yaml" in str(err) and "spec.port" in str(err) and "70000" in str(err)
+
+
+def test_a_probe_verdict_sets_healthy_and_ready_and_the_egress_ip(world):
+    world.declare("a")
+    world.step()
+    world.step(10)
+    p = world.proxy("a")
+    verdict = {"uid": p.uid, "healthy": False, "since": world.clock.t, "message": "CONNECT: connection refused",
+               "egressIP": "198.51.100.7", "egressMismatch": True}
+    world.store.proxies.put_verdict("crawl/a", json.dumps(verdict), world.clock.t)
+    world.step(1)
+    p = world.proxy("a")
+    healthy, ready = p.status.condition("Healthy"), p.status.condition("Ready")
+    assert (healthy.status, healthy.reason, healthy.message) == ("False", "ProbeFailed", "CONNECT: connection refused")
+    assert (ready.status, ready.reason) == ("False", "Unhealthy") and p.status.egress_ip == "198.51.100.7"
+    world.store.proxies.put_verdict("crawl/a", json.dumps({**verdict, "healthy": True, "message": ""}), world.clock.t)
+    world.step(1)
+    p = world.proxy("a")
+    assert p.status.condition("Healthy").reason == "ProbeSucceeded" and p.status.condition("Ready").status == "True"
+
+
+def test_a_verdict_about_another_uid_is_ignored(world):
+    world.declare("a")
+    world.step()
+    world.step(10)
+    version = world.proxy("a").resource_version
+    world.store.proxies.put_verdict("crawl/a", json.dumps({"uid": "someone-else", "healthy": False}), world.clock.t)
+    world.step(1)
+    assert world.proxy("a").resource_version == version
+    assert world.proxy("a").status.condition("Healthy").reason == "NotProbed"
