@@ -216,7 +216,8 @@ def test_proxy_status_phases_and_conditions_are_the_models():
 
     props = PX_STATUS["properties"]
     assert props["phase"]["enum"] == list(model.PHASES)
-    assert set(props) == {"phase", "providerID", "ip", "port", "specHash", "observedGeneration", "message", "conditions"}
+    assert set(props) == {"phase", "providerID", "ip", "port", "specHash", "observedGeneration", "message", "conditions",
+                          "egressIP"}
     conditions = props["conditions"]
     assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
     item = conditions["items"]
