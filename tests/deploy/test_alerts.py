@@ -31,9 +31,19 @@ REQUIRED = {
     "NoWorkerForProvider",
     "ControllerDown",
     "RoundsStopped",
+    # issue 13: Proxies, orphan GC, the prober
+    "ProxiesUnhealthy",
+    "ProxyStuck",
+    "GCFailing",
+    "ProberDown",
 }
-FLEET_WIDE = {"ControllerDown", "RoundsStopped"}  # not about one provider
+# not about one provider
+FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown"}
 CONTROLLER_JOB = "fleet-controller-metrics"
+PROBER_JOB = "fleet-prober"
+# The scrape job each process' ServiceMonitor must make (by the component its
+# selector picks), and the alert that watches it with `absent(up{job=…})`.
+JOBS = {"controller": (CONTROLLER_JOB, "ControllerDown"), "prober": (PROBER_JOB, "ProberDown")}
 
 RULES: dict[str, Any] = yaml.safe_load(RULES_FILE.read_text())
 ALERTS: dict[str, dict[str, Any]] = {r["alert"]: r for g in RULES["groups"] for r in g["rules"] if "alert" in r}
@@ -113,13 +123,37 @@ def test_labels_and_annotations(name):
 
 def test_severities():
     critical = {n for n, r in ALERTS.items() if r["labels"]["severity"] == "critical"}
-    assert critical == {"ControllerDown", "NoWorkerForProvider", "RoundsStopped"}
+    assert critical == {"ControllerDown", "NoWorkerForProvider", "RoundsStopped", "ProberDown"}
 
 
 def test_rules_use_only_exported_metric_names():
     exported = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
     used = {m for r in ALERTS.values() for m in re.findall(r"proxy_operator_\w+", r["expr"])}
     assert used and used <= exported, used - exported
+
+
+def test_proxies_unhealthy_is_a_ratio_guarded_against_no_running_proxies():
+    expr = ALERTS["ProxiesUnhealthy"]["expr"]
+    assert metrics.PROXIES_UNHEALTHY in expr
+    assert re.search(r'/ on \(namespace, job\)\s*\(max by \(namespace, job\) \(proxy_operator_proxies\{phase="Running"\}\) > 0\)', expr), (
+        "divide by the Running Proxies, dropping a zero denominator"
+    )
+
+
+def test_proxy_stuck_watches_the_transitional_phases_only():
+    from fleet.proxies.model import PHASES
+
+    (phases,) = re.findall(r'proxy_operator_proxies_oldest_in_phase_seconds\{phase=~"([\w|]+)"\}', ALERTS["ProxyStuck"]["expr"])
+    assert set(phases.split("|")) == {"Provisioning", "Replacing", "Deleting"}
+    assert set(phases.split("|")) <= set(PHASES), "a phase the Proxy model does not have"
+
+
+def test_gc_failing_watches_skips_and_the_last_success():
+    expr = ALERTS["GCFailing"]["expr"]
+    assert metrics.GC_SKIPPED in expr and metrics.GC_LAST_SUCCESS in expr
+    # one alert per provider: both branches keep the same labels (`or` then dedupes)
+    assert expr.count("by (namespace, job, provider)") == 2
+    assert '"*"' in ALERTS["GCFailing"]["annotations"]["summary"], "a whole sweep skipped (provider *) says so"
 
 
 def test_rounds_stopped_watches_beats_stamp_and_spares_checks_off():
@@ -151,6 +185,16 @@ def test_every_runbook_belongs_to_an_alert():
 def test_runbooks_name_the_first_commands():
     for cmd in ("fleet get ph", "kubectl get ph", "celery -A fleet.app inspect active_queues"):
         assert any(cmd in (RUNBOOKS / f"{n}.md").read_text() for n in ALERTS), cmd
+    firsts = {
+        "ProxiesUnhealthy": ("kubectl get px -A", "fleet get px", "/metrics"),
+        "ProxyStuck": ("kubectl get px -A", "fleet get px", "logs deploy/fleet-controller"),
+        "GCFailing": ("fleet gc --dry-run", "logs deploy/fleet-controller"),
+        "ProberDown": ("/metrics", "logs deploy/fleet-prober", "kubectl get px -A"),
+    }
+    for name, cmds in firsts.items():
+        text = (RUNBOOKS / f"{name}.md").read_text()
+        look = text[text.index("## Look first"):]
+        assert [c for c in cmds if c not in look] == [], name
     down = (RUNBOOKS / "ProviderTargetDown.md").read_text()
     assert "fleet get ph" in down and "kubectl get ph" in down
 
@@ -197,7 +241,7 @@ def test_absolute_runbook_links_on_request():
     assert urls["ControllerDown"] == "https://git.example/fleet/blob/main/docs/runbooks/ControllerDown.md"
 
 
-# --- the scrape job ControllerDown watches is the one the ServiceMonitor makes -------
+# --- the scrape jobs ControllerDown and ProberDown watch are the ones the ServiceMonitors make -------
 
 
 def _deploy_objects() -> list[dict[str, Any]]:
@@ -214,15 +258,35 @@ def _deploy_objects() -> list[dict[str, Any]]:
     return out + render(load(str(example)), example.read_text())
 
 
-def test_controller_down_watches_the_servicemonitor_job():
+def _monitors() -> list[dict[str, Any]]:
+    return [o for o in _deploy_objects() if o["kind"] == "ServiceMonitor"]
+
+
+def test_the_down_alerts_watch_their_jobs():
+    for job, alert in JOBS.values():
+        expr = ALERTS[alert]["expr"]
+        assert f'up{{job="{job}"}}' in expr and f'absent(up{{job="{job}"}})' in expr, alert
+
+
+def test_every_process_with_a_down_alert_has_a_service_monitor():
+    components = {sm["spec"]["selector"].get("matchLabels", {}).get("app.kubernetes.io/component") for sm in _monitors()}
+    assert components >= set(JOBS), set(JOBS) - components
+
+
+@pytest.mark.parametrize("component", sorted(JOBS))
+def test_down_alert_watches_the_servicemonitor_job(component):
     """The Prometheus Operator names the job after the Service (or its
     `jobLabel`), unless a relabeling sets it: a mismatch makes ControllerDown
-    fire forever (`absent`)."""
-    assert f'up{{job="{CONTROLLER_JOB}"}}' in ALERTS["ControllerDown"]["expr"]
+    (ProberDown) fire forever (`absent`)."""
+    job, alert = JOBS[component]
     objects = _deploy_objects()
-    monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    monitors = [
+        o for o in objects
+        if o["kind"] == "ServiceMonitor"
+        and o["spec"]["selector"].get("matchLabels", {}).get("app.kubernetes.io/component") == component
+    ]
     if not monitors:
-        pytest.skip("no ServiceMonitor in deploy/")
+        pytest.skip(f"no ServiceMonitor for the {component} in deploy/")
     for sm in monitors:
         spec = sm["spec"]
         wanted = spec["selector"].get("matchLabels", {})
@@ -239,8 +303,26 @@ def test_controller_down_watches_the_servicemonitor_job():
                 jobs = {s["metadata"].get("labels", {}).get(label) or s["metadata"]["name"] for s in services}
             else:
                 pytest.skip(f"ServiceMonitor {sm['metadata']['name']} selects no Service in deploy/ yet")
-            assert jobs == {CONTROLLER_JOB}, (
-                f"ServiceMonitor {sm['metadata']['name']} makes job={sorted(jobs)}, ControllerDown watches job={CONTROLLER_JOB!r}: "
-                f"add `relabelings: [{{targetLabel: job, replacement: {CONTROLLER_JOB}}}]` to its endpoint, "
+            assert jobs == {job}, (
+                f"ServiceMonitor {sm['metadata']['name']} makes job={sorted(jobs)}, {alert} watches job={job!r}: "
+                f"add `relabelings: [{{targetLabel: job, replacement: {job}}}]` to its endpoint, "
                 "or change the job in deploy/prometheus/rules.yaml and run deploy/prometheus/generate.py"
             )
+
+
+def test_the_prober_service_monitor_scrapes_the_prober_metrics_port():
+    """The prober's Service (from `fleet render`) has the port the
+    ServiceMonitor names, on the prober's pods' metrics port (8081)."""
+    (sm,) = [m for m in _monitors() if m["metadata"]["name"] == "fleet-prober"]
+    assert sm["metadata"]["namespace"] == "fleet-system"
+    (ep,) = sm["spec"]["endpoints"]
+    assert (ep["port"], ep["path"]) == ("metrics", "/metrics")
+    wanted = sm["spec"]["selector"]["matchLabels"]
+    assert wanted == {"app.kubernetes.io/name": "fleet", "app.kubernetes.io/component": "prober"}
+    objects = _deploy_objects()
+    services = [o for o in objects if o["kind"] == "Service" and wanted.items() <= o["metadata"].get("labels", {}).items()]
+    if not services:
+        pytest.skip("`fleet render` prints no prober Service yet")
+    assert [s["metadata"]["name"] for s in services] == [PROBER_JOB]
+    (port,) = [p for p in services[0]["spec"]["ports"] if p["name"] == ep["port"]]
+    assert port["port"] == 8081

@@ -26,12 +26,14 @@ def test_the_default_install_applies_on_a_plain_cluster(installed):
 
 
 def test_the_operator_objects_are_opt_in_and_all_of_them(monitoring):
-    assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor"]
+    # the ServiceMonitors of the controller and of the prober, and the alerts
+    assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor", "ServiceMonitor"]
     assert all(o["apiVersion"].startswith(OPERATOR_GROUP) for o in monitoring)
     # on a plain cluster this command (alone) fails, as the did ...
-    assert cluster.apply(monitoring) == [
-        'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"',
+    assert sorted(cluster.apply(monitoring)) == [
         'no matches for kind "PrometheusRule" in version "monitoring.coreos.com/v1"',
+        'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"',
+        'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"',
     ]
     # ... and applies with the Operator installed
     assert cluster.apply(monitoring, crds=OPERATOR_CRDS) == []

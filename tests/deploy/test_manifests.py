@@ -202,7 +202,7 @@ def test_probes_say_something_true(installed):
 
 def test_service_monitor_scrapes_the_controller_metrics_port(installed, monitoring):
     rendered = installed
-    (sm,) = by_kind(monitoring, "ServiceMonitor").values()
+    sm = by_kind(monitoring, "ServiceMonitor")["fleet-controller"]  # the prober's: tests/deploy/test_alerts.py
     assert sm["metadata"]["namespace"] == "fleet-system"
     (ep,) = sm["spec"]["endpoints"]
     assert ep["path"] == "/metrics"
