@@ -91,6 +91,8 @@ def test_a_proxy_goes_running_and_is_deleted_with_its_manifest(px_stack):
 
 def test_controller_killed_right_after_create_was_sent(px_stack, redis_server):
     stack = px_stack
+    # the create must not expire (its `expires` is the call timeout) while the worker starts on a slow machine
+    stack.env["FLEET_PROVIDER_CALL_TIMEOUT"] = "60s"
     r = redis_server.client()
     declare(stack.manifests, "a")
     stack.controller()  # no worker yet: the create waits in provider.edge
