@@ -44,6 +44,11 @@ GC_LAST_SUCCESS = "proxy_operator_gc_last_success_timestamp_seconds"  # {provide
 HEALTHCHECK_DURATION = "proxy_operator_healthcheck_duration_seconds"  # {proxy}: every probe (the seed's name)
 HEALTHCHECK_FAILURES = "proxy_operator_healthcheck_failures_total"  # {proxy}: every failed probe (the seed's name)
 PROBER_PROXIES = "proxy_operator_prober_proxies"  # proxies this prober replica probes (its share)
+# The discovery and lease API (fleet.leases), on its own /metrics.
+LEASES_ACTIVE = "proxy_operator_leases_active"  # read from Redis at scrape time (the seed's name)
+LEASE_REQUESTS = "proxy_operator_lease_requests_total"  # {result}: granted, none_free, bad_request, unauthorized, …
+COOLDOWNS_ACTIVE = "proxy_operator_cooldowns_active"  # {scope}: target, global; read from Redis at scrape time
+REPORTS = "proxy_operator_reports_total"  # {outcome}: ok, blocked, error
 
 # Why a check result was dropped before it was stored or written (the
 # `reason` label); `fleet.messages` decides the last three.

@@ -215,6 +215,14 @@ OPTIONS: tuple[Option, ...] = (
            "int"),
     Option("trace-health-probes", "true: a span per probe (off by default: one per proxy per second)."),
     Option("prober-metrics-bind-address", "host:port of the prober's /metrics; 0 turns it off. Default :8081."),
+    Option("api-bind-address", "host:port the discovery and lease API (`fleet api`) listens on. Default :8090."),
+    Option("api-token-file", "A file holding the API's bearer token (a mounted Secret); FLEET_API_TOKEN gives it directly."),
+    Option("insecure-no-auth", "true: serve the API without a token (it warns at start and on /healthz). Default false."),
+    Option("max-leases-per-proxy", "Leases one proxy may hold at once. Default 1.", "int"),
+    Option("lease-max-ttl", "The longest lease a client may ask for. Default 1h.", "duration"),
+    Option("cooldown-blocked", "How long a proxy is not leased for a target after a `blocked` report. Default 10m.", "duration"),
+    Option("cooldown-errors", "Error reports in a row that put a proxy in a global cooldown. Default 3.", "int"),
+    Option("cooldown-global", "How long that global cooldown lasts. Default 5m.", "duration"),
     Option("log-format", "text (key=value) or json."),
     Option("log-level", "debug, info, warning or error."),
 )
@@ -253,6 +261,14 @@ class Settings:
     probe_success_threshold: int = 1
     trace_health_probes: str = "false"
     prober_metrics_bind_address: str = ":8081"
+    api_bind_address: str = ":8090"
+    api_token_file: str | None = None
+    insecure_no_auth: str = "false"
+    max_leases_per_proxy: int = 1
+    lease_max_ttl: float = 3600.0
+    cooldown_blocked: float = 600.0
+    cooldown_errors: int = 3
+    cooldown_global: float = 300.0
     log_format: str = "text"
     log_level: str = "info"
 
@@ -276,6 +292,10 @@ class Settings:
     @property
     def traces_probes(self) -> bool:
         return self.trace_health_probes.lower() in ("true", "1", "yes")
+
+    @property
+    def api_insecure(self) -> bool:
+        return self.insecure_no_auth.lower() in ("true", "1", "yes")
 
     @property
     def checks_enabled(self) -> bool:
@@ -354,6 +374,19 @@ class Settings:
         if self.trace_health_probes.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise SettingsError(f"--trace-health-probes must be true or false, got {show(self.trace_health_probes)}")
         parse_bind_address(self.prober_metrics_bind_address, "--prober-metrics-bind-address")
+        parse_bind_address(self.api_bind_address, "--api-bind-address")
+        if self.insecure_no_auth.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise SettingsError(f"--insecure-no-auth must be true or false, got {show(self.insecure_no_auth)}")
+        if not 1 <= self.max_leases_per_proxy <= 10_000:
+            raise SettingsError(f"--max-leases-per-proxy must be from 1 to 10000, got {self.max_leases_per_proxy}")
+        if not 1 <= self.cooldown_errors <= 1000:
+            raise SettingsError(f"--cooldown-errors must be from 1 to 1000, got {self.cooldown_errors}")
+        for flag, seconds, low, high in (("--lease-max-ttl", self.lease_max_ttl, 1.0, 86400.0),
+                                         ("--cooldown-blocked", self.cooldown_blocked, 0.0, 86400.0),
+                                         ("--cooldown-global", self.cooldown_global, 0.0, 86400.0)):
+            if not low <= seconds <= high:
+                raise SettingsError(f"{flag} must be from {format_duration(low)} to {format_duration(high)}, "
+                                    f"got {format_duration(seconds)}")
         if self.probe_target is not None and probe_target_problem(self.probe_target):
             raise SettingsError(f"--probe-target {probe_target_problem(self.probe_target)}, got {show(self.probe_target)}")
         if not 1 <= self.max_provider_calls <= 1000:
@@ -366,7 +399,7 @@ class Settings:
                                     f"got {format_duration(seconds)}")
         for what, value in (("--kubeconfig", self.kubeconfig), ("--kube-context", self.kube_context),
                             ("--providers-config", self.providers_config), ("--proxies", self.proxies),
-                            ("--secrets-dir", self.secrets_dir)):
+                            ("--secrets-dir", self.secrets_dir), ("--api-token-file", self.api_token_file)):
             if value is not None and (len(value) > 4096 or not value.isprintable()):
                 raise SettingsError(f"{what} must be printable and at most 4096 characters, got {show(value)}")
 
