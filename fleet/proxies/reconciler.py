@@ -209,7 +209,9 @@ class Reconciler:
         since = old[1] if old is not None and old[0] == p.status.phase else now
         endpoint = None
         if p.status.phase == RUNNING and p.status.ip:
-            endpoint = json.dumps({"uid": p.uid, "ip": p.status.ip, "port": p.status.port or p.spec.port},
+            pl = p.spec.placement
+            endpoint = json.dumps({"uid": p.uid, "ip": p.status.ip, "port": p.status.port or p.spec.port,
+                                   "provider": p.spec.provider, "region": pl.region, "zone": pl.zone},
                                   separators=(",", ":"))
         self.store.set_state(p.key, f"{p.status.phase}|{since:.3f}", endpoint)
 
