@@ -24,6 +24,7 @@ import base64
 import dataclasses
 import enum
 import hashlib
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,22 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 LABEL_MANAGED = "proxy-operator-managed"
 LABEL_MANAGED_YES = "true"
 LABEL_UID = "proxy-operator-uid"
+# The installation (`--installation`, one per fleet) that created the
+# instance: GC deletes only its own installation's orphans, so two fleets
+# sharing a project, hypervisor, cluster or host never collect each other's.
+LABEL_INSTALLATION = "proxy-operator-installation"
+# What an installation id is (fleet.settings validates --installation the
+# same way): a DNS-1123 label, so it fits a pod label, a GCE label value
+# ([a-z0-9_-], at most 63), domain metadata and a state record alike.
+_INSTALLATION = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+
+
+def installation_problem(installation: str) -> str | None:
+    """Why `installation` can't be an installation mark, or None. Empty is
+    fine: it writes no mark."""
+    if installation == "" or _INSTALLATION.fullmatch(installation):
+        return None
+    return f"installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {installation[:80]!r}"
 
 # --- Shared check reasons ----------------------------------------------------
 # Providers add their own only for failures an admin would fix differently.
@@ -110,6 +127,8 @@ class CreateRequest:
     # May hold secrets: never logged, traced or shown in repr.
     cloud_init: str = field(default="", repr=False)
     port: int = 3128
+    # The creating installation's id (LABEL_INSTALLATION); "" writes no mark.
+    installation: str = ""
 
     def __repr__(self) -> str:  # dataclass repr=False still lists the field name
         fields = ", ".join(
@@ -128,6 +147,9 @@ class Instance:
     uid: str = ""
     # Read back from the backend; None (unknown) counts as very old for GC.
     created_at: datetime | None = None
+    # The installation mark read back from the backend, never from memory;
+    # "" when the instance carries none (created before marks, or by hand).
+    installation: str = ""
 
 
 @dataclass(frozen=True)

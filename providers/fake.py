@@ -175,10 +175,14 @@ class FakeProvider:
             time.sleep(min(wait, deadline.remaining()))
             if timed_out:
                 raise base.wrap(base.Transient, "create", self.name, pid, "deadline passed")
+        problem = base.installation_problem(request.installation)
+        if problem:
+            raise base.wrap(base.Permanent, "create", self.name, pid, problem)
         with self._lock:
             if pid not in self._instances:
+                # The table is this backend: the mark lives in it, as a label would.
                 self._instances[pid] = Instance(
-                    pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC)
+                    pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC), request.installation
                 )
         return pid
 

@@ -6,6 +6,9 @@ send them with keyword arguments (`provider`, the op's own, optionally
 the controller stages the text in Redis under a random token for the call's
 lifetime (`fleet.proxies.reconciler`); the worker reads it here and hands it
 to the provider, so it never sits in a message, a result, Flower or a log.
+It marks the instance with the worker's own installation
+(`runtime.settings().installation_id`), never one from the message: a worker
+only ever creates for its own installation, whose GC alone may collect it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def create_instance(p: Provider, deadline: Deadline, name: str, uid: str, namesp
         raise wrap(Transient, "create", p_name(p), name, "the staged cloud-init has expired; the next create stages it again")
     request = CreateRequest(name=name, uid=uid, namespace=namespace, proxy_name=proxy_name,
                             placement=Placement(region=region, zone=zone, machine_type=machine_type, image=image),
-                            cloud_init=text.decode() if isinstance(text, bytes) else text, port=int(port))
+                            cloud_init=text.decode() if isinstance(text, bytes) else text, port=int(port),
+                            installation=runtime.settings().installation_id)
     return p.create(request, deadline)
 
 
@@ -48,7 +52,7 @@ def p_name(p: Provider) -> str:
 
 @app.task(name=GET_INSTANCE, base=ProviderCallTask, op="get")
 def get_instance(p: Provider, deadline: Deadline, provider_id: str) -> dict[str, Any]:
-    """The instance as a dict (id, state, ip, uid, createdAt); not_found/gone when it does not exist."""
+    """The instance as a dict (id, state, ip, uid, createdAt, installation); not_found/gone when it does not exist."""
     return instance_dict(p.get(provider_id, deadline))
 
 

@@ -23,11 +23,21 @@ _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{1,63}$")
 
 
 def uid_problem(req: CreateRequest) -> str | None:
-    """Why the request's UID can't be a label value, or None (placement is
-    judged by `providers.gcp.placement`)."""
+    """Why the request's UID or installation can't be a label value, or
+    None (placement is judged by `providers.gcp.placement`). An installation
+    id is a DNS-1123 label, which every GCE label value admits."""
     if not _LABEL_VALUE.match(req.uid):
         return f"uid is not a valid GCE label value (got {req.uid!r})"
-    return None
+    return base.installation_problem(req.installation)
+
+
+def marks(req: CreateRequest) -> dict[str, str]:
+    """The GC marks as instance labels: managed, the UID, and the
+    installation when the request names one."""
+    labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid}
+    if req.installation:
+        labels[base.LABEL_INSTALLATION] = req.installation
+    return labels
 
 
 def machine_type_url(zone: str, machine_type: str) -> str:
@@ -46,7 +56,7 @@ def build_instance(req: CreateRequest, cfg: GcpConfig) -> compute_v1.Instance:
         name=req.name,
         description=f"egress proxy {req.namespace}/{req.proxy_name}".rstrip("/ "),
         machine_type=machine_type_url(p.zone, p.machine_type),
-        labels={base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid},
+        labels=marks(req),
         network_interfaces=[
             compute_v1.NetworkInterface(
                 network=network_url(cfg.network),

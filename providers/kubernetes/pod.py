@@ -105,12 +105,21 @@ def owned(request: CreateRequest, cfg: KubernetesConfig, namespace: str) -> bool
     )
 
 
+def marks(request: CreateRequest) -> dict[str, str]:
+    """The GC marks as pod labels: managed, the UID, and the installation
+    when the request names one."""
+    labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid}
+    if request.installation:
+        labels[base.LABEL_INSTALLATION] = request.installation
+    return labels
+
+
 def build_pod(request: CreateRequest, cfg: KubernetesConfig, namespace: str) -> dict[str, Any]:
     """The Pod to create; ignores `cloud_init` and `placement`."""
     metadata: dict[str, Any] = {
         "name": request.name,
         "namespace": namespace,
-        "labels": {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid},
+        "labels": marks(request),
         "annotations": {SQUID_CONF_ANNOTATION: squid_conf(request.port, cfg.allowedSources)},
     }
     if owned(request, cfg, namespace):

@@ -80,7 +80,7 @@ class KubernetesProvider:
     def create(self, request: CreateRequest, deadline: Deadline) -> str:
         ns = self.namespace(request)
         pid = f"{ns}/{request.name}"
-        problem = placement_problem(self.cfg, request.placement)
+        problem = placement_problem(self.cfg, request.placement) or base.installation_problem(request.installation)
         if problem:
             raise base.wrap(base.Permanent, "create", self.name, pid, problem)
         pod = build_pod(request, self.cfg, ns)
@@ -172,8 +172,9 @@ def _instance(pid: str, pod: dict[str, Any]) -> Instance:
         created_at = datetime.fromisoformat(created.replace("Z", "+00:00")) if created else None
     except ValueError:
         created_at = None
-    uid = (meta.get("labels") or {}).get(base.LABEL_UID, "")
-    return Instance(pid, state, ip if state is State.RUNNING else "", uid, created_at)
+    labels = meta.get("labels") or {}
+    uid, installation = labels.get(base.LABEL_UID, ""), labels.get(base.LABEL_INSTALLATION, "")
+    return Instance(pid, state, ip if state is State.RUNNING else "", uid, created_at, installation)
 
 
 def new(name: str, cfg: KubernetesConfig) -> KubernetesProvider:

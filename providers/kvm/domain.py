@@ -1,9 +1,9 @@
 """Pure data about libvirt objects: ids, names, the domain and volume XML the
 provider defines, the `<metadata>` mark read back, and the state mapping.
 
-No I/O here, so every rule is a table test. The managed mark, UID and
-CreatedAt live in one `<metadata>` element written by the same defineXML
-call that creates the domain (libvirt has no labels).
+No I/O here, so every rule is a table test. The managed mark, UID,
+CreatedAt and the installation live in one `<metadata>` element written by
+the same defineXML call that creates the domain (libvirt has no labels).
 """
 
 from __future__ import annotations
@@ -55,10 +55,14 @@ class Mark:
     managed: bool
     uid: str
     created_at: datetime | None
+    installation: str = ""  # "" on a domain defined before the mark existed
 
 
-def metadata_xml(uid: str, created_at: datetime, namespace: str = "", proxy: str = "") -> str:
+def metadata_xml(uid: str, created_at: datetime, namespace: str = "", proxy: str = "", installation: str = "") -> str:
+    """The `<metadata>` mark; `<installation>` only when there is one (an
+    empty installation writes no mark)."""
     p = METADATA_PREFIX
+    inst = f"<{p}:installation>{escape(installation)}</{p}:installation>" if installation else ""
     return (
         f'<{p}:instance xmlns:{p}="{METADATA_NS}">'
         f"<{p}:managed>{base.LABEL_MANAGED_YES}</{p}:managed>"
@@ -66,6 +70,7 @@ def metadata_xml(uid: str, created_at: datetime, namespace: str = "", proxy: str
         f"<{p}:createdAt>{created_at.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}</{p}:createdAt>"
         f"<{p}:namespace>{escape(namespace)}</{p}:namespace>"
         f"<{p}:proxy>{escape(proxy)}</{p}:proxy>"
+        f"{inst}"
         f"</{p}:instance>"
     )
 
@@ -91,7 +96,7 @@ def read_mark(domain_xml: str) -> Mark:
         created = datetime.fromisoformat(text("createdAt").replace("Z", "+00:00"))
     except ValueError:
         created = None
-    return Mark(text("managed") == base.LABEL_MANAGED_YES, text("uid"), created)
+    return Mark(text("managed") == base.LABEL_MANAGED_YES, text("uid"), created, text("installation"))
 
 
 def domain_type(uri: str) -> str:

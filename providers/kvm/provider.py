@@ -116,6 +116,9 @@ class KvmProvider:
             raise self._permanent("create", domain.provider_id(pl.zone or only or "?", request.name), chosen)
         host_name, mt, img = chosen.host, chosen.machine_type, chosen.image
         pid = domain.provider_id(host_name, request.name)
+        problem = base.installation_problem(request.installation)
+        if problem:
+            raise self._permanent("create", pid, problem)
         try:
             vendor = self.cfg.vendor_data() or (GUEST_AGENT_VENDOR_DATA if self.cfg.installGuestAgent else "")
         except (OSError, UnicodeDecodeError) as exc:
@@ -155,7 +158,7 @@ class KvmProvider:
         base_vol = self._ensure_base(conn, pool, host, img, deadline)
         overlay = self._ensure_overlay(pool, req.name, base_vol)
         seed = self._rebuild_seed(conn, pool, req, vendor)
-        meta = domain.metadata_xml(req.uid, datetime.now(UTC), req.namespace, req.proxy_name)
+        meta = domain.metadata_xml(req.uid, datetime.now(UTC), req.namespace, req.proxy_name, req.installation)
         xml = domain.domain_xml(
             name=req.name,
             host=host,
@@ -241,7 +244,7 @@ class KvmProvider:
         state = dom.state()[0]
         ip = self._address(dom) if state in (domain.DOMAIN_RUNNING, domain.DOMAIN_BLOCKED) else ""
         mapped = domain.map_state(state, ip)
-        return Instance(pid, mapped, ip if mapped is State.RUNNING else "", mark.uid, mark.created_at)
+        return Instance(pid, mapped, ip if mapped is State.RUNNING else "", mark.uid, mark.created_at, mark.installation)
 
     @staticmethod
     def _address(dom: Any) -> str:

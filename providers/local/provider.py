@@ -16,8 +16,9 @@ What a request's fields become (docs/local-provider.md):
   hook for this type, so any placement is accepted.
 - `cloud_init`: ignored: there is no machine to initialise. Never written,
   logged or shown.
-- `uid`, `namespace`, `proxy_name` → the record, with the GC marks
-  (`labels`: LABEL_MANAGED=true, LABEL_UID).
+- `uid`, `namespace`, `proxy_name`, `installation` → the record, with the
+  GC marks (`labels`: LABEL_MANAGED=true, LABEL_UID, and LABEL_INSTALLATION
+  when the request names one).
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class LocalProvider:
 
     def _create(self, request: CreateRequest, deadline: Deadline) -> str:
         name = check_name(request.name)
+        problem = base.installation_problem(request.installation)
+        if problem:
+            raise BadRequest(problem)
         lo, hi = self.cfg.ports
         if not lo <= request.port <= hi:
             raise BadRequest(f"port {request.port} is outside portRange {lo}-{hi}: give the Proxy a spec.port in that range")
@@ -185,7 +189,7 @@ class LocalProvider:
             state, ip = State.RUNNING, rec.bindAddress
         else:
             state = State.PROVISIONING
-        return Instance(provider_id(rec.name), state, ip, rec.uid, rec.created())
+        return Instance(provider_id(rec.name), state, ip, rec.uid, rec.created(), rec.installation)
 
     # -- delete -------------------------------------------------------------------------
 

@@ -83,6 +83,12 @@ class Record:
     def managed(self) -> bool:
         return self.labels.get(base.LABEL_MANAGED) == base.LABEL_MANAGED_YES
 
+    @property
+    def installation(self) -> str:
+        """The installation mark; "" on a record without one (or a mangled one)."""
+        value = self.labels.get(base.LABEL_INSTALLATION, "")
+        return value if isinstance(value, str) else ""
+
     def created(self) -> datetime | None:
         try:
             return datetime.fromisoformat(self.createdAt)
@@ -122,8 +128,17 @@ def new_record(request: base.CreateRequest, bind: str, service: str) -> Record:
         createdAt=datetime.now(UTC).isoformat(timespec="seconds"),
         namespace=request.namespace,
         proxyName=request.proxy_name,
-        labels={base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid},
+        labels=marks(request),
     )
+
+
+def marks(request: base.CreateRequest) -> dict[str, str]:
+    """The GC marks in the record's `labels`: managed, the UID, and the
+    installation when the request names one."""
+    labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid}
+    if request.installation:
+        labels[base.LABEL_INSTALLATION] = request.installation
+    return labels
 
 
 class Store:

@@ -57,7 +57,8 @@ def test_outcome_counter_histogram_span(spans, exc, attempt, error_class, step):
     result = error_class or "ok"
     assert out["ok"] is (exc is None) and out["provider"] == "edge" and out["op"] == "get" and out["attempt"] == attempt
     if exc is None:
-        assert out["result"] == {"id": "fake/x", "state": "Running", "ip": "10.0.0.1", "uid": "u", "createdAt": None}
+        assert out["result"] == {"id": "fake/x", "state": "Running", "ip": "10.0.0.1", "uid": "u", "createdAt": None,
+                                 "installation": ""}
     else:
         assert out["error_class"] == error_class and out["step"] == step and out["message"]
     assert sample(rec, "proxy_operator_provider_requests_total", provider="edge", op="get", result=result) == 1
@@ -138,6 +139,25 @@ def test_tasks_run_on_the_base(configured, spans):
     assert latched["step"] == {"latch": LATCH_PERMANENT}
     assert sample(calls.METRICS, "proxy_operator_provider_requests_total", provider="edge", op="get", result="ok") == before + 1
     assert SENTINEL not in repr([dict(s.attributes) for s in spans.get_finished_spans()])
+
+
+def test_create_marks_the_workers_own_installation(configured, monkeypatch):
+    """The installation comes from the worker's settings, never the message;
+    get and list read it back from the provider."""
+    from tasks import provider_calls as t
+
+    monkeypatch.setenv("FLEET_INSTALLATION", "blue")
+    runtime.reset()
+    msg = {"provider": "edge", "name": "proxy-b", "uid": "u-b", "namespace": "crawl", "proxy_name": "b",
+           "port": "3128", "cloud_init_ref": ""}
+    created = t.create_instance.apply(kwargs=msg).get()
+    assert created["ok"] and created["result"] == "fake/proxy-b"
+    got = t.get_instance.apply(kwargs={"provider": "edge", "provider_id": "fake/proxy-b"}).get()
+    assert got["result"]["installation"] == "blue" and got["result"]["uid"] == "u-b"
+    listed = t.list_instances.apply(kwargs={"provider": "edge"}).get()
+    assert [(i["id"], i["installation"]) for i in listed["result"]] == [("fake/proxy-b", "blue")]
+    smuggled = t.create_instance.apply(kwargs={**msg, "installation": "green"}).get()
+    assert smuggled["error_class"] == "invalid" and "do not match" in smuggled["message"]
 
 
 def test_refused_messages_call_nothing(configured, spans):

@@ -4,7 +4,8 @@
 Three mixins, one per part of the contract; a provider's test module
 subclasses each that applies:
 
-- `ProviderConformance`: the four verbs. Supply a `provider` fixture
+- `ProviderConformance`: the four verbs, and the marks they write and
+  read back (the UID, the installation). Supply a `provider` fixture
   (against the provider's fake or lab) and, if needed, `make_request`.
   Rules that depend on a backend's timing (Running needs an IP) are checked
   on whatever state the backend reports.
@@ -23,6 +24,7 @@ subclasses each that applies:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -95,6 +97,45 @@ class ProviderConformance:
         assert pid in listed
         assert listed[pid].uid == req.uid
         assert listed[pid].created_at is not None
+
+    # --- the installation mark (docs/providers.md §2, §4): GC deletes only
+    # its own installation's orphans, so every provider marks and reads it back.
+
+    installation = "inst-a"
+
+    def test_installation_is_marked_and_read_back(self, provider):
+        req = dataclasses.replace(self.make_request(str(uuid.uuid4())), installation=self.installation)
+        pid = provider.create(req, self.deadline())
+        assert provider.create(req, self.deadline()) == pid
+        inst = provider.get(pid, self.deadline())
+        assert (inst.uid, inst.installation) == (req.uid, self.installation)
+        listed = {i.id: i for i in provider.list_by_tag(self.deadline())}
+        assert pid in listed
+        assert (listed[pid].uid, listed[pid].installation) == (req.uid, self.installation)
+
+    def test_no_installation_writes_no_mark(self, provider):
+        """An instance without the mark (one created before it existed)
+        reads back as installation "": GC never takes it for its own."""
+        req = dataclasses.replace(self.make_request(str(uuid.uuid4())), installation="")
+        pid = provider.create(req, self.deadline())
+        assert provider.get(pid, self.deadline()).installation == ""
+        listed = {i.id: i for i in provider.list_by_tag(self.deadline())}
+        assert listed[pid].installation == "" and listed[pid].uid == req.uid
+
+    def test_installations_are_told_apart(self, provider):
+        """Two installations sharing one backend: each instance keeps its own mark."""
+        a = dataclasses.replace(self.make_request(str(uuid.uuid4())), installation="inst-a")
+        b = dataclasses.replace(self.make_request(str(uuid.uuid4())), installation="inst-b")
+        pa, pb = provider.create(a, self.deadline()), provider.create(b, self.deadline())
+        listed = {i.id: i.installation for i in provider.list_by_tag(self.deadline())}
+        assert (listed[pa], listed[pb]) == ("inst-a", "inst-b")
+
+    @pytest.mark.parametrize("bad", ["Inst-A", "inst_a", "-inst", "x" * 64, "a/b", "inst a"])
+    def test_malformed_installation_is_permanent(self, provider, bad):
+        req = dataclasses.replace(self.make_request(str(uuid.uuid4())), installation=bad)
+        with pytest.raises(base.Permanent) as err:
+            provider.create(req, self.deadline())
+        assert err.value.op == "create"
 
     def test_errors_carry_the_configured_name(self, provider):
         with pytest.raises(base.ProviderError) as err:

@@ -3,6 +3,7 @@ asserting the exact requests it receives."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -59,7 +60,7 @@ class TestGcpConformance(ProviderConformance):
 
 
 def test_create_sends_one_insert_with_every_field(fake, provider):
-    req = request()
+    req = dataclasses.replace(request(), installation="blue")
 
     pid = provider.create(req, dl())
 
@@ -68,7 +69,8 @@ def test_create_sends_one_insert_with_every_field(fake, provider):
     body = fake.api_requests()[0].body
     assert body["name"] == req.name
     assert body["machineType"] == f"zones/{ZONE}/machineTypes/e2-small"
-    assert body["labels"] == {"proxy-operator-managed": "true", "proxy-operator-uid": req.uid}
+    assert body["labels"] == {
+        "proxy-operator-managed": "true", "proxy-operator-uid": req.uid, "proxy-operator-installation": "blue"}
     assert body["metadata"] == {"items": [{"key": "user-data", "value": req.cloud_init}]}
     assert body["tags"] == {"items": ["proxy-operator"]}
     assert body["networkInterfaces"] == [
@@ -466,3 +468,19 @@ def test_uids_become_label_values(fake, provider):
     uid = str(uuid.uuid4())
     provider.create(request(uid), dl())
     assert fake.api_requests()[0].body["labels"]["proxy-operator-uid"] == uid
+    assert "proxy-operator-installation" not in fake.api_requests()[0].body["labels"]  # none asked: no mark
+
+
+def test_the_installation_is_read_from_the_labels(fake, provider):
+    fake.add_instance(ZONE, "proxy-a", labels={"proxy-operator-managed": "true", "proxy-operator-uid": "u-a",
+                                               "proxy-operator-installation": "green"})
+    fake.add_instance(ZONE, "proxy-b")  # created before installation marks
+    got = {i.id.rsplit("/", 1)[1]: i.installation for i in provider.list_by_tag(dl())}
+    assert got == {"proxy-a": "green", "proxy-b": ""}
+    assert provider.get(f"zones/{ZONE}/instances/proxy-a", dl()).installation == "green"
+
+
+def test_a_malformed_installation_is_permanent_before_any_request(fake, provider):
+    with pytest.raises(base.Permanent, match="installation"):
+        provider.create(dataclasses.replace(request(), installation="Blue_1"), dl())
+    assert fake.requests == []

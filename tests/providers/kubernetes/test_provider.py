@@ -27,11 +27,11 @@ class TestKubernetesConformance(ProviderConformance):
 
 def test_create_labels_the_pod_and_ignores_cloud_init(kubeapi):
     p = new("k", KubernetesConfig(kubeconfig=kubeapi.kubeconfig_path, image="squid:test"))
-    pid = p.create(CreateRequest(name="proxy-abc", uid="u-1", namespace="crawl", cloud_init="SECRET", port=3129),
-                   Deadline.after(5))
+    pid = p.create(CreateRequest(name="proxy-abc", uid="u-1", namespace="crawl", cloud_init="SECRET", port=3129,
+                                 installation="blue"), Deadline.after(5))
     assert pid == "crawl/proxy-abc"
     (pod,) = kubeapi.pods
-    assert pod["metadata"]["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: "u-1"}
+    assert pod["metadata"]["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: "u-1", base.LABEL_INSTALLATION: "blue"}
     (c,) = pod["spec"]["containers"]
     assert c["image"] == "squid:test" and c["ports"][0]["containerPort"] == 3129
     assert "SECRET" not in repr(pod)

@@ -78,19 +78,29 @@ def test_metadata_round_trip_and_unmarked_domain():
     assert domain.read_mark("<domain><name>x</name></domain>") == domain.Mark(False, "", None)
     bad = xml.replace("2026-09-11T15:26:00Z", "yesterday")
     assert domain.read_mark(bad).created_at is None
+    assert "installation" not in xml  # none asked: no mark
+
+
+def test_the_installation_mark_round_trips():
+    created = datetime(2026, 9, 11, 15, 26, tzinfo=UTC)
+    meta = domain.metadata_xml("uid-1", created, "ns", "p", "blue")
+    root = ET.fromstring(meta)
+    assert root.findtext(f"{{{domain.METADATA_NS}}}installation") == "blue"
+    xml = f"<domain><name>x</name><metadata>{meta}</metadata></domain>"
+    assert domain.read_mark(xml) == domain.Mark(True, "uid-1", created, "blue")
 
 
 def test_domain_xml_parses_and_carries_the_mark():
     host = KvmHost(name="hv1", address="hv1:22", user="u", bridge="br0")
     xml = domain.domain_xml(
         name="proxy-x", host=host, machine=MachineType(vcpus=2, memoryMiB=1024), overlay_path="/p/o.qcow2",
-        seed_path="/p/s.iso", metadata=domain.metadata_xml("u1", datetime.now(UTC)), guest_agent=True,
+        seed_path="/p/s.iso", metadata=domain.metadata_xml("u1", datetime.now(UTC), installation="blue"), guest_agent=True,
     )
     root = ET.fromstring(xml)
     assert root.get("type") == "kvm" and root.findtext("vcpu") == "2"
     assert root.find("devices/interface/source").get("bridge") == "br0"
     assert root.find("devices/channel/target").get("name") == "org.qemu.guest_agent.0"
-    assert domain.read_mark(xml).uid == "u1"
+    assert domain.read_mark(xml).uid == "u1" and domain.read_mark(xml).installation == "blue"
 
 
 def test_bridged_uri():

@@ -24,7 +24,19 @@ def test_a_record_round_trips_and_carries_the_marks(tmp_path):
     s.write(r)
     back = s.read("proxy-abc")
     assert back == r and back.managed
-    assert back.labels == {base.LABEL_MANAGED: "true", base.LABEL_UID: "uid-1"}
+    assert back.labels == {base.LABEL_MANAGED: "true", base.LABEL_UID: "uid-1"}  # no installation asked: no mark
+    assert back.installation == ""
+
+
+def test_the_installation_mark_round_trips(tmp_path):
+    s = Store(str(tmp_path))
+    s.ensure()
+    r = new_record(CreateRequest(name="proxy-abc", uid="uid-1", port=31300, installation="blue"), "127.0.0.1", "fleetx")
+    s.write(r)
+    back = s.read("proxy-abc")
+    assert back.labels[base.LABEL_INSTALLATION] == "blue" and back.installation == "blue"
+    # a record whose labels were edited by hand into a non-string mark reads as unmarked
+    assert r.with_(labels={**r.labels, base.LABEL_INSTALLATION: 7}).installation == ""
     assert back.created() is not None and back.created().tzinfo is not None
     data = json.loads((tmp_path / "proxy-abc.json").read_text())
     assert {"name", "uid", "namespace", "proxyName", "createdAt", "pid", "port", "bindAddress"} <= set(data)
