@@ -1,9 +1,12 @@
 """The beat schedule as data: `Entry` values, built from the settings and the
 providers config at every start (nothing when checks are off).
 
-Today one entry: the check round, every interval, fanned out into one
-`fleet.check_provider` per provider (`beat.fanout`). An entry names its task
-and arguments, never a queue: `fleet.routing` places every message. The
+Two entries: the check round, every interval, fanned out into one
+`fleet.check_provider` per provider (`beat.fanout`; none when checks are
+off), and the orphan GC sweep, one `fleet.gc_sweep` to the controller every
+--gc-interval (none when GC is off; not fanned out: the controller asks
+every provider for its list itself, `fleet.gc.sweep`). An entry names its
+task and arguments, never a queue: `fleet.routing` places every message. The
 overdue sweep is not here: the controller runs it on its own clock, so a
 dead beat is itself reported (CheckOverdue, "is fleet beat running?")."""
 
@@ -22,6 +25,7 @@ from fleet.config import ProvidersConfig
 from fleet.settings import Settings
 
 ROUND = "check-round"
+GC = "gc-sweep"
 
 
 @dataclass(frozen=True)
@@ -42,13 +46,15 @@ class Entry:
 
 
 def build_schedule(settings: Settings, config: ProvidersConfig) -> tuple[Entry, ...]:
-    if not settings.checks_enabled:
-        return ()
-    interval = settings.provider_check_interval
-    return (
-        Entry(ROUND, routing.CHECK_PROVIDER, interval, MappingProxyType({"timeout": settings.check_timeout}),
-              fan_out=True, expires=interval, link=routing.RECORD_CHECK),
-    )
+    entries: list[Entry] = []
+    if settings.checks_enabled:
+        interval = settings.provider_check_interval
+        entries.append(Entry(ROUND, routing.CHECK_PROVIDER, interval, MappingProxyType({"timeout": settings.check_timeout}),
+                             fan_out=True, expires=interval, link=routing.RECORD_CHECK))
+    if settings.gc_enabled:
+        # a sweep not started within one interval is stale: the next one is on its way
+        entries.append(Entry(GC, routing.GC_SWEEP, settings.gc_interval, expires=settings.gc_interval))
+    return tuple(entries)
 
 
 def celery_entries(entries: Iterable[Entry]) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ settings = runtime.settings()
 brokerfix.install()
 assert inspection.provider_status is not None  # registers `celery inspect provider_status|provider_config`
 
-app = Celery("fleet", include=["tasks.checks", "tasks.controller", "tasks.provider_calls"])
+app = Celery("fleet", include=["tasks.checks", "tasks.controller", "tasks.provider_calls", "tasks.gc"])
 app.conf.update(
     broker_url=settings.broker,
     result_backend=settings.broker,

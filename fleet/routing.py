@@ -31,6 +31,7 @@ LIST_INSTANCES = "fleet.list_instances"
 RECORD_PROXY_CALL = "fleet.record_proxy_call"
 GC_SWEEP = "fleet.gc_sweep"  # beat → controller: start an orphan sweep
 RECORD_GC_LIST = "fleet.record_gc_list"  # a provider's list_instances answer → controller: decide and delete
+RECORD_GC_DELETE = "fleet.record_gc_delete"  # a GC delete_instance answer → controller: count it
 
 
 class Placement(enum.Enum):
@@ -49,6 +50,7 @@ PLACEMENT: Mapping[str, Placement] = MappingProxyType({
     RECORD_PROXY_CALL: Placement.CONTROLLER,
     GC_SWEEP: Placement.CONTROLLER,
     RECORD_GC_LIST: Placement.CONTROLLER,
+    RECORD_GC_DELETE: Placement.CONTROLLER,
 })
 
 

@@ -382,6 +382,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", help="time limit of each check (default: the check timeout)")
     s.set_defaults(fn=cmd_check)
 
+    from fleet.cli import gc  # `fleet gc [--dry-run]`: orphan GC
+    gc.add_parser(sub, common)
+
     s = sub.add_parser("get", parents=[common], help="show provider health or standalone Proxies from Redis")
     s.add_argument("resource", help="ph (providerhealth) or px (proxies)")
     s.add_argument("name", nargs="?")

@@ -22,6 +22,7 @@ import redis
 
 from fleet.store import keys
 from fleet.store.beat import BeatState
+from fleet.store.gc import GcState
 from fleet.store.heartbeats import Heartbeats
 from fleet.store.marks import Marks
 from fleet.store.proxies import Proxies
@@ -50,6 +51,7 @@ class Store:
         self.beat = BeatState(client)
         self.statuses = Statuses(client)
         self.proxies = Proxies(client)
+        self.gc = GcState(client)
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 10, connect_timeout: float = 5,

@@ -1,0 +1,104 @@
+"""The live Proxy UIDs, read fresh from the source of truth at decision time.
+
+- standalone (`--proxies`): the Proxy objects in Redis (`fleet:px:objects`,
+  JSON, `metadata.uid`), every one of them, deleting ones included (their
+  instance is the reconciler's to delete);
+- cluster: a paged LIST of proxies.crawl.example.com across all namespaces
+  (`fleet.kube.list_page`), never a watch cache that may not have synced;
+- neither: there is nothing to vouch for the set with (`NoSource`).
+
+Anything that keeps the set from being complete (Redis or the API server
+failing, an object whose UID cannot be read, a list that expired between
+pages) raises `Unavailable`: an instance is collected only when we know no
+Proxy has its UID, so an incomplete set stops the decision rather than
+shrinking it. Infrastructure only: no import of the proxies feature.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from fleet import kube
+from fleet.resources import PROXY
+from fleet.settings import Settings
+from fleet.store import Store, StoreError
+
+PAGE = 500
+MAX_PAGES = 10_000  # 5,000,000 Proxies: past that the list is not one we can vouch for
+
+
+class Unavailable(Exception):
+    """The live set cannot be vouched for now; the message says why."""
+
+
+class NoSource(Exception):
+    """No Proxies source is configured (no --proxies manifests, no cluster)."""
+
+
+LiveUids = Callable[[], frozenset[str]]
+
+
+def uid_of(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    if not isinstance(uid, str) or not uid:
+        raise Unavailable("a Proxy object without a readable metadata.uid")
+    return uid
+
+
+def from_documents(docs: Iterable[bytes | str]) -> frozenset[str]:
+    """UIDs of the standalone objects as stored (pure). One unreadable object
+    makes the set unavailable: its UID could be an instance's."""
+    out = set()
+    for raw in docs:
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise Unavailable(f"a Proxy object in Redis is not JSON: {exc}") from None
+        out.add(uid_of(obj))
+    return frozenset(out)
+
+
+def standalone(objects: Callable[[], Mapping[str, bytes | str]]) -> frozenset[str]:
+    try:
+        docs = objects()
+    except StoreError as exc:
+        raise Unavailable(f"Redis: {exc}") from None
+    return from_documents(docs.values())
+
+
+def cluster(api: Any, page: int = PAGE) -> frozenset[str]:
+    """Every Proxy's UID through a paged LIST (one consistent snapshot:
+    continue tokens; an expired one is an error, not a restart)."""
+    out: set[str] = set()
+    token = ""
+    for _ in range(MAX_PAGES):
+        try:
+            got = kube.list_page(api, PROXY, limit=page, continue_token=token)
+        except (kube.KubeError, kube.ClusterAccessError) as exc:
+            raise Unavailable(f"listing Proxies: {exc}") from None
+        items = got.get("items")
+        if not isinstance(items, list):
+            raise Unavailable("listing Proxies: the answer has no items")
+        out.update(uid_of(item) for item in items)
+        meta = got.get("metadata")
+        nxt = meta.get("continue") if isinstance(meta, dict) else None
+        if not nxt:
+            return frozenset(out)
+        if not isinstance(nxt, str):
+            raise Unavailable("listing Proxies: a malformed continue token")
+        token = nxt
+    raise Unavailable(f"listing Proxies: more than {MAX_PAGES} pages")
+
+
+def source(settings: Settings, store: Store) -> tuple[LiveUids, str]:
+    """The function that reads the live UIDs in this process's mode, and the
+    mode in words. Raises NoSource without one."""
+    if settings.proxies:
+        return (lambda: standalone(store.proxies.objects)), "standalone Proxies in Redis"
+    api, _ = kube.api_client(settings)
+    if api is None:
+        raise NoSource("no Proxies source: neither --proxies manifests nor a cluster is configured")
+    return (lambda: cluster(api)), "Proxies listed from the cluster"

@@ -1,0 +1,56 @@
+"""GC's per-process state on the controller: the sweeper (built on first use
+from `fleet.runtime`'s settings and config), its counters, and its part of
+the controller's /metrics (`collectors()`)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from prometheus_client.registry import Collector
+
+from fleet import runtime
+from fleet.app import app
+from fleet.gc import gauges, live
+from fleet.gc.sweep import Policy, Sweeper
+
+
+def send(task: str, kwargs: dict[str, Any], link_task: str, link_kwargs: dict[str, Any]) -> None:
+    """A provider call on its provider's queue (placed by `fleet.routing`), answered
+    to `link_task`; it expires with its deadline, so a call nobody started in
+    time never runs late (the sweep has lapsed by then)."""
+    app.send_task(task, kwargs=kwargs, link=app.signature(link_task, kwargs=link_kwargs), expires=float(kwargs["timeout"]))
+
+
+@functools.cache
+def counters() -> gauges.GcCounters:
+    return gauges.GcCounters(runtime.providers_config().names())
+
+
+@functools.cache
+def sweeper() -> Sweeper:
+    s = runtime.settings()
+    store = runtime.store()
+    try:
+        read, _ = live.source(s, store)
+        no_source = ""
+    except live.NoSource as exc:
+        read, no_source = None, str(exc)
+    policy = Policy(installation=s.installation_id, min_age=s.gc_min_age, call_timeout=s.provider_call_timeout,
+                    interval=s.gc_interval)
+    return Sweeper(store.gc, runtime.providers_config().names(), read, no_source, lambda: store.heartbeats.live(),
+                   send, policy, counters())
+
+
+def collectors() -> list[Collector]:
+    """GC's part of the controller's /metrics: the last-success gauge (read
+    from Redis at scrape time) and this process's counters."""
+    store = runtime.store()
+    names = runtime.providers_config().names()
+    return [gauges.LastSuccessCollector(names, store.gc.last), *counters().collectors()]
+
+
+@runtime.on_reset
+def reset() -> None:
+    counters.cache_clear()
+    sweeper.cache_clear()

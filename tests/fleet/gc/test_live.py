@@ -1,0 +1,59 @@
+"""The live Proxy UIDs in cluster mode: a fresh paged LIST through the real
+kubernetes client against the HTTP-level fake API; any error makes the set
+unavailable (never smaller)."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from fleet import kube
+from fleet.gc import live
+from fleet.resources import PROXY
+from fleet.settings import Settings
+from fleet.store import Store
+
+
+def proxy(name: str, ns: str) -> dict:
+    return {"apiVersion": PROXY.api_version, "kind": PROXY.kind, "metadata": {"name": name, "namespace": ns},
+            "spec": {"provider": "lab"}}
+
+
+@pytest.fixture
+def read(kubeapi):
+    fn, mode = live.source(Settings(kubeconfig=kubeapi.kubeconfig_path), Store(fakeredis.FakeRedis()))
+    assert mode == "Proxies listed from the cluster"
+    return fn
+
+
+def test_every_namespace_every_page(kubeapi):
+    uids = {kubeapi.add(proxy(f"px{i}", f"ns{i % 3}"), plural="proxies")["metadata"]["uid"] for i in range(7)}
+    api, _ = kube.api_client(Settings(kubeconfig=kubeapi.kubeconfig_path))
+    assert live.cluster(api, page=2) == uids
+    pages = [r for r in kubeapi.requests if r.path.endswith("/proxies")]
+    assert len(pages) == 4 and "continue" in pages[-1].query
+
+
+def test_a_refused_list_is_unavailable(kubeapi, read):
+    kubeapi.add(proxy("px", "ns"), plural="proxies")
+    assert len(read()) == 1
+    kubeapi.deny("list", "proxies")
+    with pytest.raises(live.Unavailable, match="listing Proxies"):
+        read()
+
+
+def test_a_missing_crd_is_unavailable(kubeapi, read):
+    kubeapi.remove_crd("proxies")
+    with pytest.raises(live.Unavailable):
+        read()
+
+
+def test_standalone_reads_the_objects_in_redis_and_no_source_is_said(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    r = fakeredis.FakeRedis()
+    store = Store(r)
+    r.hset("fleet:px:objects", "crawl/a", '{"metadata": {"uid": "u-a"}}')
+    fn, mode = live.source(Settings(proxies=str(tmp_path)), store)
+    assert fn() == {"u-a"} and mode == "standalone Proxies in Redis"
+    with pytest.raises(live.NoSource):
+        live.source(Settings(), store)
