@@ -40,6 +40,6 @@ ENV PATH=/opt/fleet/bin:$PATH \
     FLEET_PROVIDERS_CONFIG=/etc/fleet/config/providers.yaml
 WORKDIR /opt/fleet
 USER 10001:10001
-# controller /metrics, Flower
-EXPOSE 8080 5555 9090
+# controller /metrics, Flower, worker /metrics, prober /metrics
+EXPOSE 8080 5555 9090 8081
 CMD ["fleet", "--help"]

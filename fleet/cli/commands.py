@@ -37,3 +37,8 @@ def beat_argv() -> list[str]:
 
 def flower_argv(port: int = 5555, address: str = "127.0.0.1") -> list[str]:
     return CELERY + ["flower", f"--port={port}", f"--address={address}"]
+
+
+def prober_argv() -> list[str]:
+    """`fleet prober`: asyncio, no Celery; settings from FLEET_* in its environment."""
+    return [sys.executable, "-m", "fleet.cli", "prober"]

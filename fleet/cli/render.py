@@ -14,6 +14,8 @@ It prints, for one installation (default: the namespace):
   to namespaces) and its binding, the Deployment and the
   `fleet-controller-metrics` Service;
 - beat: ServiceAccount (no token) and the Deployment;
+- the prober: ServiceAccount (no token, no RBAC: it needs Redis only), the
+  Deployment running `fleet prober` and the `fleet-prober` Service (:8081);
 - per provider, a ServiceAccount, RBAC only when the provider talks to this
   cluster, and a worker Deployment running `fleet worker -p NAME` (which
   execs `commands.worker_argv`: queue `provider.<name>` from `fleet.routing`,
@@ -62,6 +64,7 @@ QUEUE_ANNOTATION = "fleet.crawl.example.com/queue"
 NODE_ANNOTATION = "fleet.crawl.example.com/worker-name"
 CONFIG_HASH_ANNOTATION = "fleet.crawl.example.com/config-sha256"
 CONTROLLER, BEAT = "fleet-controller", "fleet-beat"
+PROBER, PROBER_PORT = "fleet-prober", 8081  # the Deployment, its ServiceAccount and its /metrics Service share the name
 BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 # Provider workers serve their provider-call series (requests_total,
@@ -321,6 +324,50 @@ def beat(t: Target) -> list[dict[str, Any]]:
     ]
 
 
+def prober(t: Target) -> list[dict[str, Any]]:
+    """`fleet prober` (issue 13): probes every Running proxy through a real
+    CONNECT and writes verdicts to Redis; it needs Redis only: no
+    Kubernetes rights and no ServiceAccount token (the controller writes the
+    Healthy condition). Idle until FLEET_PROBE_TARGET is set here. One
+    replica; scale with `kubectl scale deploy/fleet-prober --replicas=N`:
+    replicas split the proxies through Redis membership, and a dead one's
+    share moves within two probe intervals. /metrics, /readyz (Redis
+    answers) and /livez on :8081, behind the `fleet-prober` Service. It reads
+    no providers file, so a change to it does not roll the prober."""
+    container = {
+        "name": "prober",
+        "image": t.image,
+        "command": ["fleet", "prober"],
+        # Reads no providers file (like Flower: the variable set empty, no ConfigMap, no config hash to roll it).
+        "env": [{"name": "FLEET_PROVIDERS_CONFIG", "value": ""}]
+        + [e for e in base_env(t.installation) if e["name"] != "FLEET_PROVIDERS_CONFIG"]
+        + [{"name": "FLEET_PROBER_METRICS_BIND_ADDRESS", "value": f":{PROBER_PORT}"}],
+        "ports": [{"name": "metrics", "containerPort": PROBER_PORT}],
+        "readinessProbe": http_probe("/readyz", "metrics", 15, 5, 2),
+        "livenessProbe": http_probe("/livez", "metrics", 30, 5, 3),
+        "startupProbe": http_probe("/livez", "metrics", 5, 5, 60),
+        "resources": {"requests": {"cpu": "100m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod_spec = {
+        "serviceAccountName": PROBER,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}],
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(PROBER, t, "prober"),
+        "spec": {"selector": selector("prober"), "ports": [{"name": "metrics", "port": PROBER_PORT, "targetPort": "metrics"}]},
+    }
+    d = deployment(PROBER, t, "prober", pod_spec)
+    del d["spec"]["template"]["metadata"]["annotations"]
+    return [service_account(PROBER, t, "prober", token=False), d, service]
+
+
 # --- per provider ---------------------------------------------------------------
 
 
@@ -473,7 +520,7 @@ def secret(provider: str, values: dict[str, str], t: Target) -> dict[str, Any]:
 def render(
     config: ProvidersConfig, text: str, image: str = IMAGE, namespace: str = NAMESPACE, installation: str | None = None
 ) -> list[dict[str, Any]]:
-    """The ConfigMap, the controller, beat, then per provider its
+    """The ConfigMap, the controller, beat, the prober, then per provider its
     ServiceAccount, secrets, RBAC and worker. `installation` defaults to
     the namespace."""
     for what, value in (("namespace", namespace), ("installation", installation or namespace)):
@@ -481,7 +528,7 @@ def render(
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
     copy, moved = split_secrets(config, text)
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest())
-    out = [config_map(copy, t), *controller(t), *beat(t)]
+    out = [config_map(copy, t), *controller(t), *beat(t), *prober(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
         out.append(service_account(worker_name(pc.name), t, "worker", rt.in_cluster, pc.name))

@@ -347,6 +347,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     children = [supervise.Child(f"worker:{n}", commands.worker_argv(n), base_env) for n in config.names()]
     children += [supervise.Child("controller", commands.controller_argv(), base_env),
                  supervise.Child("beat", commands.beat_argv(), base_env)]
+    children += supervise.prober(settings, base_env)
     generated = None
     if args.flower and importlib.util.find_spec("flower") is not None:
         flower_env, generated = supervise.flower_auth(env)
@@ -425,6 +426,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--no-flower", dest="flower", action="store_false")
     s.add_argument("--flower-port", type=_port, default=5555)
     s.set_defaults(fn=cmd_up)
+
+    # The proxy health engine (issue 13): `fleet prober`, fleet/cli/prober.py.
+    from fleet.cli import prober as prober_cli
+
+    prober_cli.add_parser(sub, common)
     return p
 
 

@@ -15,12 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.cli import commands
 from fleet.durations import format_duration
+from fleet.settings import Settings
 
 # A child that exits is restarted after 1s, doubling to 30s; a child that
 # stayed up 60s starts again from 1s.
 RESTART_MIN, RESTART_MAX, RESTART_RESET_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 15.0
+# `fleet up` is a local stack: the prober's /metrics listens on loopback unless told otherwise.
+LOCAL_PROBER_METRICS_BIND = "127.0.0.1:8081"
 
 
 @dataclass
@@ -64,6 +68,18 @@ def flower_auth(environ: dict[str, str]) -> tuple[dict[str, str], str | None]:
         return environ, None
     generated = f"fleet:{secrets.token_urlsafe(18)}"
     return {**environ, "FLOWER_BASIC_AUTH": generated}, generated
+
+def prober(settings: Settings, env: dict[str, str], environ: dict[str, str] | None = None) -> list[Child]:
+    """The prober as a member of `fleet up` when --probe-target is set; otherwise none, said once."""
+    if not settings.probe_target:
+        say("prober off (no --probe-target): Proxies stay Healthy=Unknown/NotProbed")
+        return []
+    user_env = os.environ if environ is None else environ
+    child_env = dict(env)
+    if "FLEET_PROBER_METRICS_BIND_ADDRESS" not in user_env and settings.prober_metrics_bind_address == ":8081":
+        child_env["FLEET_PROBER_METRICS_BIND_ADDRESS"] = LOCAL_PROBER_METRICS_BIND
+    return [Child("prober", commands.prober_argv(), child_env)]
+
 
 class Stop:
     """Set by SIGINT or SIGTERM (installed on creation)."""

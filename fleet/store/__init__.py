@@ -25,6 +25,7 @@ from fleet.store.beat import BeatState
 from fleet.store.gc import GcState
 from fleet.store.heartbeats import Heartbeats
 from fleet.store.marks import Marks
+from fleet.store.prober import ProberMembers
 from fleet.store.proxies import Proxies
 from fleet.store.results import Raw, Results
 from fleet.store.statuses import Statuses
@@ -52,6 +53,7 @@ class Store:
         self.statuses = Statuses(client)
         self.proxies = Proxies(client)
         self.gc = GcState(client)
+        self.prober = ProberMembers(client)
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 10, connect_timeout: float = 5,

@@ -1,0 +1,391 @@
+"""The prober process (`fleet prober`): asyncio, one event loop, no Celery.
+
+- Every `interval` it re-reads the Running Proxies' endpoints
+  (`fleet:px:endpoints`); a Proxy that left the hash is no longer probed.
+- Every interval/4 it renews its membership (`fleet:prober:members`,
+  lapsing 1.5 intervals later) and reads the live members; a Proxy is
+  probed by the live member with the highest rendezvous score
+  (`fleet.prober.share`), so replicas split the Proxies without talking to
+  each other and a dead replica's share moves within two intervals (1.5 to
+  lapse, a quarter to notice). SIGTERM/SIGINT leave the set at once.
+- Each owned Proxy has a timer on the loop at its own phase of the interval
+  (`share.phase`), so a share's probes are spread over the interval; at
+  most one probe per Proxy is in flight (a tick that finds the previous
+  probe still running is skipped and counted), and at most MAX_IN_FLIGHT
+  in all. The delay from a probe's scheduled time to its start is kept
+  (`delays`) for the periodic log line and the benchmark.
+- Each outcome goes through `verdicts.judge`; a verdict is written only on
+  a transition (`store.proxies.put_verdict`, which makes the Proxy due for
+  the controller), and only if the Proxy still has the endpoint (uid, ip,
+  port) the probe started with. A replica that gains a Proxy (start,
+  restart, another replica gone) begins from the stored verdict for that
+  uid, so it announces nothing that has not changed.
+
+Redis calls run in threads (`asyncio.to_thread`), never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from opentelemetry.trace import Status, StatusCode
+
+from fleet import tracing
+from fleet.logs import kv
+from fleet.prober import share as sharing
+from fleet.prober.probe import probe
+from fleet.prober.series import ProberSeries
+from fleet.prober.target import Target, parse_target
+from fleet.prober.verdicts import Outcome, State, Thresholds, Verdict, judge, restored
+from fleet.settings import Settings
+from fleet.store import Store, StoreError
+
+log = logging.getLogger("fleet.prober")
+
+MAX_IN_FLIGHT = 2000  # probes at once, across the share
+LAPSE_INTERVALS = 1.5  # a membership lapses this many intervals after its last renewal
+STATS_EVERY = 60.0  # seconds between the summary log lines
+
+
+@dataclass(frozen=True)
+class Config:
+    target: Target | None
+    interval: float = 1.0
+    time_limit: float = 5.0
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    trace: bool = False
+    max_in_flight: int = MAX_IN_FLIGHT
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Config:
+        return cls(
+            target=parse_target(s.probe_target) if s.probe_target else None,
+            interval=s.probe_interval, time_limit=s.probe_time_limit,
+            thresholds=Thresholds(s.probe_failure_threshold, s.probe_success_threshold), trace=s.traces_probes,
+        )
+
+    @property
+    def beat_every(self) -> float:
+        return max(0.05, self.interval / 4)
+
+    @property
+    def lapse(self) -> float:
+        return max(LAPSE_INTERVALS * self.interval, 3 * self.beat_every)
+
+
+def member_id() -> str:
+    """This replica's name in the membership set: host, pid and a random suffix (a restart is a new member)."""
+    return f"{socket.gethostname()[:63]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Delays:
+    """Start delays (seconds from a probe's scheduled time to its start), the most recent `keep`."""
+
+    def __init__(self, keep: int = 500_000) -> None:
+        self.samples: deque[float] = deque(maxlen=keep)
+
+    def add(self, seconds: float) -> None:
+        self.samples.append(seconds)
+
+    def drain(self) -> list[float]:
+        out = list(self.samples)
+        self.samples.clear()
+        return out
+
+
+def quantile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Prober:
+    def __init__(self, store: Store, config: Config, member: str | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.config = config
+        self.member = member or member_id()
+        self.clock = clock
+        self.series = ProberSeries()
+        self.delays = Delays()
+        self.members: list[str] = []
+        self.endpoints: dict[str, sharing.Endpoint] = {}
+        self.owned: dict[str, sharing.Endpoint] = {}
+        self.states: dict[str, State] = {}
+        self.probes = self.failed = self.skipped = self.verdicts = 0
+        self._decoder = sharing.Endpoints()
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._sem = asyncio.Semaphore(config.max_in_flight)
+        self._lock = asyncio.Lock()
+        self._warned: set[str] = set()
+        self._invalid_logged: set[str] = set()
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Probe until `stop` is set; then leave the membership set."""
+        if self.config.target is None:
+            log.info("prober off: no --probe-target configured; idling")
+            await stop.wait()
+            return
+        log.info("prober started", extra=kv(member=self.member, target=str(self.config.target),
+                                            interval=self.config.interval, time_limit=self.config.time_limit,
+                                            failure_threshold=self.config.thresholds.failures,
+                                            success_threshold=self.config.thresholds.successes))
+        loops = [asyncio.create_task(self._every(self.config.beat_every, self.beat), name="prober-membership"),
+                 asyncio.create_task(self._every(self.config.interval, self.refresh), name="prober-endpoints"),
+                 asyncio.create_task(self._every(STATS_EVERY, self._log_stats, first=STATS_EVERY), name="prober-stats")]
+        try:
+            await stop.wait()
+        finally:
+            for t in loops:
+                t.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self.shutdown()
+
+    async def _every(self, period: float, fn: Callable[[], Any], first: float = 0.0) -> None:
+        loop = asyncio.get_running_loop()
+        at = loop.time() + first
+        while True:
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            await fn()
+            at += period
+            if at < loop.time():  # fell behind (a slow Redis): no burst of catch-up calls
+                at = loop.time() + period
+
+    async def shutdown(self) -> None:
+        for h in self._timers.values():
+            h.cancel()
+        self._timers.clear()
+        running = list(self._running.values())
+        for t in running:
+            t.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        try:
+            await asyncio.to_thread(self.store.prober.leave, self.member)
+            log.info("prober stopped; left the membership set", extra=kv(member=self.member))
+        except StoreError as exc:
+            log.warning("prober stopped; could not leave the membership set (it lapses by itself)",
+                        extra=kv(member=self.member, error=type(exc).__name__))
+
+    # -- membership and endpoints -----------------------------------------------------------------
+
+    async def beat(self) -> None:
+        now = self.clock()
+        try:
+            live = await asyncio.to_thread(self.store.prober.beat, self.member, now + self.config.lapse, now)
+        except StoreError as exc:
+            self._warn("membership", "cannot renew prober membership in Redis; probing the last known share", exc)
+            return
+        self._recovered("membership")
+        if live != self.members:
+            if self.members:
+                log.info("prober members changed", extra=kv(members=len(live), joined=",".join(sorted(set(live) - set(self.members))),
+                                                           left=",".join(sorted(set(self.members) - set(live)))))
+            self.members = live
+            await self.reassign()
+
+    async def refresh(self) -> None:
+        try:
+            raw = await asyncio.to_thread(self.store.proxies.endpoints)
+        except StoreError as exc:
+            self._warn("endpoints", "cannot read the Running Proxies' endpoints from Redis; probing the last known list", exc)
+            return
+        self._recovered("endpoints")
+        endpoints = self._decoder.update(raw)
+        for key in set(self._decoder.invalid) - self._invalid_logged:
+            log.warning("endpoint document unusable; not probing this Proxy", extra=kv(proxy=key))
+        self._invalid_logged = set(self._decoder.invalid)
+        if endpoints != self.endpoints:
+            self.endpoints = endpoints
+            await self.reassign()
+
+    async def reassign(self) -> None:
+        """Take the share the current members and endpoints give; drop the rest."""
+        async with self._lock:
+            wanted = sharing.share(self.members, self.member, self.endpoints)
+            for key in set(self.owned) - wanted:
+                self._drop(key)
+            fresh = [k for k in wanted if k not in self.states or self.states[k].uid != self.endpoints[k].uid]
+            stored: dict[str, bytes | str] = {}
+            if fresh:
+                try:
+                    stored = await asyncio.to_thread(self.store.proxies.verdicts)
+                except StoreError as exc:
+                    self._warn("verdicts", "cannot read stored verdicts; new Proxies start without one", exc)
+            for key in fresh:
+                self.states[key] = restored(self.endpoints[key].uid, stored.get(key))
+            loop = asyncio.get_running_loop()
+            for key in wanted:
+                if key not in self.owned:
+                    self.series.track(key)
+                    offset = sharing.phase(key, self.config.interval)
+                    when = sharing.next_start(loop.time(), offset, self.config.interval)
+                    self._timers[key] = loop.call_at(when, self._tick, key, when)
+                self.owned[key] = self.endpoints[key]
+            self.series.set_share(len(self.owned))
+
+    def _drop(self, key: str) -> None:
+        self.owned.pop(key, None)
+        self.states.pop(key, None)
+        handle = self._timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        self.series.forget(key)  # a probe still running finds it gone and gives no verdict
+
+    # -- probing ----------------------------------------------------------------------------
+
+    def _tick(self, key: str, when: float) -> None:
+        loop = asyncio.get_running_loop()
+        if key not in self.owned:
+            return
+        nxt = when + self.config.interval
+        if nxt <= loop.time():  # the loop fell a whole interval behind: skip, do not burst
+            nxt = sharing.next_start(loop.time(), sharing.phase(key, self.config.interval), self.config.interval)
+        self._timers[key] = loop.call_at(nxt, self._tick, key, nxt)
+        if key in self._running:
+            self.skipped += 1
+            return
+        task = loop.create_task(self._probe(key, self.owned[key], when))
+        self._running[key] = task
+        task.add_done_callback(self._done(key))
+
+    def _done(self, key: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(_task: asyncio.Task[None]) -> None:
+            self._running.pop(key, None)
+
+        return done
+
+    async def _probe(self, key: str, ep: sharing.Endpoint, scheduled: float) -> None:
+        target = self.config.target
+        assert target is not None
+        async with self._sem:
+            self.delays.add(asyncio.get_running_loop().time() - scheduled)
+            if self.config.trace:
+                outcome = await self._traced(key, ep, target)
+            else:
+                outcome = await probe(ep.ip, ep.port, target, self.config.time_limit)
+        self.probes += 1
+        if not outcome.ok:
+            self.failed += 1
+        self.series.observe(key, outcome.duration, outcome.ok)
+        await self.record(key, ep, outcome)
+
+    async def _traced(self, key: str, ep: sharing.Endpoint, target: Target) -> Outcome:
+        with tracing.span("prober.probe", **{"proxy": key, "proxy.uid": ep.uid, "proxy.endpoint": f"{ep.ip}:{ep.port}",
+                                             "probe.target": str(target)}) as s:
+            outcome = await probe(ep.ip, ep.port, target, self.config.time_limit)
+            s.set_attribute("probe.ok", outcome.ok)
+            if outcome.egress_ip:
+                s.set_attribute("probe.egress_ip", outcome.egress_ip)
+            if not outcome.ok:
+                s.set_status(Status(StatusCode.ERROR, outcome.message[:200]))
+        return outcome
+
+    async def record(self, key: str, ep: sharing.Endpoint, outcome: Outcome) -> Verdict | None:
+        """Judge `outcome` of a probe of `ep`; write the verdict when one is due.
+        No verdict when the Proxy no longer has that endpoint (replaced, gone, moved)."""
+        state = self.states.get(key)
+        if self.owned.get(key) != ep or state is None or state.uid != ep.uid:
+            return None
+        now = self.clock()
+        new, verdict = judge(state, outcome, key, ep.ip, now, self.config.thresholds)
+        self.states[key] = new
+        if verdict is None:
+            return None
+        try:
+            await asyncio.to_thread(self.store.proxies.put_verdict, key, verdict.encode(), now)
+        except StoreError as exc:
+            # Not written: forget the transition (keep the counts), so the next probe tries again.
+            if self.states.get(key) is new:
+                self.states[key] = replace(new, healthy=state.healthy, since=state.since, egress_ip=state.egress_ip,
+                                           egress_mismatch=state.egress_mismatch)
+            self._warn("verdict", "cannot write a verdict to Redis; the next probe tries again", exc)
+            return None
+        self.verdicts += 1
+        level = logging.INFO if verdict.healthy or state.healthy is not None else logging.WARNING
+        log.log(level, "proxy healthy" if verdict.healthy else "proxy unhealthy",
+                extra=kv(proxy=key, uid=verdict.uid, message=verdict.message, egress_ip=verdict.egress_ip or None,
+                         egress_mismatch=verdict.egress_mismatch or None))
+        return verdict
+
+    # -- logs -------------------------------------------------------------------------------
+
+    def _warn(self, what: str, message: str, exc: BaseException) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(message, extra=kv(error=type(exc).__name__, detail=str(exc)[:200]))
+
+    def _recovered(self, what: str) -> None:
+        if what in self._warned:
+            self._warned.discard(what)
+            log.info("Redis answers again", extra=kv(what=what))
+
+    async def _log_stats(self) -> None:
+        recent = self.delays.drain()
+        log.info("prober summary", extra=kv(
+            share=len(self.owned), members=len(self.members), probes=self.probes, failed=self.failed,
+            skipped=self.skipped, verdicts=self.verdicts,
+            start_delay_p50_ms=round(quantile(recent, 0.5) * 1000, 1),
+            start_delay_p99_ms=round(quantile(recent, 0.99) * 1000, 1)))
+
+
+# --- the process -------------------------------------------------------------------------------
+
+
+def raise_open_files_limit() -> int:
+    """One socket per probe in flight: lift the soft limit of open files to the hard one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return int(target)
+    return int(soft)
+
+
+async def serve(prober: Prober) -> None:
+    """Run `prober` until SIGTERM or SIGINT."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await prober.run(stop)
+
+
+def main(settings: Settings, on_stop: Callable[[Prober], None] | None = None) -> int:
+    """`fleet prober`: /metrics and /readyz on --prober-metrics-bind-address, then probe until a signal."""
+    from fleet import serving
+
+    config = Config.from_settings(settings)
+    if config.target is not None:
+        files = raise_open_files_limit()
+        if files < 2 * config.max_in_flight + 64:
+            log.info("open files limit is low for many proxies", extra=kv(limit=files))
+    tracing.setup("fleet-prober")
+    store = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
+    prober = Prober(store, config)
+    serving.serve_metrics(settings.prober_metrics_bind_address, serving.registry_of(prober.series.collectors()), store.ping)
+    try:
+        asyncio.run(serve(prober))
+    finally:
+        if on_stop is not None:
+            on_stop(prober)
+        store.close()
+    return 0
