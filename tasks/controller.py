@@ -115,6 +115,7 @@ def controller_startup() -> None:
     shutdown, so the controller never consumes without its start-up.
     Restarting is left to Kubernetes' back-off or `fleet up`."""
     from fleet import serving
+    from fleet.gc import runtime as gc
     from fleet.health.gauges import collectors
     from fleet.proxies import runtime as proxies
     from fleet.proxies.gauges import ProxiesCollector
@@ -122,7 +123,9 @@ def controller_startup() -> None:
     try:
         ctl = health.controller()
         ctl.start()
-        registry = serving.registry_of([*collectors(ctl), ProxiesCollector(ctl.store.proxies.phases, ctl.store.proxies.verdicts)])
+        gc_part = gc.collectors() if ctl.settings.gc_enabled else []  # GC off: no stale last-success stamps
+        registry = serving.registry_of([*collectors(ctl), ProxiesCollector(ctl.store.proxies.phases, ctl.store.proxies.verdicts),
+                                        *gc_part])
         serving.serve_metrics(ctl.settings.metrics_bind_address, registry, ctl.store.ping)
         proxies.start(_stop_sweeps)
     except Exception as exc:

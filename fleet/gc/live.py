@@ -17,6 +17,7 @@ shrinking it. Infrastructure only: no import of the proxies feature.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -61,11 +62,23 @@ def from_documents(docs: Iterable[bytes | str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def standalone(objects: Callable[[], Mapping[str, bytes | str]]) -> frozenset[str]:
+MAX_SYNC_AGE = 60.0  # seconds: the standalone source re-reads its manifests every 10 s
+
+
+def standalone(objects: Callable[[], Mapping[str, bytes | str]], synced_at: Callable[[], float | None] = lambda: None,
+               now: Callable[[], float] = time.time) -> frozenset[str]:
+    """The standalone objects' UIDs, only while the controller has matched
+    them to the manifests within MAX_SYNC_AGE: a Redis that lost its data
+    holds too few objects until the next sync, and GC must not take that for
+    the fleet."""
     try:
+        stamp = synced_at()
         docs = objects()
     except StoreError as exc:
         raise Unavailable(f"Redis: {exc}") from None
+    if stamp is None or now() - stamp > MAX_SYNC_AGE:
+        raise Unavailable(f"the standalone Proxies were not matched to their manifests in the last {MAX_SYNC_AGE:.0f} s "
+                          "(is the controller running?)")
     return from_documents(docs.values())
 
 
@@ -97,7 +110,7 @@ def source(settings: Settings, store: Store) -> tuple[LiveUids, str]:
     """The function that reads the live UIDs in this process's mode, and the
     mode in words. Raises NoSource without one."""
     if settings.proxies:
-        return (lambda: standalone(store.proxies.objects)), "standalone Proxies in Redis"
+        return (lambda: standalone(store.proxies.objects, store.proxies.synced_at)), "standalone Proxies in Redis"
     api, _ = kube.api_client(settings)
     if api is None:
         raise NoSource("no Proxies source: neither --proxies manifests nor a cluster is configured")

@@ -124,6 +124,7 @@ class Standalone:
         for key in self.keys():
             if key not in wanted and not errors and self._retire(key):
                 changed.append(key)
+        self.store.mark_synced(self.clock())  # every declared Proxy is in Redis now (GC's live set)
         return changed
 
     def _merge(self, key: str, declared: Proxy) -> bool:

@@ -237,6 +237,16 @@ class Proxies:
     def object(self, key: str) -> Raw:
         return self._redis.hget(keys.PX_OBJECTS, key)
 
+    def mark_synced(self, now: float) -> None:
+        self._redis.set(keys.PX_SYNCED, repr(now))
+
+    def synced_at(self) -> float | None:
+        raw = self._redis.get(keys.PX_SYNCED)
+        try:
+            return float(raw) if raw is not None else None
+        except ValueError:
+            return None
+
     def put_object(self, key: str, expected_version: str, doc: str) -> bool:
         """Write (doc) or delete ('') the object if it still has `expected_version` ('' = absent)."""
         got: Any = self._put_object(keys=[keys.PX_OBJECTS], args=[key, expected_version, doc])

@@ -4,6 +4,8 @@ unavailable (never smaller)."""
 
 from __future__ import annotations
 
+import time
+
 import fakeredis
 import pytest
 
@@ -54,6 +56,12 @@ def test_standalone_reads_the_objects_in_redis_and_no_source_is_said(tmp_path, m
     store = Store(r)
     r.hset("fleet:px:objects", "crawl/a", '{"metadata": {"uid": "u-a"}}')
     fn, mode = live.source(Settings(proxies=str(tmp_path)), store)
+    with pytest.raises(live.Unavailable, match="not matched to their manifests"):
+        fn()  # the controller has not synced the manifests into Redis: the set could be short
+    store.proxies.mark_synced(time.time())
     assert fn() == {"u-a"} and mode == "standalone Proxies in Redis"
+    store.proxies.mark_synced(time.time() - live.MAX_SYNC_AGE - 1)
+    with pytest.raises(live.Unavailable):
+        fn()
     with pytest.raises(live.NoSource):
         live.source(Settings(), store)
