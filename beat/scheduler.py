@@ -65,10 +65,12 @@ class FleetScheduler(Scheduler):
         self._doc = beatstate.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
                                            settings.overdue_after if settings.checks_enabled else 0, settings.installation_id,
                                            config.names(), self._owner, time.time())
+        if not settings.checks_enabled:
+            log.info("provider checks are off (--provider-check-interval=0)")
         if not entries:
-            log.info("provider checks are off (--provider-check-interval=0): nothing scheduled")
-        else:
-            log.info("scheduled a check round every %ss", settings.provider_check_interval)
+            log.info("nothing scheduled")
+        for e in entries:
+            log.info("scheduled %s every %ss", e.name, e.every)
 
     # --- the lock -------------------------------------------------------------------
 
