@@ -431,6 +431,11 @@ def parser() -> argparse.ArgumentParser:
     from fleet.cli import prober as prober_cli
 
     prober_cli.add_parser(sub, common)
+
+    # The discovery and lease API (issue 14): `fleet api` and `fleet lease`, fleet/cli/api.py.
+    from fleet.cli import api as api_cli
+
+    api_cli.add_parsers(sub, common)
     return p
 
 

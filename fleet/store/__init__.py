@@ -24,6 +24,7 @@ from fleet.store import keys
 from fleet.store.beat import BeatState
 from fleet.store.gc import GcState
 from fleet.store.heartbeats import Heartbeats
+from fleet.store.leases import Leases
 from fleet.store.marks import Marks
 from fleet.store.prober import ProberMembers
 from fleet.store.proxies import Proxies
@@ -54,6 +55,7 @@ class Store:
         self.proxies = Proxies(client)
         self.gc = GcState(client)
         self.prober = ProberMembers(client)
+        self.leases = Leases(client)
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 10, connect_timeout: float = 5,

@@ -1,0 +1,161 @@
+"""The OpenAPI 3.0 document the API serves at /openapi.json, hand-written
+from the same patterns and limits `fleet.leases.requests` enforces (so the
+document and the server cannot drift: tests validate the document and run
+schemathesis against the real server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.leases import requests as rq
+
+
+def _error(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    props: dict[str, Any] = {"error": {"type": "string"}, "field": {"type": "string", "nullable": True}}
+    props.update(extra or {})
+    return {"type": "object", "required": ["error", "field"], "properties": props}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _resp(description: str, schema: dict[str, Any], headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = {"description": description, **_json(schema)}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: bool) -> dict[str, Any]:
+    high = int(max_ttl)
+    err = {"$ref": "#/components/schemas/Error"}
+    unauthorized = _resp("No or a wrong bearer token.", err,
+                         {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer realm=\"fleet\""}})
+    bad = _resp("Bad input: the body, a field or a parameter (named in `field`).", err)
+    too_large = _resp("The body is larger than 64 KiB.", err)
+    unavailable = _resp("Redis does not answer.", err)
+    host = {"type": "string", "pattern": rq.HOST_PATTERN, "maxLength": rq.HOST_MAX,
+            "description": "A host name (RFC 1123 labels); compared case-insensitively, without a trailing dot."}
+    filters = {
+        "provider": {"type": "string", "pattern": rq.PROVIDER_PATTERN, "maxLength": 63},
+        "region": {"type": "string", "pattern": rq.PLACE_PATTERN, "maxLength": 128},
+        "zone": {"type": "string", "pattern": rq.PLACE_PATTERN, "maxLength": 128},
+    }
+    nullable_str = {"type": "string", "nullable": True}
+    endpoint = {"ip": {"type": "string"}, "port": {"type": "integer"}, "provider": nullable_str,
+                "region": nullable_str, "zone": nullable_str}
+    security: list[dict[str, list[str]]] = [] if insecure else [{"bearer": []}]
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "fleet discovery and lease API",
+            "version": "1",
+            "description": "Lease the fleet's Running, healthy egress proxies. Every /v1 path needs "
+                           "`Authorization: Bearer <token>`; /healthz, /metrics and /openapi.json need none.",
+        },
+        "servers": [{"url": "/"}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": _error(),
+                "Unavailable": _error({"freeAt": {"type": "string", "format": "date-time", "nullable": True},
+                                       "retryAfter": {"type": "integer", "minimum": 1, "nullable": True}}),
+                "Proxy": {"type": "object", "required": ["proxy", "ip", "port", "leases", "capacity"],
+                          "properties": {"proxy": {"type": "string"}, **endpoint, "leases": {"type": "integer", "minimum": 0},
+                                         "capacity": {"type": "integer", "minimum": 1},
+                                         "coolingUntil": {"type": "string", "format": "date-time", "nullable": True}}},
+                "LeaseRequest": {
+                    "type": "object", "additionalProperties": False, "required": ["target"],
+                    "properties": {
+                        "target": host,
+                        "ttl": {"type": "integer", "minimum": 1, "maximum": high, "default": min(default_ttl, high),
+                                "description": "Seconds; at most --lease-max-ttl."},
+                        "sticky": {"type": "string", "pattern": rq.STICKY_PATTERN, "maxLength": 128,
+                                   "description": "Leases with the same key get the same proxy while it stays "
+                                                  "leasable and has room."},
+                        **filters,
+                    },
+                },
+                "Lease": {"type": "object", "required": ["lease", "proxy", "ip", "port", "url", "ttl", "expiresAt"],
+                          "properties": {"lease": {"type": "string", "pattern": rq.LEASE_ID_PATTERN},
+                                         "proxy": {"type": "string"}, **endpoint, "url": {"type": "string"},
+                                         "ttl": {"type": "integer"}, "expiresAt": {"type": "string", "format": "date-time"}}},
+                "Released": {"type": "object", "required": ["lease", "status"],
+                             "properties": {"lease": {"type": "string"},
+                                            "status": {"type": "string", "enum": ["released", "revoked"]},
+                                            "reason": {"type": "string", "nullable": True,
+                                                       "enum": ["gone", "replaced", "unhealthy", None]},
+                                            "message": {"type": "string"}}},
+                "ReportRequest": {
+                    "type": "object", "additionalProperties": False, "required": ["outcome"],
+                    "description": "Exactly one of lease and proxy; target is required with proxy "
+                                   "(with lease it defaults to the lease's).",
+                    "properties": {"lease": {"type": "string", "pattern": rq.LEASE_ID_PATTERN},
+                                   "proxy": {"type": "string", "pattern": rq.PROXY_PATTERN, "maxLength": 317},
+                                   "target": host, "outcome": {"type": "string", "enum": list(rq.OUTCOMES)}},
+                },
+                "Reported": {"type": "object", "required": ["proxy", "target", "outcome"],
+                             "properties": {"proxy": {"type": "string"}, "target": {"type": "string"},
+                                            "outcome": {"type": "string", "enum": list(rq.OUTCOMES)},
+                                            "errorsInARow": {"type": "integer", "minimum": 0},
+                                            "cooldown": {"type": "object", "nullable": True,
+                                                         "properties": {"scope": {"type": "string", "enum": ["target", "global"]},
+                                                                        "until": {"type": "string", "format": "date-time"}}}}},
+            },
+        },
+        "paths": {
+            "/v1/proxies": {"get": {
+                "summary": "The Running, healthy proxies (filters: provider, region, zone).",
+                "operationId": "listProxies", "security": security,
+                "parameters": [{"name": n, "in": "query", "required": False, "schema": s} for n, s in filters.items()],
+                "responses": {
+                    "200": _resp("The proxies, by key.", {"type": "object", "required": ["proxies"], "properties": {
+                        "proxies": {"type": "array", "items": {"$ref": "#/components/schemas/Proxy"}}}}),
+                    "400": bad, "401": unauthorized, "503": unavailable,
+                },
+            }},
+            "/v1/leases": {"post": {
+                "summary": "Lease the least-loaded matching proxy for a target.",
+                "operationId": "lease", "security": security,
+                "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/LeaseRequest"})},
+                "responses": {
+                    "200": _resp("A lease.", {"$ref": "#/components/schemas/Lease"}),
+                    "400": bad, "401": unauthorized, "413": too_large,
+                    "409": _resp(f"Every matching proxy holds {max_per_proxy} lease(s) or is cooling down; `freeAt` "
+                                 "and `Retry-After` say when one frees up.", {"$ref": "#/components/schemas/Unavailable"},
+                                 {"Retry-After": {"schema": {"type": "integer"}}}),
+                    "503": _resp("No Running, healthy proxy matches (or Redis does not answer).",
+                                 {"$ref": "#/components/schemas/Unavailable"}),
+                },
+            }},
+            "/v1/leases/{id}/release": {"post": {
+                "summary": "Release a lease: released, or revoked when its proxy was deleted, replaced or turned "
+                           "unhealthy since.",
+                "operationId": "release", "security": security,
+                "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {"200": _resp("Released or revoked.", {"$ref": "#/components/schemas/Released"}),
+                              "401": unauthorized, "404": _resp("Unknown or expired lease.", err),
+                              "503": unavailable},
+            }},
+            "/v1/reports": {"post": {
+                "summary": "Report how a fetch through a proxy went: blocked starts a cooldown for that target, "
+                           "errors in a row a global one, ok resets the count.",
+                "operationId": "report", "security": security,
+                "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/ReportRequest"})},
+                "responses": {"200": _resp("Recorded.", {"$ref": "#/components/schemas/Reported"}),
+                              "400": bad, "401": unauthorized, "404": _resp("Unknown lease or proxy.", err),
+                              "413": too_large, "503": unavailable},
+            }},
+            "/healthz": {"get": {
+                "summary": "Liveness and Redis reachability; says when the API runs without a token.",
+                "operationId": "healthz", "security": [],
+                "responses": {
+                    "200": _resp("Serving.", {"type": "object", "required": ["ok", "insecure"], "properties": {
+                        "ok": {"type": "boolean"}, "insecure": {"type": "boolean"}, "warning": {"type": "string"}}}),
+                    "503": _resp("Redis does not answer.", {"type": "object", "properties": {
+                        "ok": {"type": "boolean"}, "insecure": {"type": "boolean"}, "error": {"type": "string"}}}),
+                },
+            }},
+        },
+    }

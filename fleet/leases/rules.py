@@ -1,0 +1,121 @@
+"""What is leasable and what each answer says (pure, table-tested).
+
+A proxy is leasable when it is Running (its endpoint is in
+`fleet:px:endpoints`) and the prober's verdict for the same uid is not
+`healthy: false`. A proxy not probed yet — no verdict, or a verdict about an
+earlier instance under the same name — counts as healthy: the prober is
+optional (`fleet up` without `--probe-target` runs none) and a fresh
+instance would otherwise wait a probe interval. The lease script applies the
+same rule inside Redis (`fleet.store.leases`), plus the cooldowns and the
+per-proxy limit.
+
+Status codes: 200 granted / released / revoked / listed / reported; 400 bad
+input; 401 no or wrong token; 404 an unknown lease, proxy or path; 409 every
+matching proxy is busy or cooling down (the body and `Retry-After` say when
+one frees up); 413 a body over 64 KiB; 503 no Running, healthy proxy matches
+at all (or Redis does not answer).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from fleet.leases.requests import Filters
+
+
+def decode(raw: bytes | str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def healthy(endpoint: dict[str, Any], verdict: dict[str, Any] | None) -> bool:
+    """Not known to be unhealthy: no verdict for this uid, or one that is not `healthy: false`."""
+    return verdict is None or verdict.get("uid") != endpoint.get("uid") or verdict.get("healthy") is not False
+
+
+def timestamp(t: float) -> str:
+    """RFC 3339 in UTC with milliseconds, e.g. 2026-01-02T03:04:05.678Z."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def endpoint_fields(endpoint: dict[str, Any]) -> dict[str, Any]:
+    return {"ip": endpoint.get("ip"), "port": endpoint.get("port"), "provider": endpoint.get("provider"),
+            "region": endpoint.get("region"), "zone": endpoint.get("zone")}
+
+
+def listing(endpoints: dict[str, bytes | str], verdicts: dict[str, bytes | str], loads: dict[str, int],
+            cooling: dict[str, float], filters: Filters, max_per_proxy: int, now: float) -> list[dict[str, Any]]:
+    """GET /v1/proxies: the healthy Running proxies matching `filters`, by key, with their load and
+    global cooldown (a target-scoped cooldown depends on the target, so it shows only at lease time)."""
+    out = []
+    for key in sorted(endpoints):
+        ep = decode(endpoints[key])
+        if ep is None or not isinstance(ep.get("ip"), str) or not isinstance(ep.get("port"), int):
+            continue
+        if not filters.matches(ep) or not healthy(ep, decode(verdicts.get(key))):
+            continue
+        until = cooling.get(key, 0.0)
+        out.append({"proxy": key, **endpoint_fields(ep), "leases": max(0, loads.get(key, 0)), "capacity": max_per_proxy,
+                    "coolingUntil": timestamp(until) if until > now else None})
+    return out
+
+
+def granted(lease_id: str, proxy: str, endpoint: dict[str, Any], expires: float, ttl: int) -> dict[str, Any]:
+    return {"lease": lease_id, "proxy": proxy, **endpoint_fields(endpoint),
+            "url": f"http://{endpoint.get('ip')}:{endpoint.get('port')}", "ttl": ttl, "expiresAt": timestamp(expires)}
+
+
+def busy(free_at: float, now: float) -> tuple[int, dict[str, Any], int]:
+    """409: status, body, Retry-After seconds (at least 1)."""
+    wait = max(1, math.ceil(free_at - now))
+    return 409, {"error": "every matching proxy is leased to capacity or cooling down for this target",
+                 "field": None, "freeAt": timestamp(max(free_at, now)), "retryAfter": wait}, wait
+
+
+def no_proxy(filters: Filters) -> tuple[int, dict[str, Any]]:
+    """503: nothing Running and healthy matches; no time can be promised."""
+    asked = ", ".join(f"{n}={v}" for n, v in (("provider", filters.provider), ("region", filters.region),
+                                              ("zone", filters.zone)) if v)
+    return 503, {"error": "no Running, healthy proxy" + (f" matches {asked}" if asked else ""), "field": None,
+                 "freeAt": None, "retryAfter": None}
+
+
+def released(lease_id: str, got: list[str]) -> tuple[int, dict[str, Any]]:
+    """POST /v1/leases/{id}/release from the script's answer."""
+    kind = got[0]
+    if kind == "released":
+        return 200, {"lease": lease_id, "status": "released", "reason": None}
+    if kind == "revoked":
+        why = got[1]
+        text = {"gone": "the proxy was deleted since", "replaced": "the proxy was replaced since",
+                "unhealthy": "the proxy turned unhealthy since"}.get(why, why)
+        return 200, {"lease": lease_id, "status": "revoked", "reason": why, "message": text}
+    if kind == "expired":
+        return 404, {"error": f"lease {lease_id} had already expired", "field": "id"}
+    return 404, {"error": f"unknown lease {lease_id}", "field": "id"}
+
+
+def reported(got: list[str], outcome: str) -> tuple[int, dict[str, Any]]:
+    """POST /v1/reports from the script's answer."""
+    kind = got[0]
+    if kind == "unknown-lease":
+        return 404, {"error": "unknown or expired lease (report by proxy after a release)", "field": "lease"}
+    if kind == "unknown-proxy":
+        return 404, {"error": "no Running proxy by that key", "field": "proxy"}
+    if kind == "no-target":
+        return 400, {"error": "target is required", "field": "target"}
+    body: dict[str, Any] = {"proxy": got[1], "target": got[2], "outcome": outcome, "cooldown": None, "errorsInARow": 0}
+    if kind == "cooldown":
+        body["cooldown"] = {"scope": got[3], "until": timestamp(float(got[4]))}
+    elif kind == "counted":
+        body["errorsInARow"] = int(got[3])
+    return 200, body

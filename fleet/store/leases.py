@@ -1,0 +1,485 @@
+"""The lease API's state in Redis (`fleet api`, issue 14): leases, the load of
+each proxy, sticky bindings, cooldowns and error counts. Every decision that
+must hold across API replicas is one Lua script, so any number of `fleet api`
+processes serve one consistent pool and a restart loses nothing.
+
+Keys (all under `fleet:lease:`; the proxy keys are the Proxy reconciler's
+`<namespace>/<name>` of `fleet:px:endpoints`):
+
+- `docs`      hash: lease id → {"proxy","uid","target","sticky","expires","granted"} (JSON)
+- `expiry`    sorted set: lease id → when it expires (Unix time); the sweep and the active-leases gauge
+- `held:<p>`  sorted set: lease id → expiry, the open leases of proxy p (when the first frees up)
+- `load`      sorted set: proxy → open leases; scanned by ascending load, so full proxies are never visited
+- `sticky:<k>` string: the proxy the sticky key k was last leased, with a TTL
+- `cool:target` sorted set: "<proxy>|<target>" → end of the target-scoped cooldown
+- `cool:global` sorted set: proxy → end of the global cooldown
+- `errors`    hash: proxy → `error` reports in a row
+
+Expired leases are swept (at most 100 per call) at the start of every lease,
+so a proxy's load never counts a lease past its expiry. A proxy is leasable
+when its endpoint is in `fleet:px:endpoints`, the prober's verdict for the
+same uid is not `healthy: false` (no verdict yet counts as healthy), it is
+not cooling down globally or for the target, and its load is below the
+limit; these are read inside the script, so a proxy that turns unhealthy or
+is deleted stops being leased at once. The keys the scripts build from the
+proxy or sticky key are not declared in KEYS: fleet runs on one Redis, not a
+cluster (like every other fleet key, they are not per installation).
+
+`Leases` runs the scripts on the shared synchronous client (`Store.leases`:
+tests, the benchmark's set-up); `AsyncLeases` runs the same scripts on a
+`redis.asyncio` client for the API's event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from fleet.store import keys
+
+PREFIX = "fleet:lease:"
+DOCS = PREFIX + "docs"
+EXPIRY = PREFIX + "expiry"
+HELD = PREFIX + "held:"  # + proxy key
+LOAD = PREFIX + "load"
+STICKY = PREFIX + "sticky:"  # + sticky key
+COOL_TARGET = PREFIX + "cool:target"
+COOL_GLOBAL = PREFIX + "cool:global"
+ERRORS = PREFIX + "errors"
+ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
+
+SWEEP_BATCH = 100  # expired leases swept per call
+SCAN_LIMIT = 5000  # proxies one lease request examines at most
+
+# Shared Lua: KEYS[1..7] = docs, expiry, load, endpoints, verdicts, cool:target, cool:global
+# in every script that uses these helpers; HELD_PREFIX is substituted.
+_COMMON = """
+local function decode(raw)
+  if not raw then return nil end
+  local ok, doc = pcall(cjson.decode, raw)
+  if ok and type(doc) == 'table' then return doc end
+  return nil
+end
+local function drop(id, doc)
+  redis.call('hdel', KEYS[1], id)
+  redis.call('zrem', KEYS[2], id)
+  if doc and type(doc['proxy']) == 'string' then
+    redis.call('zrem', 'HELD_PREFIX' .. doc['proxy'], id)
+    local n = tonumber(redis.call('zincrby', KEYS[3], -1, doc['proxy']))
+    if n < 0 then redis.call('zadd', KEYS[3], 0, doc['proxy']) end
+  end
+end
+local function sweep(now)
+  local ids = redis.call('zrangebyscore', KEYS[2], '-inf', now, 'LIMIT', 0, SWEEP_BATCH)
+  for _, id in ipairs(ids) do
+    drop(id, decode(redis.call('hget', KEYS[1], id)))
+  end
+end
+-- Why a lease on proxy p is revoked now (gone, replaced, unhealthy), or nil.
+local function revoked(p, uid)
+  local ep = decode(redis.call('hget', KEYS[4], p))
+  if not ep then return 'gone' end
+  if ep['uid'] ~= uid then return 'replaced' end
+  local v = decode(redis.call('hget', KEYS[5], p))
+  if v and v['uid'] == uid and v['healthy'] == false then return 'unhealthy' end
+  return nil
+end
+"""
+
+# ARGV: 1 now, 2 lease id, 3 expires, 4 target, 5 max leases per proxy, 6 sticky ('' none),
+# 7 sticky TTL ms, 8 provider, 9 region, 10 zone ('' = any), 11 random in [0,1), 12 scan limit.
+# → {'ok', proxy, endpoint JSON} | {'busy', earliest time one frees up} | {'none'}
+_LEASE = _COMMON + """
+local now = tonumber(ARGV[1])
+local max = tonumber(ARGV[5])
+local target = ARGV[4]
+local limit = tonumber(ARGV[12])
+sweep(now)
+
+-- The endpoint document and raw JSON when p can be leased for target (load aside);
+-- else nil, why ('gone', 'filtered', 'unhealthy', 'cooling'), until when it cools.
+local function check(p)
+  local raw = redis.call('hget', KEYS[4], p)
+  local ep = decode(raw)
+  if not ep then return nil, nil, 'gone' end
+  if (ARGV[8] ~= '' and ep['provider'] ~= ARGV[8]) or (ARGV[9] ~= '' and ep['region'] ~= ARGV[9])
+     or (ARGV[10] ~= '' and ep['zone'] ~= ARGV[10]) then return nil, nil, 'filtered' end
+  local v = decode(redis.call('hget', KEYS[5], p))
+  if v and v['uid'] == ep['uid'] and v['healthy'] == false then return nil, nil, 'unhealthy' end
+  local cool = 0
+  local g = redis.call('zscore', KEYS[7], p)
+  if g and tonumber(g) > now then cool = tonumber(g) end
+  local t = redis.call('zscore', KEYS[6], p .. '|' .. target)
+  if t and tonumber(t) > now and tonumber(t) > cool then cool = tonumber(t) end
+  if cool > 0 then return nil, nil, 'cooling', cool end
+  return ep, raw
+end
+
+local function grant(p, ep, raw)
+  local doc = cjson.encode({proxy = p, uid = ep['uid'], target = target, sticky = ARGV[6],
+                            expires = tonumber(ARGV[3]), granted = now})
+  redis.call('hset', KEYS[1], ARGV[2], doc)
+  redis.call('zadd', KEYS[2], ARGV[3], ARGV[2])
+  redis.call('zadd', 'HELD_PREFIX' .. p, ARGV[3], ARGV[2])
+  redis.call('zincrby', KEYS[3], 1, p)
+  if ARGV[6] ~= '' then redis.call('set', 'STICKY_PREFIX' .. ARGV[6], p, 'PX', ARGV[7]) end
+  return {'ok', p, raw}
+end
+
+local examined = 0
+local function attempt()
+  if ARGV[6] ~= '' then
+    local bound = redis.call('get', 'STICKY_PREFIX' .. ARGV[6])
+    if bound then
+      local ep, raw = check(bound)
+      if ep and tonumber(redis.call('zscore', KEYS[3], bound) or '0') < max then return grant(bound, ep, raw) end
+    end
+  end
+  -- Groups of equal load, least loaded first; within a group from a random place, wrapping.
+  local first = redis.call('zrangebyscore', KEYS[3], '-inf', '(' .. max, 'WITHSCORES', 'LIMIT', 0, 1)
+  local s = first[2]
+  while s and examined < limit do
+    local count = redis.call('zcount', KEYS[3], s, s)
+    local start = math.floor(tonumber(ARGV[11]) * count)
+    for _, range in ipairs({{start, count}, {0, start}}) do
+      local off = range[1]
+      while off < range[2] and examined < limit do
+        local n = math.min(32, range[2] - off)
+        local batch = redis.call('zrangebyscore', KEYS[3], s, s, 'LIMIT', off, n)
+        for _, p in ipairs(batch) do
+          examined = examined + 1
+          local ep, raw = check(p)
+          if ep then return grant(p, ep, raw) end
+        end
+        off = off + n
+      end
+    end
+    local nxt = redis.call('zrangebyscore', KEYS[3], '(' .. s, '(' .. max, 'WITHSCORES', 'LIMIT', 0, 1)
+    s = nxt[2]
+  end
+  return nil
+end
+
+local got = attempt()
+if got then return got end
+-- Nothing free. Proxies Running but not yet in the load set (new since the last sync) join
+-- it now, and the scan runs once more.
+local names = redis.call('hkeys', KEYS[4])
+local added = 0
+for i = 1, #names, 500 do
+  local args = {}
+  for j = i, math.min(i + 499, #names) do
+    args[#args + 1] = 0
+    args[#args + 1] = names[j]
+  end
+  added = added + redis.call('zadd', KEYS[3], 'NX', unpack(args))
+end
+if added > 0 then
+  got = attempt()
+  if got then return got end
+end
+-- When will one be free: the earliest cooldown end of a matching proxy with room, or the
+-- earliest expiry (after its cooldown) of a matching full one.
+local free_at = nil
+local function note(t) if free_at == nil or t < free_at then free_at = t end end
+local seen = 0
+local all = redis.call('zrange', KEYS[3], 0, limit - 1, 'WITHSCORES')
+for i = 1, #all, 2 do
+  local p, load = all[i], tonumber(all[i + 1])
+  local ep, _, why, till = check(p)
+  if ep or why == 'cooling' then
+    local at = till or now
+    if load >= max then
+      local held = redis.call('zrange', 'HELD_PREFIX' .. p, 0, load - max, 'WITHSCORES')
+      local exp = tonumber(held[#held] or now)
+      if exp > at then at = exp end
+    end
+    note(at)
+    seen = seen + 1
+  end
+end
+if seen > 0 then return {'busy', tostring(free_at)} end
+return {'none'}
+"""
+
+# ARGV: 1 lease id, 2 now → {'released'} | {'revoked', why} | {'expired'} | {'unknown'}
+_RELEASE = _COMMON + """
+local now = tonumber(ARGV[2])
+local raw = redis.call('hget', KEYS[1], ARGV[1])
+if not raw then return {'unknown'} end
+local doc = decode(raw)
+drop(ARGV[1], doc)
+if not doc then return {'unknown'} end
+if tonumber(doc['expires']) <= now then return {'expired'} end
+local why = revoked(doc['proxy'], doc['uid'])
+if why then return {'revoked', why} end
+return {'released'}
+"""
+
+# ARGV: 1 now, 2 lease id ('' when by proxy), 3 proxy ('' when by lease), 4 target ('' = the lease's),
+# 5 outcome (ok|blocked|error), 6 blocked cooldown s, 7 errors in a row for a global one, 8 global cooldown s
+# → {'unknown-lease'} | {'unknown-proxy'} | {'no-target'} | {'ok', proxy, target} |
+#   {'cooldown', proxy, target, scope, until} | {'counted', proxy, target, errors in a row}
+_REPORT = _COMMON + """
+local now = tonumber(ARGV[1])
+local p, target = ARGV[3], ARGV[4]
+if ARGV[2] ~= '' then
+  local doc = decode(redis.call('hget', KEYS[1], ARGV[2]))
+  if not doc or tonumber(doc['expires']) <= now then return {'unknown-lease'} end
+  p = doc['proxy']
+  if target == '' then target = doc['target'] end
+elseif redis.call('hexists', KEYS[4], p) == 0 then
+  return {'unknown-proxy'}
+end
+if type(target) ~= 'string' or target == '' then return {'no-target'} end
+redis.call('zremrangebyscore', KEYS[6], '-inf', now)
+redis.call('zremrangebyscore', KEYS[7], '-inf', now)
+local outcome = ARGV[5]
+if outcome == 'ok' then
+  redis.call('hdel', KEYS[8], p)
+  return {'ok', p, target}
+end
+if outcome == 'blocked' then
+  local d = tonumber(ARGV[6])
+  if d <= 0 then return {'ok', p, target} end
+  local till = now + d
+  redis.call('zadd', KEYS[6], 'GT', till, p .. '|' .. target)
+  return {'cooldown', p, target, 'target', tostring(till)}
+end
+local n = redis.call('hincrby', KEYS[8], p, 1)
+if n >= tonumber(ARGV[7]) then
+  redis.call('hdel', KEYS[8], p)
+  local d = tonumber(ARGV[8])
+  if d <= 0 then return {'counted', p, target, tostring(n)} end
+  local till = now + d
+  redis.call('zadd', KEYS[7], 'GT', till, p)
+  return {'cooldown', p, target, 'global', tostring(till)}
+end
+return {'counted', p, target, tostring(n)}
+"""
+
+# ARGV: 1 now. Proxies Running join the load set; entries of proxies gone with no open lease leave it.
+# → {joined, left}
+_SYNC = _COMMON + """
+local now = tonumber(ARGV[1])
+sweep(now)
+local joined, left = 0, 0
+for _, p in ipairs(redis.call('hkeys', KEYS[4])) do
+  joined = joined + redis.call('zadd', KEYS[3], 'NX', 0, p)
+end
+for _, p in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+  if redis.call('hexists', KEYS[4], p) == 0 then
+    redis.call('zremrangebyscore', 'HELD_PREFIX' .. p, '-inf', now)
+    if redis.call('zcard', 'HELD_PREFIX' .. p) == 0 then
+      redis.call('zrem', KEYS[3], p)
+      left = left + 1
+    end
+  end
+end
+return {joined, left}
+"""
+
+
+def _script(text: str) -> str:
+    return (text.replace("HELD_PREFIX", HELD).replace("STICKY_PREFIX", STICKY)
+            .replace("SWEEP_BATCH", str(SWEEP_BATCH)))
+
+
+LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT, SYNC_SCRIPT = (_script(t) for t in (_LEASE, _RELEASE, _REPORT, _SYNC))
+_KEYS7 = [DOCS, EXPIRY, LOAD, keys.PX_ENDPOINTS, keys.PROBE_VERDICTS, COOL_TARGET, COOL_GLOBAL]
+_REPORT_KEYS = [*_KEYS7, ERRORS]
+
+
+@dataclass(frozen=True)
+class LeaseCall:
+    """One lease request as the script takes it (validated by the caller)."""
+
+    lease_id: str
+    target: str
+    expires: float
+    max_per_proxy: int
+    sticky: str = ""
+    sticky_ttl: float = 3600.0
+    provider: str = ""
+    region: str = ""
+    zone: str = ""
+
+    def args(self, now: float, rand: float) -> list[Any]:
+        return [repr(now), self.lease_id, repr(self.expires), self.target, self.max_per_proxy, self.sticky,
+                max(1, int(self.sticky_ttl * 1000)), self.provider, self.region, self.zone, repr(rand), SCAN_LIMIT]
+
+
+@dataclass(frozen=True)
+class Granted:
+    proxy: str
+    endpoint: bytes | str  # the endpoint document as stored (JSON)
+
+
+@dataclass(frozen=True)
+class Busy:
+    free_at: float  # the earliest time a matching proxy frees up
+
+
+@dataclass(frozen=True)
+class NoProxy:
+    """No Running, healthy proxy matches at all."""
+
+
+LeaseAnswer = Granted | Busy | NoProxy
+
+
+def _text(v: Any) -> str:
+    return keys.text(v) if isinstance(v, (bytes, str)) else str(v)
+
+
+def lease_answer(got: Sequence[Any]) -> LeaseAnswer:
+    kind = _text(got[0])
+    if kind == "ok":
+        return Granted(_text(got[1]), got[2])
+    if kind == "busy":
+        return Busy(float(_text(got[1])))
+    return NoProxy()
+
+
+def plain(got: Sequence[Any]) -> list[str]:
+    """A script's answer as strings."""
+    return [_text(v) for v in got]
+
+
+@dataclass(frozen=True)
+class ReportCall:
+    outcome: str  # ok | blocked | error
+    lease_id: str = ""
+    proxy: str = ""
+    target: str = ""
+
+    def args(self, now: float, blocked: float, errors: int, global_: float) -> list[Any]:
+        return [repr(now), self.lease_id, self.proxy, self.target, self.outcome, repr(blocked), errors, repr(global_)]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What GET /v1/proxies and /metrics read: endpoints, verdicts, loads, global cooldowns."""
+
+    endpoints: dict[str, bytes | str]
+    verdicts: dict[str, bytes | str]
+    loads: dict[str, int]
+    cooling: dict[str, float]
+
+
+def _snapshot(got: Sequence[Any]) -> Snapshot:
+    endpoints, verdicts, loads, cooling = got
+    return Snapshot({keys.text(k): v for k, v in endpoints.items()}, {keys.text(k): v for k, v in verdicts.items()},
+                    {keys.text(k): int(float(s)) for k, s in loads}, {keys.text(k): float(s) for k, s in cooling})
+
+
+class Leases:
+    """The scripts on the synchronous client (`Store.leases`)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+        self._lease = client.register_script(LEASE_SCRIPT)
+        self._release = client.register_script(RELEASE_SCRIPT)
+        self._report = client.register_script(REPORT_SCRIPT)
+        self._sync = client.register_script(SYNC_SCRIPT)
+
+    def lease(self, call: LeaseCall, now: float, rand: float) -> LeaseAnswer:
+        return lease_answer(self._lease(keys=_KEYS7, args=call.args(now, rand)))
+
+    def release(self, lease_id: str, now: float) -> list[str]:
+        return plain(self._release(keys=_KEYS7, args=[lease_id, repr(now)]))
+
+    def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
+        return plain(self._report(keys=_REPORT_KEYS, args=call.args(now, blocked, errors, global_)))
+
+    def sync(self, now: float) -> tuple[int, int]:
+        got: Any = self._sync(keys=_KEYS7, args=[repr(now)])
+        return int(got[0]), int(got[1])
+
+    def active(self, now: float) -> int:
+        return int(self._redis.zcount(EXPIRY, f"({now!r}", "+inf"))
+
+    def lease_doc(self, lease_id: str) -> bytes | str | None:
+        got: Any = self._redis.hget(DOCS, lease_id)
+        return got  # type: ignore[no-any-return]
+
+    def loads(self) -> dict[str, int]:
+        got: Any = self._redis.zrange(LOAD, 0, -1, withscores=True)
+        return {keys.text(k): int(float(s)) for k, s in got}
+
+    def held(self, proxy: str, now: float) -> int:
+        return int(self._redis.zcount(HELD + proxy, f"({now!r}", "+inf"))
+
+    def dump(self) -> dict[str, Any]:
+        """Every lease key and its value (tests: 'nothing in Redis changed')."""
+        out: dict[str, Any] = {}
+        for key in self._redis.scan_iter(match=PREFIX + "*"):
+            name = keys.text(key)
+            kind = keys.text(self._redis.type(name))
+            if kind == "hash":
+                out[name] = self._redis.hgetall(name)
+            elif kind == "zset":
+                out[name] = self._redis.zrange(name, 0, -1, withscores=True)
+            else:
+                out[name] = self._redis.get(name)
+        return out
+
+
+class AsyncLeases:
+    """The same scripts on a `redis.asyncio` client (the API's event loop)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._redis = client
+        self._lease = client.register_script(LEASE_SCRIPT)
+        self._release = client.register_script(RELEASE_SCRIPT)
+        self._report = client.register_script(REPORT_SCRIPT)
+        self._sync = client.register_script(SYNC_SCRIPT)
+
+    @classmethod
+    def from_url(cls, url: str, timeout: float = 5, connect_timeout: float = 5) -> AsyncLeases:
+        return cls(aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=connect_timeout,
+                                           health_check_interval=30))
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._redis.aclose()
+
+    async def ping(self) -> bool:
+        return bool(await self._redis.ping())
+
+    async def lease(self, call: LeaseCall, now: float, rand: float) -> LeaseAnswer:
+        return lease_answer(await self._lease(keys=_KEYS7, args=call.args(now, rand)))
+
+    async def release(self, lease_id: str, now: float) -> list[str]:
+        return plain(await self._release(keys=_KEYS7, args=[lease_id, repr(now)]))
+
+    async def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
+        return plain(await self._report(keys=_REPORT_KEYS, args=call.args(now, blocked, errors, global_)))
+
+    async def sync(self, now: float) -> tuple[int, int]:
+        got: Any = await self._sync(keys=_KEYS7, args=[repr(now)])
+        return int(got[0]), int(got[1])
+
+    async def snapshot(self) -> Snapshot:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.PX_ENDPOINTS)
+            pipe.hgetall(keys.PROBE_VERDICTS)
+            pipe.zrange(LOAD, 0, -1, withscores=True)
+            pipe.zrange(COOL_GLOBAL, 0, -1, withscores=True)
+            got = await pipe.execute()
+        return _snapshot(got)
+
+    async def gauges(self, now: float) -> tuple[int, int, int]:
+        """(open leases, target-scoped cooldowns, global cooldowns) at `now`."""
+        low = f"({now!r}"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.zcount(EXPIRY, low, "+inf")
+            pipe.zcount(COOL_TARGET, low, "+inf")
+            pipe.zcount(COOL_GLOBAL, low, "+inf")
+            got = await pipe.execute()
+        return int(got[0]), int(got[1]), int(got[2])
