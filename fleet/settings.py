@@ -388,7 +388,7 @@ class Settings:
                 raise SettingsError(f"{flag} must be from {format_duration(low)} to {format_duration(high)}, "
                                     f"got {format_duration(seconds)}")
         if self.probe_target is not None and probe_target_problem(self.probe_target):
-            raise SettingsError(f"--probe-target {probe_target_problem(self.probe_target)}, got {show(self.probe_target)}")
+            raise SettingsError(f"--probe-target {probe_target_problem(self.probe_target)}, got {show(redact_url(self.probe_target))}")
         if not 1 <= self.max_provider_calls <= 1000:
             raise SettingsError(f"--max-provider-calls must be from 1 to 1000, got {self.max_provider_calls}")
         for flag, seconds, low, high in (("--proxy-poll-interval", self.proxy_poll_interval, 1.0, 3600.0),
