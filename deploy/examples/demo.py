@@ -120,7 +120,8 @@ def main() -> int:
         env = {**os.environ, "FLEET_PROVIDERS_CONFIG": str(cfg_path), "FLEET_BROKER_URL": redis_srv.url,
                "FLEET_PROVIDER_CHECK_INTERVAL": "10s", "FLEET_METRICS_BIND_ADDRESS": metrics,
                "FLEET_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT), "FLEET_PROXIES": str(manifests),
-               "FLEET_PROXY_POLL_INTERVAL": "2s"}
+               "FLEET_PROXY_POLL_INTERVAL": "2s", "FLEET_PROBE_TARGET": origin_url,
+               "FLEET_PROBER_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port()}"}
         print(f"$ fleet up -c {cfg_path} --proxies {manifests}   (broker {redis_srv.url}; logs in {tmp_path}/up.log)")
         with open(tmp_path / "up.log", "w") as log:
             up = subprocess.Popen([sys.executable, "-m", "fleet.cli", "up", "--no-flower"], env=env,
@@ -170,15 +171,22 @@ def main() -> int:
     return 0
 
 
+def healthy(item: dict) -> bool:
+    """Running, and the prober has judged it healthy (a CONNECT + GET through it reached the origin)."""
+    st = item.get("status") or {}
+    return st.get("phase") == "Running" and any(
+        c.get("type") == "Healthy" and c.get("status") == "True" for c in st.get("conditions") or [])
+
+
 def wait_proxies(env: dict, up: subprocess.Popen, tmp_path: Path, count: int, timeout: float = 90) -> list | None:
-    """Every Proxy Running (and `count` of them), or None after printing why not."""
+    """Every Proxy Running and probed healthy (and `count` of them), or None after printing why not."""
     deadline = time.monotonic() + timeout
     items: list = []
     while time.monotonic() < deadline:
         out = subprocess.run([sys.executable, "-m", "fleet.cli", "get", "px", "-o", "json"], env=env, capture_output=True,
                              text=True, timeout=60)
         items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
-        if len(items) == count and all((i.get("status") or {}).get("phase") == "Running" for i in items):
+        if len(items) == count and all(healthy(i) for i in items):
             return items
         if up.poll() is not None:
             break
