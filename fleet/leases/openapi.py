@@ -88,12 +88,15 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                                                        "enum": ["gone", "replaced", "unhealthy", None]},
                                             "message": {"type": "string"}}},
                 "ReportRequest": {
-                    "type": "object", "additionalProperties": False, "required": ["outcome"],
-                    "description": "Exactly one of lease and proxy; target is required with proxy "
-                                   "(with lease it defaults to the lease's).",
-                    "properties": {"lease": {"type": "string", "pattern": rq.LEASE_ID_PATTERN},
-                                   "proxy": {"type": "string", "pattern": rq.PROXY_PATTERN, "maxLength": 317},
-                                   "target": host, "outcome": {"type": "string", "enum": list(rq.OUTCOMES)}},
+                    "description": "By an open lease (target defaults to the lease's), or by proxy with a target.",
+                    "oneOf": [
+                        {"type": "object", "additionalProperties": False, "required": ["lease", "outcome"],
+                         "properties": {"lease": {"type": "string", "pattern": rq.LEASE_ID_PATTERN}, "target": host,
+                                        "outcome": {"type": "string", "enum": list(rq.OUTCOMES)}}},
+                        {"type": "object", "additionalProperties": False, "required": ["proxy", "target", "outcome"],
+                         "properties": {"proxy": {"type": "string", "pattern": rq.PROXY_PATTERN, "maxLength": 317},
+                                        "target": host, "outcome": {"type": "string", "enum": list(rq.OUTCOMES)}}},
+                    ],
                 },
                 "Reported": {"type": "object", "required": ["proxy", "target", "outcome"],
                              "properties": {"proxy": {"type": "string"}, "target": {"type": "string"},
