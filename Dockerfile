@@ -19,7 +19,7 @@ COPY fleet ./fleet
 COPY providers ./providers
 COPY tasks ./tasks
 COPY beat ./beat
-RUN pip install '.[kvm,gcp,flower]' \
+RUN pip install '.[kvm,gcp,flower,api]' \
  && python -m compileall -q /opt/fleet
 
 # --- run: the venv plus libvirt's client library, nothing to build with ---
@@ -40,6 +40,6 @@ ENV PATH=/opt/fleet/bin:$PATH \
     FLEET_PROVIDERS_CONFIG=/etc/fleet/config/providers.yaml
 WORKDIR /opt/fleet
 USER 10001:10001
-# controller /metrics, Flower, worker /metrics, prober /metrics
-EXPOSE 8080 5555 9090 8081
+# controller /metrics, Flower, worker /metrics, prober /metrics, lease API
+EXPOSE 8080 5555 9090 8081 8090
 CMD ["fleet", "--help"]

@@ -22,7 +22,7 @@ sent: in that window it is certainly open in Redis, so every violation
 counted is real. A sampler also reads the load set every 20 ms for a proxy
 over the limit.
 
-    python benchmarks/leases.py                       # 200 proxies, 64 clients, 20 s
+    python benchmarks/leases.py                       # 200 proxies, 16 clients, 20 s
     python benchmarks/leases.py -n 50 -c 200 --seconds 10
 """
 
@@ -193,7 +193,7 @@ async def drive(ports: list[int], args: argparse.Namespace, tally: Tally, pids: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", "--proxies", type=int, default=200)
-    ap.add_argument("-c", "--clients", type=int, default=64)
+    ap.add_argument("-c", "--clients", type=int, default=16)
     ap.add_argument("--api-procs", type=int, default=2)
     ap.add_argument("--max-per-proxy", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=20.0)

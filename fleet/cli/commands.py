@@ -42,3 +42,8 @@ def flower_argv(port: int = 5555, address: str = "127.0.0.1") -> list[str]:
 def prober_argv() -> list[str]:
     """`fleet prober`: asyncio, no Celery; settings from FLEET_* in its environment."""
     return [sys.executable, "-m", "fleet.cli", "prober"]
+
+
+def api_argv() -> list[str]:
+    """`fleet api` (issue 14): uvicorn, no Celery; settings and token from FLEET_* in its environment."""
+    return [sys.executable, "-m", "fleet.cli", "api"]

@@ -65,6 +65,9 @@ NODE_ANNOTATION = "fleet.crawl.example.com/worker-name"
 CONFIG_HASH_ANNOTATION = "fleet.crawl.example.com/config-sha256"
 CONTROLLER, BEAT = "fleet-controller", "fleet-beat"
 PROBER, PROBER_PORT = "fleet-prober", 8081  # the Deployment, its ServiceAccount and its /metrics Service share the name
+# The lease API (issue 14): Deployment, ServiceAccount and Service share the name; its token is key `token` of a
+# Secret the operator creates (`kubectl create secret generic fleet-api-token --from-literal=token=...`).
+API, API_PORT, API_REPLICAS, API_TOKEN_SECRET, API_TOKEN_KEY = "fleet-api", 8090, 2, "fleet-api-token", "token"
 BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 # Provider workers serve their provider-call series (requests_total,
@@ -368,6 +371,47 @@ def prober(t: Target) -> list[dict[str, Any]]:
     return [service_account(PROBER, t, "prober", token=False), d, service]
 
 
+def api(t: Target) -> list[dict[str, Any]]:
+    """`fleet api` (issue 14): the discovery and lease API on :8090 behind the
+    `fleet-api` Service. Two replicas (they share every lease through Redis).
+    The bearer token comes from the Secret `fleet-api-token` (key `token`),
+    not optional: without it the pod does not start, as `fleet api` refuses
+    to run without a token. Needs Redis only: no Kubernetes rights, no
+    ServiceAccount token, no providers file. Ready while /healthz answers 200
+    (Redis reachable); live while the port accepts connections."""
+    container = {
+        "name": "api",
+        "image": t.image,
+        "command": ["fleet", "api"],
+        "env": [{"name": "FLEET_PROVIDERS_CONFIG", "value": ""}]
+        + [e for e in base_env(t.installation) if e["name"] != "FLEET_PROVIDERS_CONFIG"]
+        + [{"name": "FLEET_API_BIND_ADDRESS", "value": f":{API_PORT}"},
+           {"name": "FLEET_API_TOKEN", "valueFrom": {"secretKeyRef": {"name": API_TOKEN_SECRET, "key": API_TOKEN_KEY}}}],
+        "ports": [{"name": "http", "containerPort": API_PORT}],
+        "readinessProbe": http_probe("/healthz", "http", 10, 5, 2),
+        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "250m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod_spec = {
+        "serviceAccountName": API,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}],
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(API, t, "api"),
+        "spec": {"selector": selector("api"), "ports": [{"name": "http", "port": API_PORT, "targetPort": "http"}]},
+    }
+    d = deployment(API, t, "api", pod_spec, strategy={"type": "RollingUpdate"}, replicas=API_REPLICAS)
+    del d["spec"]["template"]["metadata"]["annotations"]
+    return [service_account(API, t, "api", token=False), d, service]
+
+
 # --- per provider ---------------------------------------------------------------
 
 
@@ -528,7 +572,7 @@ def render(
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
     copy, moved = split_secrets(config, text)
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest())
-    out = [config_map(copy, t), *controller(t), *beat(t), *prober(t)]
+    out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
         out.append(service_account(worker_name(pc.name), t, "worker", rt.in_cluster, pc.name))

@@ -25,6 +25,8 @@ RESTART_MIN, RESTART_MAX, RESTART_RESET_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 15.0
 # `fleet up` is a local stack: the prober's /metrics listens on loopback unless told otherwise.
 LOCAL_PROBER_METRICS_BIND = "127.0.0.1:8081"
+# ... and the lease API on loopback too (issue 14).
+LOCAL_API_BIND = "127.0.0.1:8090"
 
 
 @dataclass
@@ -79,6 +81,19 @@ def prober(settings: Settings, env: dict[str, str], environ: dict[str, str] | No
     if "FLEET_PROBER_METRICS_BIND_ADDRESS" not in user_env and settings.prober_metrics_bind_address == ":8081":
         child_env["FLEET_PROBER_METRICS_BIND_ADDRESS"] = LOCAL_PROBER_METRICS_BIND
     return [Child("prober", commands.prober_argv(), child_env)]
+
+
+def api(settings: Settings, env: dict[str, str], environ: dict[str, str] | None = None) -> list[Child]:
+    """The lease API as a member of `fleet up` when it has a token (FLEET_API_TOKEN or --api-token-file) or
+    --insecure-no-auth; otherwise none, said once. On 127.0.0.1:8090 unless --api-bind-address says otherwise."""
+    user_env = os.environ if environ is None else environ
+    if not (settings.api_token_file or env.get("FLEET_API_TOKEN", "").strip() or settings.api_insecure):
+        say("lease API off (no FLEET_API_TOKEN, --api-token-file or --insecure-no-auth)")
+        return []
+    child_env = dict(env)
+    if "FLEET_API_BIND_ADDRESS" not in user_env and settings.api_bind_address == ":8090":
+        child_env["FLEET_API_BIND_ADDRESS"] = LOCAL_API_BIND
+    return [Child("api", commands.api_argv(), child_env)]
 
 
 class Stop:

@@ -109,7 +109,7 @@ def test_the_image_installs_every_runtime_extra_and_package(dockerfile):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     (install,) = [rest for word, rest in build if word == "RUN" and "pip install" in rest]
     extras = set(re.search(r"\.\[([\w,]+)\]", install).group(1).split(","))
-    assert extras == {"kvm", "gcp", "flower"} and extras <= set(project["project"]["optional-dependencies"])
+    assert extras == {"kvm", "gcp", "flower", "api"} and extras <= set(project["project"]["optional-dependencies"])
     copied = {src for word, rest in build if word == "COPY" for src in rest.split()[:-1]}
     packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert packages | {"pyproject.toml", "README.md"} <= copied
@@ -138,7 +138,7 @@ def test_the_role_is_the_command(dockerfile, installed):
     exposed = {int(p) for word, rest in final if word == "EXPOSE" for p in rest.split()}
     ports = {p["containerPort"] for d in by_kind(installed, "Deployment").values() for c in pod(d)["containers"]
              if c["image"].startswith("ghcr.io/example/fleet") for p in c.get("ports", ())}
-    assert ports == exposed == {8080, 5555, 9090, 8081}
+    assert ports == exposed == {8080, 5555, 9090, 8081, 8090}
 
 
 # --- docker-compose.yml -------------------------------------------------------------
