@@ -180,7 +180,9 @@ def test_a_25_mb_message_is_refused_before_its_body_is_decoded(redis_server, mak
              "the message to be dropped as too_large")
     peak = rss_mib(ctl.pid, "VmHWM")
     print(f"\ncontroller RSS before {before:.0f} MiB, peak after a 25 MB message {peak:.0f} MiB")
-    assert peak < 400, f"peak RSS {peak:.0f} MiB (before: {before:.0f} MiB)"  # 530+ when its JSON was decoded
+    # growth, not the peak: the baseline moves with what the controller imports (96 MiB with the proxies and GC
+    # features); decoding the 25 MB body's JSON had grown it by 430+ MiB, kombu's envelope read alone ≈ 310 MiB
+    assert peak - before < 380, f"peak RSS {peak:.0f} MiB (before: {before:.0f} MiB)"
     ok = {**huge_result(2), "checkedAt": time.time()}
     stack.sender.send_task(routing.RECORD_CHECK, args=[ok], queue=routing.CONTROLLER_QUEUE)
     wait_for(lambda: redis_server.client().get(keys.RESULT + "p"), 20, "the next message to be recorded")
