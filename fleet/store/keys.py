@@ -58,4 +58,14 @@ PROBE_VERDICTS = "fleet:probe:verdicts"  # hash: key → the prober's verdict {"
 PROBER_MEMBERS = "fleet:prober:members"  # sorted set: prober replica id → when its membership lapses (Unix time)
 GC_LAST = "fleet:gc:last"  # hash: provider → Unix time of its last complete sweep
 GC_LOCK = "fleet:gc:lock"  # hash: the sweep in progress (id, deadline, each provider's state), with a TTL
+# The lease API (fleet.leases; fleet.store.leases says what each holds).
+LEASE_PREFIX = "fleet:lease:"
+LEASE_DOCS = "fleet:lease:docs"  # hash: lease id → the lease (JSON)
+LEASE_EXPIRY = "fleet:lease:expiry"  # sorted set: lease id → when it expires
+LEASE_HELD = "fleet:lease:held:"  # + proxy key: sorted set of its open leases → expiry
+LEASE_LOAD = "fleet:lease:load"  # sorted set: proxy key → open leases
+LEASE_STICKY = "fleet:lease:sticky:"  # + sticky key: the proxy it was last leased, with a TTL
+LEASE_COOL_TARGET = "fleet:lease:cool:target"  # sorted set: "<proxy>|<target>" → end of the cooldown
+LEASE_COOL_GLOBAL = "fleet:lease:cool:global"  # sorted set: proxy key → end of the global cooldown
+LEASE_ERRORS = "fleet:lease:errors"  # hash: proxy key → error reports in a row
 CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create, with a short TTL

@@ -3,8 +3,8 @@ each proxy, sticky bindings, cooldowns and error counts. Every decision that
 must hold across API replicas is one Lua script, so any number of `fleet api`
 processes serve one consistent pool and a restart loses nothing.
 
-Keys (all under `fleet:lease:`; the proxy keys are the Proxy reconciler's
-`<namespace>/<name>` of `fleet:px:endpoints`):
+Keys (all under `fleet:lease:`, defined in `fleet.store.keys`; the proxy keys
+are the Proxy reconciler's `<namespace>/<name>` of `fleet:px:endpoints`):
 
 - `docs`      hash: lease id → {"proxy","uid","target","sticky","expires","granted"} (JSON)
 - `expiry`    sorted set: lease id → when it expires (Unix time); the sweep and the active-leases gauge
@@ -42,15 +42,8 @@ import redis.asyncio as aioredis
 
 from fleet.store import keys
 
-PREFIX = "fleet:lease:"
-DOCS = PREFIX + "docs"
-EXPIRY = PREFIX + "expiry"
-HELD = PREFIX + "held:"  # + proxy key
-LOAD = PREFIX + "load"
-STICKY = PREFIX + "sticky:"  # + sticky key
-COOL_TARGET = PREFIX + "cool:target"
-COOL_GLOBAL = PREFIX + "cool:global"
-ERRORS = PREFIX + "errors"
+PREFIX, DOCS, EXPIRY, HELD, LOAD = keys.LEASE_PREFIX, keys.LEASE_DOCS, keys.LEASE_EXPIRY, keys.LEASE_HELD, keys.LEASE_LOAD
+STICKY, COOL_TARGET, COOL_GLOBAL, ERRORS = keys.LEASE_STICKY, keys.LEASE_COOL_TARGET, keys.LEASE_COOL_GLOBAL, keys.LEASE_ERRORS
 ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
 
 SWEEP_BATCH = 100  # expired leases swept per call
