@@ -155,7 +155,7 @@ def fleet_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_one_worker_per_example_provider_and_nothing_else(compose):
     names = load(str(EXAMPLE)).names()
-    assert set(compose["services"]) == {"redis", "controller", "beat", "flower", "prober"} | {f"worker-{n}" for n in names}
+    assert set(compose["services"]) == {"redis", "controller", "beat", "flower", "prober", "api"} | {f"worker-{n}" for n in names}
     for n in names:
         argv = compose["services"][f"worker-{n}"]["command"]
         args = cli.parser().parse_args(argv[1:])
