@@ -337,38 +337,14 @@ def prober(t: Target) -> list[dict[str, Any]]:
     share moves within two probe intervals. /metrics, /readyz (Redis
     answers) and /livez on :8081, behind the `fleet-prober` Service. It reads
     no providers file, so a change to it does not roll the prober."""
-    container = {
-        "name": "prober",
-        "image": t.image,
-        "command": ["fleet", "prober"],
-        # Reads no providers file (like Flower: the variable set empty, no ConfigMap, no config hash to roll it).
-        "env": [{"name": "FLEET_PROVIDERS_CONFIG", "value": ""}]
-        + [e for e in base_env(t.installation) if e["name"] != "FLEET_PROVIDERS_CONFIG"]
-        + [{"name": "FLEET_PROBER_METRICS_BIND_ADDRESS", "value": f":{PROBER_PORT}"}],
-        "ports": [{"name": "metrics", "containerPort": PROBER_PORT}],
-        "readinessProbe": http_probe("/readyz", "metrics", 15, 5, 2),
-        "livenessProbe": http_probe("/livez", "metrics", 30, 5, 3),
-        "startupProbe": http_probe("/livez", "metrics", 5, 5, 60),
-        "resources": {"requests": {"cpu": "100m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
-        "securityContext": container_security(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    pod_spec = {
-        "serviceAccountName": PROBER,
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 30,
-        "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}],
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(PROBER, t, "prober"),
-        "spec": {"selector": selector("prober"), "ports": [{"name": "metrics", "port": PROBER_PORT, "targetPort": "metrics"}]},
-    }
-    d = deployment(PROBER, t, "prober", pod_spec)
-    del d["spec"]["template"]["metadata"]["annotations"]
-    return [service_account(PROBER, t, "prober", token=False), d, service]
+    return _redis_only(
+        t, PROBER, "prober", ["fleet", "prober"], "metrics", PROBER_PORT,
+        [{"name": "FLEET_PROBER_METRICS_BIND_ADDRESS", "value": f":{PROBER_PORT}"}],
+        {"readinessProbe": http_probe("/readyz", "metrics", 15, 5, 2),
+         "livenessProbe": http_probe("/livez", "metrics", 30, 5, 3),
+         "startupProbe": http_probe("/livez", "metrics", 5, 5, 60)},
+        {"requests": {"cpu": "100m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
+    )
 
 
 def api(t: Target) -> list[dict[str, Any]]:
@@ -379,23 +355,37 @@ def api(t: Target) -> list[dict[str, Any]]:
     to run without a token. Needs Redis only: no Kubernetes rights, no
     ServiceAccount token, no providers file. Ready while /healthz answers 200
     (Redis reachable); live while the port accepts connections."""
+    return _redis_only(
+        t, API, "api", ["fleet", "api"], "http", API_PORT,
+        [{"name": "FLEET_API_BIND_ADDRESS", "value": f":{API_PORT}"},
+         {"name": "FLEET_API_TOKEN", "valueFrom": {"secretKeyRef": {"name": API_TOKEN_SECRET, "key": API_TOKEN_KEY}}}],
+        {"readinessProbe": http_probe("/healthz", "http", 10, 5, 2),
+         "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3}},
+        {"requests": {"cpu": "250m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        strategy={"type": "RollingUpdate"}, replicas=API_REPLICAS,
+    )
+
+
+def _redis_only(t: Target, name: str, component: str, command: list[str], port_name: str, port: int,
+                env: list[dict[str, Any]], probes: dict[str, Any], resources: dict[str, Any],
+                **deploy: Any) -> list[dict[str, Any]]:
+    """A role that needs Redis only (the prober, the API): no Kubernetes rights,
+    no ServiceAccount token, no providers file (the variable set empty, no
+    ConfigMap, no config hash to roll it), one port behind a Service."""
     container = {
-        "name": "api",
+        "name": component,
         "image": t.image,
-        "command": ["fleet", "api"],
+        "command": command,
         "env": [{"name": "FLEET_PROVIDERS_CONFIG", "value": ""}]
-        + [e for e in base_env(t.installation) if e["name"] != "FLEET_PROVIDERS_CONFIG"]
-        + [{"name": "FLEET_API_BIND_ADDRESS", "value": f":{API_PORT}"},
-           {"name": "FLEET_API_TOKEN", "valueFrom": {"secretKeyRef": {"name": API_TOKEN_SECRET, "key": API_TOKEN_KEY}}}],
-        "ports": [{"name": "http", "containerPort": API_PORT}],
-        "readinessProbe": http_probe("/healthz", "http", 10, 5, 2),
-        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3},
-        "resources": {"requests": {"cpu": "250m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        + [e for e in base_env(t.installation) if e["name"] != "FLEET_PROVIDERS_CONFIG"] + env,
+        "ports": [{"name": port_name, "containerPort": port}],
+        **probes,
+        "resources": resources,
         "securityContext": container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     pod_spec = {
-        "serviceAccountName": API,
+        "serviceAccountName": name,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 30,
         "containers": [container],
@@ -404,12 +394,12 @@ def api(t: Target) -> list[dict[str, Any]]:
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(API, t, "api"),
-        "spec": {"selector": selector("api"), "ports": [{"name": "http", "port": API_PORT, "targetPort": "http"}]},
+        "metadata": _meta(name, t, component),
+        "spec": {"selector": selector(component), "ports": [{"name": port_name, "port": port, "targetPort": port_name}]},
     }
-    d = deployment(API, t, "api", pod_spec, strategy={"type": "RollingUpdate"}, replicas=API_REPLICAS)
+    d = deployment(name, t, component, pod_spec, **deploy)
     del d["spec"]["template"]["metadata"]["annotations"]
-    return [service_account(API, t, "api", token=False), d, service]
+    return [service_account(name, t, component, token=False), d, service]
 
 
 # --- per provider ---------------------------------------------------------------
