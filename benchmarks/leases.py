@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,22 +49,15 @@ sys.path.insert(0, str(ROOT))
 import orjson  # noqa: E402
 import redis  # noqa: E402
 
+from benchmarks.procstats import cpu_s, free_port  # noqa: E402
 from fleet.store import keys  # noqa: E402
 from fleet.store.leases import LOAD  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef0123456789"
 
 
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def quantile(values: list[float], q: float) -> float:

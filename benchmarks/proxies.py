@@ -47,32 +47,10 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 import yaml  # noqa: E402
 
+from benchmarks.procstats import cpu_s, free_port, rss_mib  # noqa: E402
 from fleet.cli import commands  # noqa: E402
 from fleet.durations import parse_duration  # noqa: E402
 from fleet.store import keys  # noqa: E402
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> tuple[float, float]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                out[line.split(":")[0]] = int(line.split()[1]) / 1024
-    return out.get("VmRSS", 0.0), out.get("VmHWM", 0.0)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def manifest(n: int) -> str:
