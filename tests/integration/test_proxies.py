@@ -97,7 +97,8 @@ def test_controller_killed_right_after_create_was_sent(px_stack, redis_server):
     declare(stack.manifests, "a")
     stack.controller()  # no worker yet: the create waits in provider.edge
     stack.wait_ready("controller")
-    wait_for(lambda: r.get("fleet:px:call:crawl/a"), 30, "the create to be sent")
+    # sent = on the broker (the call is recorded in Redis just before the message is published)
+    wait_for(lambda: r.llen("provider.edge") >= 1, 30, "the create to be sent")
     assert json.loads(r.get("fleet:px:call:crawl/a"))["op"] == "create"
     stack.kill("controller")
     stack.worker("edge")  # runs the create; its answer waits in fleet.controller
