@@ -434,9 +434,14 @@ class AsyncLeases:
         self._sync = client.register_script(SYNC_SCRIPT)
 
     @classmethod
-    def from_url(cls, url: str, timeout: float = 5, connect_timeout: float = 5) -> AsyncLeases:
-        return cls(aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=connect_timeout,
-                                           health_check_interval=30))
+    def from_url(cls, url: str, timeout: float = 5, connect_timeout: float = 5, max_connections: int = 128) -> AsyncLeases:
+        """A bounded pool that waits (up to `timeout`) for a free connection: redis.asyncio's
+        default pool fails at once past 100 connections (MaxConnectionsError, a 503 under
+        a burst of clients), and every request holds one only for its script's round trip."""
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=timeout, socket_timeout=timeout,
+            socket_connect_timeout=connect_timeout, health_check_interval=30)
+        return cls(aioredis.Redis(connection_pool=pool))
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
