@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 import orjson  # noqa: E402
 import redis  # noqa: E402
 
-from benchmarks.procstats import cpu_s, free_port  # noqa: E402
+from benchmarks.procstats import cpu_s, free_port, stop  # noqa: E402
 from fleet.store import keys  # noqa: E402
 from fleet.store.leases import LOAD  # noqa: E402
 
@@ -271,15 +271,7 @@ def main() -> None:
         if args.json:
             print(json.dumps(figures))
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 
-from benchmarks.procstats import cpu_s, free_port, rss_mib  # noqa: E402
+from benchmarks.procstats import cpu_s, free_port, rss_mib, stop  # noqa: E402
 from fleet.durations import parse_duration  # noqa: E402
 from fleet.store import keys  # noqa: E402
 
@@ -232,13 +232,7 @@ def main() -> None:
         print(f"  listeners CPU         {100 * (l1 - l0) / wall:.0f}% of one core")
         r.close()
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

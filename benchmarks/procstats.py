@@ -1,10 +1,14 @@
-"""What the benchmarks read about their processes, in one place: CPU seconds
-and memory from /proc, and a free loopback port."""
+"""What the benchmarks do with their processes, in one place: CPU seconds
+and memory from /proc, a free loopback port, stopping them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import subprocess
+from collections.abc import Iterable
 
 
 def cpu_s(pid: int) -> float:
@@ -28,3 +32,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop(procs: Iterable[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM each process still running (its whole group when it leads one:
+    the fleet roles start with `start_new_session`), then SIGKILL what is left
+    after `grace` seconds."""
+    procs = list(procs)
+    for p in reversed(procs):
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(p.pid) == p.pid:
+                    os.killpg(p.pid, signal.SIGTERM)
+                else:
+                    p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

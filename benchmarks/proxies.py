@@ -30,11 +30,9 @@ PATCH, see docs/architecture.md).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 import yaml  # noqa: E402
 
-from benchmarks.procstats import cpu_s, free_port, rss_mib  # noqa: E402
+from benchmarks.procstats import cpu_s, free_port, rss_mib, stop  # noqa: E402
 from fleet.cli import commands  # noqa: E402
 from fleet.durations import parse_duration  # noqa: E402
 from fleet.store import keys  # noqa: E402
@@ -145,18 +143,7 @@ def main() -> None:
             print(f"  {role:11s} CPU {1000 * (cpu1[role] - cpu0[role]) / n:6.2f} ms/Proxy   "
                   f"RSS {rss[role][0]:.0f} MiB (peak {rss[role][1]:.0f})")
     finally:
-        for role, p in procs.items():
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    if role == "redis":
-                        p.terminate()
-                    else:
-                        os.killpg(p.pid, signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs.values(), grace=15)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -14,7 +14,6 @@ manifests, waits for the Squid processes to be deleted, and stops it all.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import shutil
@@ -22,7 +21,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -32,6 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.fakes.http import LoopbackServer  # noqa: E402
 from tests.integration.conftest import RedisServer, free_port  # noqa: E402
 from tests.providers.kvm.lab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
 from tests.providers.local.conftest import _Origin  # noqa: E402
@@ -110,10 +109,7 @@ def main() -> int:
         for i, item in enumerate(declared["items"]):
             item["spec"]["port"] = lo + i
         (manifests / "proxies.yaml").write_text(yaml.safe_dump(declared, sort_keys=False))
-        origin = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-        threading.Thread(target=origin.serve_forever, daemon=True).start()
-        stack.callback(origin.shutdown)
-        origin_url = f"http://127.0.0.1:{origin.server_address[1]}/"
+        origin_url = stack.enter_context(LoopbackServer(_Origin, "origin")).url + "/"
         cfg_path = tmp_path / "providers.yaml"
         cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
         metrics = f"127.0.0.1:{free_port()}"

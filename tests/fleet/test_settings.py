@@ -86,3 +86,45 @@ def test_bad_settings_name_flag_and_value(env, message):
     with pytest.raises(SettingsError) as err:
         Settings.from_env(env)
     assert message in str(err.value)
+
+
+# The Proxy, GC, prober and lease-API settings (issues 12-14): each bad value is
+# refused naming its flag; the defaults are the issues' numbers.
+@pytest.mark.parametrize("attr, raw, flag", [
+    ("max_provider_calls", "0", "--max-provider-calls"),
+    ("max_provider_calls", "three", "--max-provider-calls"),
+    ("proxy_poll_interval", "500ms", "--proxy-poll-interval"),
+    ("provider_call_timeout", "11m", "--provider-call-timeout"),
+    ("gc_interval", "30s", "--gc-interval"),
+    ("gc_min_age", "25h", "--gc-min-age"),
+    ("probe_interval", "50ms", "--probe-interval"),
+    ("probe_timeout", "2m", "--probe-timeout"),
+    ("probe_failure_threshold", "0", "--probe-failure-threshold"),
+    ("probe_success_threshold", "101", "--probe-success-threshold"),
+    ("trace_health_probes", "maybe", "--trace-health-probes"),
+    ("probe_target", "no-port", "--probe-target"),
+    ("probe_target", "http://x:99999/", "--probe-target"),
+    ("prober_metrics_bind_address", "nowhere", "--prober-metrics-bind-address"),
+    ("api_bind_address", "nowhere", "--api-bind-address"),
+    ("insecure_no_auth", "perhaps", "--insecure-no-auth"),
+    ("max_leases_per_proxy", "0", "--max-leases-per-proxy"),
+    ("lease_max_ttl", "2d", "--lease-max-ttl"),
+    ("cooldown_errors", "0", "--cooldown-errors"),
+])
+def test_new_settings_refuse_bad_values_naming_the_flag(attr, raw, flag):
+    with pytest.raises(SettingsError) as err:
+        Settings.from_values({attr: raw})
+    assert flag in str(err.value)
+
+
+def test_new_settings_defaults_and_derived_values():
+    s = Settings.from_values({})
+    assert (s.max_provider_calls, s.proxy_poll_interval, s.proxy_resync_interval, s.provider_call_timeout) == (3, 10, 60, 60)
+    assert (s.gc_interval, s.gc_min_age, s.gc_enabled) == (600, 600, True)
+    assert not Settings.from_values({"gc_interval": "0"}).gc_enabled
+    assert (s.probe_interval, s.probe_time_limit, s.probe_failure_threshold, s.probe_success_threshold) == (1, 5, 3, 1)
+    assert Settings.from_values({"probe_interval": "200ms"}).probe_time_limit == 1.0
+    assert not s.traces_probes and Settings.from_values({"trace_health_probes": "true"}).traces_probes
+    assert (s.max_leases_per_proxy, s.lease_max_ttl, s.cooldown_errors, s.api_insecure) == (1, 3600, 3, False)
+    for target in ("example.com:443", "http://127.0.0.1:8080/ip", "[::1]:80"):
+        assert Settings.from_values({"probe_target": target}).probe_target == target

@@ -27,6 +27,7 @@ import pytest
 
 from fleet.cli import commands
 from fleet.store import keys
+from tests.fakes.http import LoopbackServer
 from tests.integration.conftest import free_port, wait_for
 from tests.integration.test_local_proxies import declare, lab, records, status  # noqa: F401
 from tests.providers.local.conftest import port_window, state_dir  # noqa: F401
@@ -53,13 +54,8 @@ class _Echo(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def echo():
     """An origin on 127.0.0.1 answering {"origin": <the caller's address>}; yields host:port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    t = threading.Thread(target=server.serve_forever, name="echo", daemon=True)
-    t.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    t.join(5)
+    with LoopbackServer(_Echo, "echo") as server:
+        yield server.url.removeprefix("http://")
 
 
 def verdict(redis_server, key: str) -> dict | None:

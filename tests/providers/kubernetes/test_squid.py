@@ -11,16 +11,16 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from providers.kubernetes.pod import squid_conf
+from tests.fakes.http import LoopbackServer
 
 SQUID = shutil.which("squid") or "/usr/sbin/squid"
 SETPRIV = shutil.which("setpriv")
@@ -49,12 +49,8 @@ class Hello(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def origin() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    with LoopbackServer(Hello, "origin") as server:
+        yield server.url + "/"
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import tempfile
-import threading
 import time
 import uuid
 
@@ -24,6 +23,7 @@ from providers.base import CreateRequest, Deadline
 from providers.local import process
 from providers.local.config import FALLBACK_SQUID, LocalConfig
 from providers.local.provider import LocalProvider
+from tests.fakes.http import LoopbackServer
 
 WINDOW = 100
 NAME = "local-test"
@@ -149,10 +149,5 @@ class _Origin(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def origin():
     """An HTTP server on 127.0.0.1 answering ORIGIN_BODY; yields its URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-    t = threading.Thread(target=server.serve_forever, name="origin", daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
-    t.join(5)
+    with LoopbackServer(_Origin, "origin") as server:
+        yield server.url + "/"
