@@ -66,6 +66,7 @@ MAX_ATTEMPT = 1_000_000
 MAX_ARG = 1024  # characters of one string argument (an id, a name)
 MAX_MESSAGE = 1024  # characters of an outcome's message
 INVALID = "invalid"  # error_class of a message refused before any call
+NOT_CONFIGURED = "not_configured"  # error_class of a call refused because this worker's config lacks its provider
 LATCH_INVALID = "InvalidRequest"
 # Seconds: a get answers in milliseconds, a GCP insert waits on its operation for minutes.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -137,10 +138,10 @@ def failed(provider: str, op: str, attempt: int, exc: BaseException) -> dict[str
     }
 
 
-def refused(provider: Any, op: str, why: str) -> dict[str, Any]:
+def refused(provider: Any, op: str, why: str, error_class: str = INVALID) -> dict[str, Any]:
     return {
         "ok": False, "provider": cut(provider, 63) if isinstance(provider, str) else "", "op": op, "attempt": 0,
-        "error_class": INVALID, "step": {"latch": LATCH_INVALID}, "message": cut(why),
+        "error_class": error_class, "step": {"latch": LATCH_INVALID}, "message": cut(why),
     }
 
 
@@ -228,19 +229,21 @@ class ProviderCallTask(_TaskBase):
         timeout = kwargs.pop("timeout", DEFAULT_TIMEOUT)
         attempt = kwargs.pop("attempt", 1)
         why = message_problem(provider, timeout, attempt, args, kwargs, self.run)
+        error_class = INVALID
+        if why is None and provider not in runtime.providers_config().names():
+            # a config rollout in progress (the controller has it, this worker not yet): retried, never latched
+            why, error_class = f"provider {provider!r} is not configured on this worker", NOT_CONFIGURED
         if why is None:
             why = self._placement_problem(provider)
         if why is not None:
             log.warning("provider call refused", extra={"fields": {"task": self.name, "why": why}})
-            return refused(provider, self.op, why)
+            return refused(provider, self.op, why, error_class)
         return call(provider, self.op, lambda p, d: self.run(p, d, **kwargs), timeout=float(timeout),
                     provider_id=kwargs.get("provider_id"), attempt=attempt)
 
     def _placement_problem(self, provider: str) -> str | None:
         """A message for provider X runs only from queue provider.X (and for a
         configured X), so no worker calls a provider it holds no credentials for."""
-        if provider not in runtime.providers_config().names():
-            return "not a configured provider"
         queue = ((self.request.delivery_info or {}) if self.request else {}).get("routing_key")
         if queue and queue != routing.provider_queue(provider):
             return f"a call for provider {provider} must come from {routing.provider_queue(provider)}, not {cut(queue, 80)}"

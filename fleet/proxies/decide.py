@@ -24,6 +24,7 @@ The rules are the seed's (docs/providers.md §2–3, the reconciler lines its
 | provider not configured            | Failed (ProviderNotConfigured); released once it is           |
 | placement impossible               | Failed (InvalidPlacement), before any backend call            |
 | Failed for this generation         | latched: nothing until metadata.generation changes            |
+| a latch lifted                     | phase, conditions and message rewritten together, then on     |
 | cloud-init unreadable              | Pending (CloudInitUnavailable), back off                      |
 | no providerID                      | Create → Provisioning                                         |
 | spec hash changed                  | Replacing: Delete → poll until NotFound → Create, same name   |
@@ -32,8 +33,12 @@ The rules are the seed's (docs/providers.md §2–3, the reconciler lines its
 | Get: Stopped / Terminated          | Replacing (delete, then create)                               |
 | Get: NotFound                      | clear the ID, create again                                    |
 | Transient                          | back off 1 s doubling to 5 m (the call's own `step`)          |
+| a due retry                        | the same call again; the count of failures in a row kept      |
+| any call succeeds, or the spec hash moves | failures in a row back to 0                            |
+| worker: provider not configured    | ProviderNotConfigured, retried with back-off (not latched)    |
 | QuotaExceeded                      | Provisioned=False (QuotaExceeded), retry in 5 m, not counted  |
 | Permanent (not deleting)           | Failed (PermanentError), latched                              |
+| Permanent to a Running Proxy's Get | Running kept, Provisioned=False (PermanentError), back off    |
 | Permanent while deleting           | retried with back-off, never latched                          |
 | a probe verdict, Running           | Healthy True/False (ProbeSucceeded/ProbeFailed); Ready follows |
 """
@@ -90,6 +95,7 @@ R_NOT_RUNNING = "NotRunning"  # Ready
 LATCHES = (R_NOT_CONFIGURED, R_INVALID_PLACEMENT, R_PERMANENT)
 
 CREATE, GET, DELETE = "create", "get", "delete"
+NOT_CONFIGURED = "not_configured"  # the worker's refusal: its config lacks the provider (fleet.calls.NOT_CONFIGURED)
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,7 @@ class Outcome:
     op: str
     ok: bool
     result: Any = None  # create: the id; get: an instance dict; delete: None
-    error_class: str = ""  # not_found | quota_exceeded | transient | permanent | invalid
+    error_class: str = ""  # not_found | quota_exceeded | transient | permanent | invalid | not_configured
     retry_after: float | None = None  # the call's own step, when it says retry
     message: str = ""
     spec_hash: str = ""  # create: the hash of what was created
@@ -158,7 +164,7 @@ class Step:
     finalizer: str | None = None  # "add" | "remove"
     call: Call | None = None
     requeue: float | None = None  # seconds; None: only an event or an outcome wakes it
-    failures: int = 0
+    failures: int | None = None  # failed calls in a row from now on; None: unchanged (a due retry, a poll)
 
 
 def spec_hash(spec: ProxySpec, cloud_init: str) -> str:
@@ -200,13 +206,21 @@ def with_phase(p: Proxy, env: Env, phase: str, reason: str, message: str = "", *
                             probe.message, g)
         conds = set_condition(conds, verdict, env.now)
         st = dataclasses.replace(st, egress_ip=probe.egress_ip)
-    elif st.condition(HEALTHY) is None:
+    elif (h := st.condition(HEALTHY)) is None:
         conds = set_condition(conds, Condition(HEALTHY, "Unknown", R_NOT_PROBED, "", g), env.now)
+    elif h.observed_generation != g:  # the prober's last word, kept, but observed at this generation too
+        conds = set_condition(conds, dataclasses.replace(h, observed_generation=g), env.now)
     healthy_status = next(c.status for c in conds if c.type == HEALTHY)
     ready = running and healthy_status != "False"
     ready_reason = R_RUNNING if ready else (reason if not running else "Unhealthy")
     conds = set_condition(conds, Condition(READY, "True" if ready else "False", ready_reason, "" if ready else message, g), env.now)
     return dataclasses.replace(st, conditions=conds)
+
+
+def with_provisioned(st: ProxyStatus, reason: str, message: str, p: Proxy, env: Env) -> ProxyStatus:
+    """`st` with Provisioned=False for `reason`, all else kept (a Running Proxy whose provider cannot vouch for it)."""
+    cond = Condition(PROVISIONED, "False", reason, message, p.generation)
+    return dataclasses.replace(st, conditions=set_condition(st.conditions, cond, env.now))
 
 
 def changed(p: Proxy, st: ProxyStatus | None) -> ProxyStatus | None:
@@ -215,10 +229,15 @@ def changed(p: Proxy, st: ProxyStatus | None) -> ProxyStatus | None:
 
 def decide(p: Proxy, out: Outcome | None, env: Env) -> Step:
     step = _deleting(p, out, env) if p.deleting else _managing(p, out, env)
+    if out is not None and out.ok and step.failures is None:
+        step = dataclasses.replace(step, failures=0)  # a success ends the run of failures
     st = step.status if step.status is not None else p.status
     if not p.deleting and st.phase == RUNNING and env.probe is not None:
         # a new verdict on a Running Proxy: Healthy and Ready follow it, whatever else happens
+        prov = st.condition(PROVISIONED)
         st = with_phase(dataclasses.replace(p, status=st), env, RUNNING, R_RUNNING, st.message)
+        if prov is not None and prov.status == "False":  # the provider still cannot vouch for it: say so
+            st = with_provisioned(st, prov.reason, prov.message, p, env)
         step = dataclasses.replace(step, status=st)
     return dataclasses.replace(step, status=changed(p, step.status))
 
@@ -241,12 +260,13 @@ def _deleting(p: Proxy, out: Outcome | None, env: Env) -> Step:
                f"or set the annotation {SKIP_CLEANUP}=true to release the Proxy without touching the backend")
         return Step(status=with_phase(p, env, DELETING, R_NOT_CONFIGURED, msg, provider_id=pid), requeue=env.poll)
 
-    def deleting(call: Call | None, requeue: float | None, message: str = "", failures: int = 0) -> Step:
+    def deleting(call: Call | None, requeue: float | None, message: str = "", failures: int | None = None) -> Step:
         st = with_phase(p, env, DELETING, R_DELETING, message, provider_id=pid)
         return Step(status=st, call=call, requeue=requeue, failures=failures)
 
-    if out is None:  # first time here (phase not Deleting yet) or a due poll
-        return deleting(Call(GET if p.status.phase == DELETING else DELETE, pid), None)
+    if out is None:  # first time here (phase not Deleting yet), a due poll, or a due retry of a failed call
+        poll = p.status.phase == DELETING and not env.failures
+        return deleting(Call(GET if poll else DELETE, pid), None)
     if out.ok:
         if out.op == DELETE:
             if out.release_on_success:
@@ -287,6 +307,9 @@ def _managing(p: Proxy, out: Outcome | None, env: Env) -> Step:
         return failed(R_INVALID_PLACEMENT, env.placement_problem)
     if latch:
         return Step(finalizer=add)
+    if p.status.phase == FAILED:  # a latch lifted: no Failed conditions or message may outlive it
+        fresh = PROVISIONING if p.status.provider_id else PENDING
+        p = _with(p, with_phase(p, env, fresh, R_PROVISIONING, ""))
 
     st, absorbed = p.status, out is not None
     if out is not None:
@@ -340,16 +363,23 @@ def _absorb(p: Proxy, out: Outcome, env: Env) -> tuple[ProxyStatus, Step | None]
             return dataclasses.replace(st, provider_id="", ip="", phase=phase, message=msg), None
         failures = env.failures + 1  # NotFound from create/delete: an error like any (seed), backed off
         return st, _failing(p, out, env, failures)
+    if out.error_class == NOT_CONFIGURED:  # the worker's config lacks it (a rollout in progress): not the spec's fault
+        return st, _failing(p, out, env, env.failures + 1, R_NOT_CONFIGURED)
     if out.error_class in ("permanent", "invalid"):
+        if out.op == GET and st.phase == RUNNING:
+            # a resync answered 401/403 (credentials or RBAC rolling out): the instance is not in doubt, the answer is
+            status = with_provisioned(with_phase(p, env, RUNNING, R_RUNNING, out.message), R_PERMANENT, out.message, p, env)
+            failures = env.failures + 1
+            return st, Step(status=status, requeue=min(BACKOFF_MAX, backoff(failures)), failures=failures)
         return st, Step(status=with_phase(p, env, FAILED, R_PERMANENT, out.message))
     failures = env.failures if out.error_class == "quota_exceeded" else env.failures + 1
     return st, _failing(p, out, env, failures)
 
 
-def _failing(p: Proxy, out: Outcome, env: Env, failures: int) -> Step:
+def _failing(p: Proxy, out: Outcome, env: Env, failures: int, reason: str = "") -> Step:
     """A retryable failure: a Running Proxy keeps its conditions (the instance
     may well be serving) and only shows the message; others show why."""
-    reason = R_QUOTA if out.error_class == "quota_exceeded" else R_PROVIDER_ERROR
+    reason = reason or (R_QUOTA if out.error_class == "quota_exceeded" else R_PROVIDER_ERROR)
     st = p.status
     if st.phase == RUNNING:
         status = dataclasses.replace(st, message=out.message)
@@ -389,6 +419,8 @@ def _next(p: Proxy, env: Env, absorbed: bool) -> Step:
     if env.spec_hash and st.spec_hash and st.spec_hash != env.spec_hash and st.phase != REPLACING:
         msg = "the spec changed; replacing the instance"
         return Step(status=with_phase(p, env, REPLACING, R_REPLACING, msg), call=Call(DELETE, st.provider_id))
+    if not absorbed and st.phase == REPLACING and env.failures:
+        return Step(status=st, call=Call(DELETE, st.provider_id))  # a due retry of the failed Delete, not a Get between
     if not absorbed or st.phase == REPLACING:
         return Step(status=st, call=Call(GET, st.provider_id))
     if st.phase == RUNNING:

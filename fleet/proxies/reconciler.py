@@ -148,7 +148,7 @@ class Reconciler:
         env, cloud_init = self._env(p, now)
         step = rules.decide(p, out, env)
         result = self._apply(p, step, env, cloud_init)
-        self.store.applied(key, raw, step.failures)
+        self.store.applied(key, raw, step.failures, env.spec_hash or "")
         return result
 
     def _env(self, p: Proxy, now: float) -> tuple[Env, str]:
@@ -164,7 +164,7 @@ class Reconciler:
         except CloudInitUnavailable as exc:
             why = str(exc)
         env = Env(now=now, configured=configured, placement_problem=problem, spec_hash=digest, cloud_init_problem=why,
-                  failures=self.store.failures(p.key), poll=self.timing.poll, resync=self.timing.resync,
+                  failures=self.store.failures(p.key, digest or ""), poll=self.timing.poll, resync=self.timing.resync,
                   probe=probe_of(self.store.verdict(p.key), p.uid))
         return env, text
 

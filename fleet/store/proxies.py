@@ -151,22 +151,33 @@ class Proxies:
     def outcome(self, key: str) -> Raw:
         return self._redis.get(keys.PX_OUTCOME + key)
 
-    def applied(self, key: str, outcome: Raw, failures: int) -> None:
-        """The outcome was acted on: drop it (only if no newer one came) and keep the failure count."""
+    def applied(self, key: str, outcome: Raw, failures: int | None, spec_hash: str = "") -> None:
+        """The outcome was acted on: drop it (only if no newer one came) and keep the
+        count of failures in a row (None: leave it; 0: a success ends the run), tied
+        to the spec hash it was counted under (`failures` reads 0 once the spec moves)."""
+        if outcome is None and failures is None:
+            return
         pipe = self._redis.pipeline()
         if outcome is not None:
             pipe.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
                       1, keys.PX_OUTCOME + key, outcome)
         if failures:
-            pipe.hset(keys.PX_FAILURES, key, failures)
-        else:
+            pipe.hset(keys.PX_FAILURES, key, f"{failures}|{spec_hash}")
+        elif failures == 0:
             pipe.hdel(keys.PX_FAILURES, key)
         pipe.execute()
 
-    def failures(self, key: str) -> int:
+    def failures(self, key: str, spec_hash: str = "") -> int:
+        """Failed calls in a row under this spec hash (a count kept under another hash is a
+        run the spec change ended: 0)."""
         raw = self._redis.hget(keys.PX_FAILURES, key)
+        if raw is None:
+            return 0
+        count, sep, counted_under = keys.text(raw).partition("|")
+        if sep and counted_under != spec_hash:
+            return 0
         try:
-            return max(0, int(raw)) if raw is not None else 0
+            return max(0, int(count))
         except ValueError:
             return 0
 

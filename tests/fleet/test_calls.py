@@ -163,13 +163,13 @@ def test_create_marks_the_workers_own_installation(configured, monkeypatch):
 def test_refused_messages_call_nothing(configured, spans):
     from tasks import provider_calls as t
 
-    for kwargs, why in (
-        ({"provider": "other", "provider_id": "fake/x"}, "not a configured provider"),
-        ({"provider": "edge"}, "do not match"),
-        ({"provider": "edge", "provider_id": "fake/x", "timeout": -1}, "timeout"),
+    for kwargs, why, error_class in (
+        ({"provider": "other", "provider_id": "fake/x"}, "'other' is not configured on this worker", "not_configured"),
+        ({"provider": "edge"}, "do not match", "invalid"),
+        ({"provider": "edge", "provider_id": "fake/x", "timeout": -1}, "timeout", "invalid"),
     ):
         out = t.get_instance.apply(kwargs=kwargs).get()
-        assert out["ok"] is False and out["error_class"] == "invalid" and why in out["message"]
+        assert out["ok"] is False and out["error_class"] == error_class and why in out["message"]
     assert not [s for s in spans.get_finished_spans() if s.name.startswith("provider.")]
 
 
@@ -201,3 +201,9 @@ def test_worker_metrics_flag_is_validated(value, ok):
     else:
         with pytest.raises(SettingsError, match=r"^--worker-metrics-bind-address must be"):
             Settings.from_env({"FLEET_WORKER_METRICS_BIND_ADDRESS": value})
+
+
+def test_the_not_configured_class_is_the_one_the_reconciler_reads():
+    from fleet.proxies import decide
+
+    assert calls.NOT_CONFIGURED == decide.NOT_CONFIGURED

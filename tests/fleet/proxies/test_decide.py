@@ -247,3 +247,52 @@ def test_a_probe_verdict_on_a_running_proxy_moves_healthy_and_ready_only():
 def test_a_verdict_does_not_touch_a_proxy_that_is_not_running():
     s = decide(px("Provisioning", "fake/x"), None, dataclasses.replace(ENV, probe=d.Probe(False, "refused")))
     assert s.status is None and s.call == Call(GET, "fake/x")
+
+
+# --- issue 18: failures in a row, resync answers, lifted latches ---------------------------
+
+
+def test_a_due_retry_keeps_the_count_of_failures():
+    for p in (px(), px("Provisioning", "fake/x"), px("Running", "fake/x", ip="10.0.0.7")):
+        assert decide(p, None, dataclasses.replace(ENV, failures=5)).failures is None
+
+
+def test_any_success_ends_the_run_of_failures():
+    env = dataclasses.replace(ENV, failures=5)
+    assert decide(px(), ok(CREATE, "fake/x", spec_hash="h1"), env).failures == 0
+    assert decide(px("Provisioning", "fake/x"), ok(GET, RUNNING_INST), env).failures == 0
+    assert decide(px("Deleting", "fake/x", deleting=True), ok(DELETE), env).failures == 0
+
+
+def test_a_due_retry_while_deleting_or_replacing_deletes_again_without_a_get_between():
+    env = dataclasses.replace(ENV, failures=2)
+    assert decide(px("Deleting", "fake/x", deleting=True), None, env).call == Call(DELETE, "fake/x")
+    assert decide(px("Replacing", "fake/x", spec_hash="old"), None, env).call == Call(DELETE, "fake/x")
+    assert decide(px("Deleting", "fake/x", deleting=True), None, ENV).call == Call(GET, "fake/x")  # a poll
+
+
+def test_a_worker_without_the_provider_is_retried_as_not_configured():
+    s = decide(px(), err(CREATE, d.NOT_CONFIGURED, msg="provider 'p1' is not configured on this worker"),
+               dataclasses.replace(ENV, failures=2))
+    assert s.status is not None and s.status.phase == "Pending" and (s.requeue, s.failures) == (4.0, 3)
+    assert cond(s.status, "Provisioned") == ("False", "ProviderNotConfigured")
+
+
+def test_a_permanent_answer_to_a_running_proxys_get_keeps_it_running():
+    running = decide(px("Provisioning", "fake/x"), ok(GET, RUNNING_INST), ENV).status
+    assert running is not None
+    s = decide(dataclasses.replace(px(), status=running), err(GET, "permanent", msg="401 Unauthorized"),
+               dataclasses.replace(ENV, failures=1))
+    assert s.status is not None and (s.status.phase, s.status.ip) == ("Running", "10.0.0.7")
+    assert cond(s.status, "Provisioned") == ("False", "PermanentError") and s.status.message == "401 Unauthorized"
+    assert (s.requeue, s.failures, s.call) == (2.0, 2, None)
+
+
+def test_a_lifted_latch_starts_afresh_with_no_failed_conditions():
+    latched = decide(px(), err(CREATE, "permanent", msg="zone mars"), ENV).status
+    assert latched is not None and latched.phase == "Failed"
+    edited = dataclasses.replace(px(gen=2), status=latched)
+    s = decide(edited, None, ENV)
+    assert s.call == Call(CREATE) and s.status is not None and (s.status.phase, s.status.message) == ("Pending", "")
+    assert {c.reason for c in s.status.conditions} & {"PermanentError"} == set()
+    assert {c.observed_generation for c in s.status.conditions} == {2}
