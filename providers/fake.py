@@ -24,18 +24,32 @@ only (`plan`), so the same config gives the same sequence in every process.
 - `seed` (0–2^31−1, default 0).
 
 With none of these set, every round of a provider reports the same verdicts.
+
+Instances live in this process's memory, or with `stateFile` (an absolute
+path) in a JSON file every process of the provider shares, locked while it is
+read and written: the table then survives a killed worker, as a backend's
+does, and a test can count instances after a crash. `idempotentCreate`
+(default true, the contract's rule) answers a create for a name that exists
+with that instance; false makes every create a new instance (`fake/<name>`,
+then `fake/<name>-2`, …), as a backend without names would, so a test can
+see a create the controller sent twice (`duplicates`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
 import random
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from providers import base
 from providers.base import Deadline, Instance, State, TargetStatus
@@ -80,6 +94,17 @@ class FakeConfig(Block):
     seed: int = Field(default=0, ge=0, le=MAX_SEED, strict=True)
     # Each create takes this long (before the deadline), like a backend that is slow to answer.
     createLatencyMs: int = Field(default=0, ge=0, le=MAX_LATENCY_MS, strict=True)
+    # The instance table in a file shared by every process (module docstring); "" keeps it in memory.
+    stateFile: str = Field(default="", max_length=4096)
+    # False: every create is a new instance, so a create sent twice shows as a duplicate.
+    idempotentCreate: bool = True
+
+    @field_validator("stateFile")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if v and (not os.path.isabs(v) or "\x00" in v):
+            raise ValueError(f"must be an absolute path, got {v[:80]!r}")
+        return v
 
 
 @dataclass(frozen=True)
@@ -129,12 +154,62 @@ def plan(cfg: FakeConfig, name: str, round_no: int, _flappers: dict[str, int] | 
     return Plan(round_no, latency, down)
 
 
+def _to_json(i: Instance) -> dict[str, object]:
+    return {"id": i.id, "state": i.state.value, "ip": i.ip, "uid": i.uid,
+            "createdAt": i.created_at.isoformat() if i.created_at else None, "installation": i.installation}
+
+
+def _from_json(d: dict[str, object]) -> Instance:
+    created = d.get("createdAt")
+    return Instance(str(d["id"]), State(str(d["state"])), str(d.get("ip") or ""), str(d.get("uid") or ""),
+                    datetime.fromisoformat(created) if isinstance(created, str) else None, str(d.get("installation") or ""))
+
+
+class Table:
+    """The instance table: a dict in memory, or a JSON file under an flock
+    (`path`), read and written whole inside `open()`."""
+
+    def __init__(self, path: str = "") -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._memory: dict[str, Instance] = {}
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[dict[str, Instance]]:
+        with self._lock:
+            if not self.path:
+                yield self._memory
+                return
+            with open(self.path + ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    with open(self.path) as f:
+                        table = {k: _from_json(v) for k, v in json.load(f).items()}
+                except FileNotFoundError:
+                    table = {}
+                before = dict(table)
+                yield table
+                if table != before:
+                    tmp = f"{self.path}.{os.getpid()}.tmp"
+                    with open(tmp, "w") as f:
+                        json.dump({k: _to_json(v) for k, v in table.items()}, f)
+                    os.replace(tmp, self.path)
+
+
+def duplicates(instances: list[Instance]) -> dict[str, list[str]]:
+    """UIDs held by more than one instance, with their ids (a test's check for a create sent twice)."""
+    by_uid: dict[str, list[str]] = {}
+    for i in instances:
+        by_uid.setdefault(i.uid, []).append(i.id)
+    return {uid: ids for uid, ids in by_uid.items() if len(ids) > 1}
+
+
 class FakeProvider:
     def __init__(self, name: str, cfg: FakeConfig) -> None:
         self.name = name
         self.cfg = cfg
         self._lock = threading.Lock()
-        self._instances: dict[str, Instance] = {}
+        self._table = Table(cfg.stateFile)
         self._round = 0  # checks started by this instance: the next check's round
         self._flappers = flappers(cfg, name)
 
@@ -178,30 +253,33 @@ class FakeProvider:
         problem = base.installation_problem(request.installation)
         if problem:
             raise base.wrap(base.Permanent, "create", self.name, pid, problem)
-        with self._lock:
-            if pid not in self._instances:
+        with self._table.open() as table:
+            if pid in table and not self.cfg.idempotentCreate:
+                n = 2
+                while f"{pid}-{n}" in table:
+                    n += 1
+                pid = f"{pid}-{n}"
+            if pid not in table:
                 # The table is this backend: the mark lives in it, as a label would.
-                self._instances[pid] = Instance(
-                    pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC), request.installation
-                )
+                table[pid] = Instance(pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC), request.installation)
         return pid
 
     def get(self, provider_id: str, deadline: Deadline) -> Instance:
         self._check_id("get", provider_id)
-        with self._lock:
+        with self._table.open() as table:
             try:
-                return self._instances[provider_id]
+                return table[provider_id]
             except KeyError:
                 raise base.wrap(base.NotFound, "get", self.name, provider_id, "no such instance") from None
 
     def delete(self, provider_id: str, deadline: Deadline) -> None:
         self._check_id("delete", provider_id)
-        with self._lock:
-            self._instances.pop(provider_id, None)
+        with self._table.open() as table:
+            table.pop(provider_id, None)
 
     def list_by_tag(self, deadline: Deadline) -> list[Instance]:
-        with self._lock:
-            return list(self._instances.values())
+        with self._table.open() as table:
+            return list(table.values())
 
     def _check_id(self, op: str, provider_id: str) -> None:
         prefix, _, name = provider_id.partition("/")

@@ -6,6 +6,7 @@ and once the port frees the next retry runs Squid and the count resets."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import time
 
@@ -38,8 +39,8 @@ def test_a_create_that_keeps_failing_backs_off_1_2_4_8_and_recovers(lab, redis_s
             time.sleep(0.02)
         counts = [n for _, n in seen]
         assert counts[:5] == [1, 2, 3, 4, 5], seen
-        gaps = [round(b[0] - a[0], 2) for a, b in zip(seen, seen[1:5])]
-        for gap, want in zip(gaps, (1, 2, 4, 8)):
+        gaps = [round(b[0] - a[0], 2) for a, b in itertools.pairwise(seen[:5])]
+        for gap, want in zip(gaps, (1, 2, 4, 8), strict=True):
             assert want - 0.3 <= gap <= want + 1.5, (gaps, "want 1, 2, 4, 8 s between creates")
         st = status(lab, "held")
         assert st["phase"] == "Pending" and str(port) in st["message"], st

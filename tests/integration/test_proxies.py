@@ -3,9 +3,10 @@ the controller as `celery worker` processes, standalone manifests, and
 `fleet get px`. Crashes: the controller SIGKILLed right after a Create was
 sent, the provider worker SIGKILLed, Redis restarted mid-lifecycle.
 
-The fake provider keeps instances in its worker's memory, which suits the
-controller-crash case (the instance must be found again, not duplicated);
-tests/integration/test_local_proxies.py runs real Squid proxies."""
+The fake provider keeps its instances in a file that outlives its worker, as
+a backend would; in the crash cases it makes every create a new instance
+(`idempotentCreate: false`), so a create sent twice shows as two instances
+with one UID; tests/integration/test_local_proxies.py runs real Squid proxies."""
 
 from __future__ import annotations
 
@@ -45,6 +46,20 @@ def phase(stack, key: str) -> str:
     return ((proxies(stack).get(key) or {}).get("status") or {}).get("phase", "")
 
 
+def fake(tmp_path, **extra) -> list[dict]:
+    """The providers list: `edge`, its instance table in a file under tmp_path."""
+    return [{"name": "edge", "type": "fake", "fake": {"stateFile": str(tmp_path / "edge-instances.json"), **extra}}]
+
+
+def one_per_uid(listed: list[dict]) -> dict[str, str]:
+    """uid → id, failing on a UID that two instances share (a create that ran twice)."""
+    out: dict[str, str] = {}
+    for i in listed:
+        assert i["uid"] not in out, f"two instances for uid {i['uid']}: {out[i['uid']]} and {i['id']}"
+        out[i["uid"]] = i["id"]
+    return out
+
+
 def instances(broker: str) -> list[dict]:
     client = Celery("fleet-test-list", broker=broker, backend=broker, set_as_current=False)
     client.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
@@ -59,7 +74,7 @@ def instances(broker: str) -> list[dict]:
 def px_stack(redis_server, make_stack, tmp_path):
     manifests = tmp_path / "proxies"
     manifests.mkdir()
-    stack = make_stack(redis_server.url, [{"name": "edge", "type": "fake"}], FLEET_PROXIES=str(manifests),
+    stack = make_stack(redis_server.url, fake(tmp_path, idempotentCreate=False), FLEET_PROXIES=str(manifests),
                        FLEET_PROXY_POLL_INTERVAL="1s", FLEET_PROVIDER_CALL_TIMEOUT="3s",
                        FLEET_PROVIDER_CHECK_INTERVAL="0")
     stack.manifests = manifests
@@ -106,25 +121,30 @@ def test_controller_killed_right_after_create_was_sent(px_stack, redis_server):
     wait_for(lambda: r.llen("fleet.controller") >= 1, 30, "the create's answer to be queued")
     stack.controller()
     wait_for(lambda: phase(stack, "crawl/a") == "Running", 40, "crawl/a Running after the restart")
-    assert len(instances(stack.broker)) == 1  # adopted, not duplicated
+    assert len(one_per_uid(instances(stack.broker))) == 1  # adopted, not created again
 
 
-def test_worker_killed_and_redis_restarted_mid_lifecycle(px_stack, redis_server):
-    stack = px_stack
+def test_worker_killed_and_redis_restarted_mid_lifecycle(redis_server, make_stack, tmp_path):
+    manifests = tmp_path / "proxies"
+    manifests.mkdir()
+    # creates idempotent by name, as the contract wants: after Redis forgot every provider ID, that is what
+    # finds the instances again
+    stack = make_stack(redis_server.url, fake(tmp_path), FLEET_PROXIES=str(manifests), FLEET_PROXY_POLL_INTERVAL="1s",
+                       FLEET_PROVIDER_CALL_TIMEOUT="3s", FLEET_PROVIDER_CHECK_INTERVAL="0")
+    stack.manifests = manifests
     declare(stack.manifests, "a")
     declare(stack.manifests, "b")
     stack.worker("edge")
     stack.controller()
     stack.wait_ready("worker:edge", "controller")
     wait_for(lambda: phase(stack, "crawl/a") in ("Provisioning", "Running"), 40, "crawl/a created")
-    stack.kill("worker:edge")  # the fake's instances die with it: Get → NotFound → create again
+    stack.kill("worker:edge")  # its instances stay in the backend (the file)
     redis_server.stop()
     time.sleep(0.5)
     redis_server.start()  # no persistence: every due time, call and standalone object is gone
     stack.worker("edge")
     wait_for(lambda: {phase(stack, "crawl/a"), phase(stack, "crawl/b")} == {"Running"}, 90, "both Running again")
-    uids = {i["uid"] for i in instances(stack.broker)}
-    assert len(uids) == 2
+    assert len(one_per_uid(instances(stack.broker))) == 2
 
 
 def test_an_unconfigured_provider_is_failed_and_named(px_stack):
@@ -192,7 +212,7 @@ def test_cloud_init_never_reaches_flower_the_result_backend_or_logs(px_stack, re
 def test_worker_killed_mid_create_converges_on_one_instance(redis_server, make_stack, tmp_path):
     manifests = tmp_path / "slow-proxies"
     manifests.mkdir()
-    stack = make_stack(redis_server.url, [{"name": "edge", "type": "fake", "fake": {"createLatencyMs": 1500}}],
+    stack = make_stack(redis_server.url, fake(tmp_path, createLatencyMs=1500, idempotentCreate=False),
                        FLEET_PROXIES=str(manifests), FLEET_PROXY_POLL_INTERVAL="1s", FLEET_PROVIDER_CALL_TIMEOUT="3s",
                        FLEET_PROVIDER_CHECK_INTERVAL="0", FLEET_LOG_LEVEL="debug")
     stack.manifests = manifests
@@ -206,4 +226,4 @@ def test_worker_killed_mid_create_converges_on_one_instance(redis_server, make_s
     stack.kill("worker:edge")  # mid-create: the message was taken, its answer never comes
     stack.worker("edge")
     wait_for(lambda: phase(stack, "crawl/a") == "Running", 60, "crawl/a Running after the create lapsed and was sent again")
-    assert len(instances(stack.broker)) == 1
+    assert len(one_per_uid(instances(stack.broker))) == 1

@@ -206,3 +206,57 @@ def test_create_latency_is_honoured_and_bounded_by_the_deadline():
     else:
         raise AssertionError("a create past its deadline must fail Transient")
     assert _time.monotonic() - start < 1
+
+
+class TestFakeFileConformance(ProviderConformance):
+    """The contract holds with the instance table in a file too."""
+
+    malformed_ids = ("", "fake", "other/x", "fake/a/b")
+
+    @pytest.fixture
+    def provider(self, tmp_path):
+        return new(self.provider_name, FakeConfig(stateFile=str(tmp_path / "table.json")))
+
+
+def _request(name: str = "proxy-a", uid: str = "u-a") -> base.CreateRequest:
+    return base.CreateRequest(name, uid, "crawl", "a", installation="test")
+
+
+def test_a_file_table_outlives_the_process_that_wrote_it(tmp_path):
+    cfg = FakeConfig(stateFile=str(tmp_path / "table.json"))
+    pid = new("f", cfg).create(_request(), Deadline.after(5))
+    again = new("f", cfg)  # a worker started after the first was killed
+    got = again.get(pid, Deadline.after(5))
+    assert (got.uid, got.installation, got.state) == ("u-a", "test", base.State.RUNNING)
+    again.delete(pid, Deadline.after(5))
+    assert new("f", cfg).list_by_tag(Deadline.after(5)) == []
+
+
+def test_creates_are_idempotent_by_name_unless_told_otherwise(tmp_path):
+    from providers.fake import duplicates
+
+    same = new("f", FakeConfig())
+    assert same.create(_request(), Deadline.after(5)) == same.create(_request(), Deadline.after(5))
+    assert duplicates(same.list_by_tag(Deadline.after(5))) == {}
+    twice = new("f", FakeConfig(idempotentCreate=False, stateFile=str(tmp_path / "t.json")))
+    first, second = (twice.create(_request(), Deadline.after(5)) for _ in range(2))
+    assert (first, second) == ("fake/proxy-a", "fake/proxy-a-2")
+    assert duplicates(twice.list_by_tag(Deadline.after(5))) == {"u-a": ["fake/proxy-a", "fake/proxy-a-2"]}
+
+
+def test_concurrent_processes_share_the_file_without_losing_a_create(tmp_path):
+    cfg = FakeConfig(stateFile=str(tmp_path / "table.json"))
+    workers = [new("f", cfg) for _ in range(4)]
+    threads = [threading.Thread(target=lambda w=w, i=i: [w.create(_request(f"p{i}-{j}", f"u{i}-{j}"), Deadline.after(5))
+                                                        for j in range(10)]) for i, w in enumerate(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(new("f", cfg).list_by_tag(Deadline.after(5))) == 40
+
+
+@pytest.mark.parametrize("path", ["relative/table.json", "/nul\x00l"])
+def test_the_state_file_must_be_an_absolute_path(path):
+    with pytest.raises(ValidationError, match="absolute path"):
+        FakeConfig(stateFile=path)
