@@ -47,6 +47,8 @@ PROBER_PROXIES = "proxy_operator_prober_proxies"  # proxies this prober replica 
 # The discovery and lease API (fleet.leases), on its own /metrics.
 LEASES_ACTIVE = "proxy_operator_leases_active"  # read from Redis at scrape time (the seed's name)
 LEASE_REQUESTS = "proxy_operator_lease_requests_total"  # {result}: granted, none_free, bad_request, unauthorized, …
+HTTP_CONNECTIONS = "proxy_operator_http_connections"  # open connections of this API process (fleet.httpguard)
+HTTP_CONNECTIONS_CLOSED = "proxy_operator_http_connections_closed_total"  # {reason}: idle, header_timeout, … (fleet.httpguard)
 COOLDOWNS_ACTIVE = "proxy_operator_cooldowns_active"  # {scope}: target, global; read from Redis at scrape time
 REPORTS = "proxy_operator_reports_total"  # {outcome}: ok, blocked, error
 

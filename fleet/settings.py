@@ -223,6 +223,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("cooldown-blocked", "How long a proxy is not leased for a target after a `blocked` report. Default 10m.", "duration"),
     Option("cooldown-errors", "Error reports in a row that put a proxy in a global cooldown. Default 3.", "int"),
     Option("cooldown-global", "How long that global cooldown lasts. Default 5m.", "duration"),
+    Option("api-header-timeout", "Time from a request's first byte to the end of its headers (slow clients: 408). "
+                                 "Default 10s.", "duration"),
+    Option("api-idle-timeout", "How long a connection may hold no request in progress, before its first and between "
+                               "requests. Default 30s.", "duration"),
+    Option("api-body-timeout", "Time from a request's headers to the end of its body. Default 30s.", "duration"),
+    Option("api-max-connections", "Connections one API process holds; at the limit the longest-idle one makes room. "
+                                  "Default 16384 (the process raises its open-file limit to fit).", "int"),
+    Option("api-max-connections-per-client", "Connections one client address may hold. Default 1024.", "int"),
     Option("log-format", "text (key=value) or json."),
     Option("log-level", "debug, info, warning or error."),
 )
@@ -269,6 +277,11 @@ class Settings:
     cooldown_blocked: float = 600.0
     cooldown_errors: int = 3
     cooldown_global: float = 300.0
+    api_header_timeout: float = 10.0
+    api_idle_timeout: float = 30.0
+    api_body_timeout: float = 30.0
+    api_max_connections: int = 16_384
+    api_max_connections_per_client: int = 1024
     log_format: str = "text"
     log_level: str = "info"
 
@@ -379,11 +392,19 @@ class Settings:
             raise SettingsError(f"--insecure-no-auth must be true or false, got {show(self.insecure_no_auth)}")
         if not 1 <= self.max_leases_per_proxy <= 10_000:
             raise SettingsError(f"--max-leases-per-proxy must be from 1 to 10000, got {self.max_leases_per_proxy}")
+        if not 16 <= self.api_max_connections <= 1_000_000:
+            raise SettingsError(f"--api-max-connections must be from 16 to 1000000, got {self.api_max_connections}")
+        if not 1 <= self.api_max_connections_per_client <= self.api_max_connections:
+            raise SettingsError(f"--api-max-connections-per-client must be from 1 to --api-max-connections "
+                                f"({self.api_max_connections}), got {self.api_max_connections_per_client}")
         if not 1 <= self.cooldown_errors <= 1000:
             raise SettingsError(f"--cooldown-errors must be from 1 to 1000, got {self.cooldown_errors}")
         for flag, seconds, low, high in (("--lease-max-ttl", self.lease_max_ttl, 1.0, 86400.0),
                                          ("--cooldown-blocked", self.cooldown_blocked, 0.0, 86400.0),
-                                         ("--cooldown-global", self.cooldown_global, 0.0, 86400.0)):
+                                         ("--cooldown-global", self.cooldown_global, 0.0, 86400.0),
+                                         ("--api-header-timeout", self.api_header_timeout, 0.1, 600.0),
+                                         ("--api-idle-timeout", self.api_idle_timeout, 0.1, 3600.0),
+                                         ("--api-body-timeout", self.api_body_timeout, 0.1, 600.0)):
             if not low <= seconds <= high:
                 raise SettingsError(f"{flag} must be from {format_duration(low)} to {format_duration(high)}, "
                                     f"got {format_duration(seconds)}")

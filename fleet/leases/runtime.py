@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import resource
 from collections.abc import Mapping
 
-from fleet import tracing
+from fleet import httpguard, tracing
 from fleet.files import FileProblem, read_bounded
 from fleet.leases.app import INSECURE_WARNING, Api, ApiConfig
 from fleet.logs import kv
@@ -70,6 +71,22 @@ def config_of(settings: Settings, token: bytes | None) -> ApiConfig:
                      cooldown_global=settings.cooldown_global)
 
 
+def limits_of(settings: Settings) -> httpguard.Limits:
+    return httpguard.Limits(header_timeout=settings.api_header_timeout, idle_timeout=settings.api_idle_timeout,
+                            body_timeout=settings.api_body_timeout, max_connections=settings.api_max_connections,
+                            max_connections_per_client=settings.api_max_connections_per_client)
+
+
+def raise_open_files(want: int) -> None:
+    """Raise the soft open-file limit toward `want` (capped by the hard limit): each connection is a descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < want:
+        log.warning("the open-file limit is below --api-max-connections", extra=kv(limit=target, wanted=want))
+
+
 def main(settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; 1 when the server could not start (a busy port)."""
     import uvicorn
@@ -81,15 +98,19 @@ def main(settings: Settings) -> int:
     tracing.setup("fleet-api")
     app = Api(AsyncLeases.from_url(settings.broker), config_of(settings, token))
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    http = "httptools"  # the guard's protocol is httptools' (fleet.httpguard): the api extra installs it
     if token is None:
         log.warning(INSECURE_WARNING)
     log.info("serving the lease API", extra=kv(address=f"{bind[0]}:{bind[1]}", loop=loop, http=http,
                                                max_leases_per_proxy=settings.max_leases_per_proxy,
                                                auth="none" if token is None else "bearer"))
-    config = uvicorn.Config(app, host=bind[0], port=bind[1], loop=loop, http=http, lifespan="on", access_log=False,
-                            log_config=None, server_header=False, timeout_keep_alive=75, backlog=2048,
-                            limit_concurrency=4096, h11_max_incomplete_event_size=64 * 1024)
+    limits = limits_of(settings)
+    protocol, guard = httpguard.guarded(limits)
+    app.series.registry.register(guard)
+    raise_open_files(limits.max_connections + 256)
+    config = uvicorn.Config(app, host=bind[0], port=bind[1], loop=loop, http=protocol, lifespan="on", access_log=False,
+                            log_config=None, server_header=False, timeout_keep_alive=int(limits.idle_timeout) + 1,
+                            backlog=2048, limit_concurrency=None)
     server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 1
