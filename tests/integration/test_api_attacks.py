@@ -30,6 +30,7 @@ def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
+                print(f"fleet api RSS {int(line.split()[1]) / 1024:.0f} MiB")
                 return int(line.split()[1]) / 1024
     raise AssertionError("no VmRSS")
 
@@ -79,7 +80,9 @@ class NormalClient:
     def p99(self) -> float:
         xs = sorted(self.latencies)
         assert len(xs) >= 20, f"only {len(xs)} lease+release rounds"
-        return xs[int(0.99 * (len(xs) - 1))]
+        p99 = xs[int(0.99 * (len(xs) - 1))]
+        print(f"normal client: {len(xs)} lease+release rounds, p50 {xs[len(xs) // 2]:.1f} ms, p99 {p99:.1f} ms")
+        return p99
 
 
 def connect(n: int, first_host: int = 2, per_host: int = 250) -> list[socket.socket]:
