@@ -11,22 +11,25 @@ from celery import Celery, signals
 
 from fleet import brokerfix, inspection, logs, routing, runtime, tracing
 from fleet.celeryconf import MESSAGING
+from fleet.store import target
 
 settings = runtime.settings()
 brokerfix.install()
 assert inspection.provider_status is not None  # registers `celery inspect provider_status|provider_config`
 
 app = Celery("fleet", include=["tasks.checks", "tasks.controller", "tasks.provider_calls", "tasks.gc"])
+_redis = target.celery_config(settings.broker)  # a plain URL, or kombu's sentinel transport with master_name
+_messaging = {**MESSAGING, "broker_transport_options": {**MESSAGING["broker_transport_options"],
+                                                        **_redis.pop("broker_transport_options", {})}}
 app.conf.update(
-    broker_url=settings.broker,
-    result_backend=settings.broker,
+    **_redis,
     # Every message is placed by the one router (fleet.routing.PLACEMENT):
     # senders name no queue, and a task the table lacks cannot be sent. The
     # default queue is only what a worker without -Q consumes.
     task_routes=(routing.route,),
     task_default_queue=routing.CONTROLLER_QUEUE,
     beat_scheduler="beat.scheduler:FleetScheduler",
-    **MESSAGING,
+    **_messaging,
 )
 if settings.providers_config:
     app.conf.task_queues = routing.declare(runtime.providers_config().names())
@@ -42,9 +45,11 @@ def _setup_logging(**_: object) -> None:
 def _trace_worker(**_: object) -> None:
     tracing.setup("fleet-worker")
     tracing.instrument_celery()
+    target.watch(settings.broker)
 
 
 @signals.beat_init.connect
 def _trace_beat(**_: object) -> None:
     tracing.setup("fleet-beat")
     tracing.instrument_celery()
+    target.watch(settings.broker)

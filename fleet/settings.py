@@ -30,7 +30,7 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-
 _PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
 _DB = re.compile(r"/?([0-9]{1,5})?", re.ASCII)
 MAX_SHOWN = 60
-SECRET_QUERY_KEYS = ("password", "pass", "passwd", "secret", "token")
+SECRET_QUERY_KEYS = ("password", "pass", "passwd", "secret", "token", "sentinel_password")
 
 
 def show(value: Any, limit: int = MAX_SHOWN) -> str:
@@ -88,6 +88,14 @@ def broker_problem(url: str) -> str | None:
 
     if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
         return "must be printable ASCII without spaces"
+    if url.startswith("sentinel://"):
+        from fleet.store.target import TargetError, parse
+
+        try:
+            parse(url)
+        except TargetError as exc:
+            return str(exc)
+        return None
     # Exception texts of the URL parsers may quote the netloc (and so the
     # password): messages here are our own.
     try:
@@ -99,7 +107,7 @@ def broker_problem(url: str) -> str | None:
     except ValueError:
         return "the port must be a number from 1 to 65535 (a password with '/', '@' or ':' must be percent-encoded)"
     if parts.scheme not in ("redis", "rediss", "unix"):
-        return "must be a redis://, rediss:// or unix:// URL"
+        return "must be a redis://, rediss://, unix:// or sentinel:// URL"
     if parts.scheme == "unix":
         if not parts.path.startswith("/"):
             return "a unix:// URL needs an absolute socket path, e.g. unix:///run/redis.sock?db=0"

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from fleet.store import keys
+from fleet.store import keys, target
 from fleet.store.beat import BeatState
 from fleet.store.gc import GcState
 from fleet.store.heartbeats import Heartbeats
@@ -37,8 +37,13 @@ __all__ = ["BeatState", "Heartbeats", "Marks", "Proxies", "Raw", "Results", "Sta
 
 
 def parse_url(url: str) -> dict[str, Any]:
-    """redis-py's reading of a broker URL (raises ValueError), for settings' validation."""
+    """redis-py's reading of a broker URL (raises ValueError), for settings' validation; a
+    `sentinel://` URL is read by `fleet.store.target.parse` (its parts, no connection)."""
     from redis.connection import parse_url as parse
+
+    if url.startswith(target.SENTINEL + "://"):
+        t = target.parse(url)
+        return {"sentinels": t.sentinels, "master_name": t.master_name, "db": t.db}
 
     parsed: dict[str, Any] = parse(url)  # type: ignore[no-untyped-call]  # redis-py leaves parse_url unannotated
     return parsed
@@ -60,8 +65,8 @@ class Store:
     @classmethod
     def from_url(cls, url: str, timeout: float = 10, connect_timeout: float = 5,
                  health_check_interval: int = 30) -> Store:
-        return cls(redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=connect_timeout,
-                                        health_check_interval=health_check_interval))
+        return cls(target.client(url, socket_timeout=timeout, socket_connect_timeout=connect_timeout,
+                                 health_check_interval=health_check_interval))
 
     def ping(self) -> bool:
         return bool(self._redis.ping())

@@ -438,10 +438,10 @@ class AsyncLeases:
         """A bounded pool that waits (up to `timeout`) for a free connection: redis.asyncio's
         default pool fails at once past 100 connections (MaxConnectionsError, a 503 under
         a burst of clients), and every request holds one only for its script's round trip."""
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=timeout, socket_timeout=timeout,
-            socket_connect_timeout=connect_timeout, health_check_interval=30)
-        return cls(aioredis.Redis(connection_pool=pool))
+        from fleet.store import target
+
+        return cls(target.async_client(url, max_connections, timeout, socket_timeout=timeout,
+                                       socket_connect_timeout=connect_timeout, health_check_interval=30))
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -206,7 +206,7 @@ FLAGS: list[tuple[list[str], dict[str, str], str]] = [
     (["validate", "--broker", "redis://h/abc"], {}, "--broker the path must be a database number"),
     (["validate", "--broker", "redis:///0"], {}, "--broker needs a host"),
     (["validate", "--broker", "rediss://h/0?ssl_cert_reqs=maybe"], {}, "ssl_cert_reqs must be none, optional or required"),
-    (["validate", "--broker", f"http://:{SENTINEL}@host/0"], {}, "--broker must be a redis://, rediss:// or unix:// URL, got 'http://:***@host/0'"),
+    (["validate", "--broker", f"http://:{SENTINEL}@host/0"], {}, "--broker must be a redis://, rediss://, unix:// or sentinel:// URL, got 'http://:***@host/0'"),
     (["validate", "--broker", f"redis://u:{SENTINEL}/x@host:1/0"], {}, "--broker the port must be"),
     (["get", "ph", "--broker", f"redis://:{SENTINEL}@[bad/0"], {}, "redis://:***@[bad/0"),
     (["validate", "--metrics-bind-address", "abc"], {}, "--metrics-bind-address must be host:port, :port or 0"),

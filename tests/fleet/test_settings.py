@@ -79,7 +79,7 @@ def test_from_env_and_round_trip():
         ({"FLEET_PROVIDER_CHECK_INTERVAL": "soon"}, "--provider-check-interval: invalid duration 'soon'"),
         ({"FLEET_PROVIDER_CHECK_INTERVAL": "5s"}, "at least 10s, got 5s"),
         ({"FLEET_LOG_FORMAT": "xml"}, "--log-format must be text or json, got 'xml'"),
-        ({"FLEET_BROKER_URL": "amqp://x"}, "--broker must be a redis://, rediss:// or unix:// URL, got 'amqp://x'"),
+        ({"FLEET_BROKER_URL": "amqp://x"}, "--broker must be a redis://, rediss://, unix:// or sentinel:// URL, got 'amqp://x'"),
     ],
 )
 def test_bad_settings_name_flag_and_value(env, message):
