@@ -4,6 +4,7 @@ at most `limit` bytes, whatever its size claims."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -49,3 +50,17 @@ def read_bounded(path: str | Path, limit: int, what: str = "the file") -> bytes:
     if len(data) > limit:
         raise FileProblem(f"{what} is larger than {limit} bytes")
     return data
+
+
+def raise_open_files_limit() -> int:
+    """Lift the soft limit of open files to the hard one (a socket per connection or probe
+    is a descriptor); the limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return int(target)
+    return int(soft)

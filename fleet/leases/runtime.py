@@ -13,14 +13,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import resource
 from collections.abc import Mapping
 
 from fleet import httpguard, tracing
-from fleet.files import FileProblem, read_bounded
+from fleet.files import FileProblem, raise_open_files_limit, read_bounded
 from fleet.leases.app import INSECURE_WARNING, Api, ApiConfig
 from fleet.logs import kv
 from fleet.settings import Settings, parse_bind_address
+from fleet.store import target
 from fleet.store.leases import AsyncLeases
 
 log = logging.getLogger("fleet.api")
@@ -77,16 +77,6 @@ def limits_of(settings: Settings) -> httpguard.Limits:
                             max_connections_per_client=settings.api_max_connections_per_client)
 
 
-def raise_open_files(want: int) -> None:
-    """Raise the soft open-file limit toward `want` (capped by the hard limit): each connection is a descriptor."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    if target < want:
-        log.warning("the open-file limit is below --api-max-connections", extra=kv(limit=target, wanted=want))
-
-
 def main(settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; 1 when the server could not start (a busy port)."""
     import uvicorn
@@ -97,6 +87,7 @@ def main(settings: Settings) -> int:
         raise TokenError("--api-bind-address must be host:port or :port (the API cannot be turned off)")
     tracing.setup("fleet-api")
     app = Api(AsyncLeases.from_url(settings.broker), config_of(settings, token))
+    target.watch(settings.broker)
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     http = "httptools"  # the guard's protocol is httptools' (fleet.httpguard): the api extra installs it
     if token is None:
@@ -107,7 +98,10 @@ def main(settings: Settings) -> int:
     limits = limits_of(settings)
     protocol, guard = httpguard.guarded(limits)
     app.series.registry.register(guard)
-    raise_open_files(limits.max_connections + 256)
+    files = raise_open_files_limit()
+    if files < limits.max_connections + 256:
+        log.warning("the open-file limit is below --api-max-connections", extra=kv(limit=files,
+                                                                                  wanted=limits.max_connections + 256))
     config = uvicorn.Config(app, host=bind[0], port=bind[1], loop=loop, http=protocol, lifespan="on", access_log=False,
                             log_config=None, server_header=False, timeout_keep_alive=int(limits.idle_timeout) + 1,
                             backlog=2048, limit_concurrency=None)

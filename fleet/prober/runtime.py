@@ -27,7 +27,6 @@ Redis calls run in threads (`asyncio.to_thread`), never on the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -41,6 +40,7 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode
 
 from fleet import tracing
+from fleet.files import raise_open_files_limit
 from fleet.logs import kv
 from fleet.prober import share as sharing
 from fleet.prober.probe import probe
@@ -48,7 +48,7 @@ from fleet.prober.series import ProberSeries
 from fleet.prober.target import Target, parse_target
 from fleet.prober.verdicts import Outcome, State, Thresholds, Verdict, judge, restored
 from fleet.settings import Settings
-from fleet.store import Store, StoreError
+from fleet.store import Store, StoreError, target
 
 log = logging.getLogger("fleet.prober")
 
@@ -345,19 +345,6 @@ class Prober:
 # --- the process -------------------------------------------------------------------------------
 
 
-def raise_open_files_limit() -> int:
-    """One socket per probe in flight: lift the soft limit of open files to the hard one."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            return int(target)
-    return int(soft)
-
-
 async def serve(prober: Prober) -> None:
     """Run `prober` until SIGTERM or SIGINT."""
     import signal
@@ -380,6 +367,7 @@ def main(settings: Settings, on_stop: Callable[[Prober], None] | None = None) ->
             log.info("open files limit is low for many proxies", extra=kv(limit=files))
     tracing.setup("fleet-prober")
     store = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
+    target.watch(settings.broker)
     prober = Prober(store, config)
     serving.serve_metrics(settings.prober_metrics_bind_address, serving.registry_of(prober.series.collectors()), store.ping)
     try:
