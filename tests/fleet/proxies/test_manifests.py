@@ -379,14 +379,41 @@ def test_a_directory_is_read_sorted_and_one_bad_file_does_not_stop_the_others(tm
     write(tmp_path / "broken.yaml", "metadata: {name: x\nspec: [\n")
     write(tmp_path / "notes.txt", GOOD.format(name="ignored"))
     write(tmp_path / "README.md", "# not a manifest")
-    (tmp_path / "sub.yaml").mkdir()  # a directory with a manifest's name is skipped
+    (tmp_path / "sub.yaml").mkdir()  # a directory with a manifest's name is one problem, not read into
     write(tmp_path / "sub.yaml" / "d.yaml", GOOD.format(name="d"))
     proxies, errors = load_manifests(str(tmp_path))
     assert [p.key for p in proxies] == ["default/a", "default/b", "ns/c"]
     assert proxies[2].spec.port == 8080
-    assert len(errors) == 1
+    assert len(errors) == 2
     assert str(errors[0]).startswith(f"{tmp_path}/broken.yaml#1: not valid YAML at line ")
     assert str(errors[0]).endswith("; the rest of the file is not read")
+    assert str(errors[1]) == f"{tmp_path}/sub.yaml: the file must be a regular file, this is a directory"
+
+
+def test_an_unreadable_directory_entry_is_one_problem_and_the_others_still_apply(tmp_path: Any) -> None:
+    """A symlink loop once made the directory listing fail (DirEntry.is_file()
+    raised ELOOP), so no manifest in it applied."""
+    write(tmp_path / "a.yaml", GOOD.format(name="a"))
+    os.symlink("loop2.yaml", tmp_path / "loop1.yaml")
+    os.symlink("loop1.yaml", tmp_path / "loop2.yaml")
+    os.symlink("nowhere.yaml", tmp_path / "dangling.yaml")
+    locked = tmp_path / "locked.yaml"
+    write(locked, GOOD.format(name="locked"))
+    locked.chmod(0)
+    write(tmp_path / "z.yaml", GOOD.format(name="z"))
+    try:
+        proxies, errors = load_manifests(str(tmp_path))
+        readable = os.access(locked, os.R_OK)  # root reads it anyway
+    finally:
+        locked.chmod(0o644)
+    assert [p.name for p in proxies] == ["a", *(["locked"] if readable else []), "z"]
+    expected = [
+        f"{tmp_path}/dangling.yaml: cannot read the file: No such file or directory",
+        *([] if readable else [f"{tmp_path}/locked.yaml: cannot read the file: Permission denied"]),
+        f"{tmp_path}/loop1.yaml: cannot read the file: Too many levels of symbolic links",
+        f"{tmp_path}/loop2.yaml: cannot read the file: Too many levels of symbolic links",
+    ]
+    assert [str(e) for e in errors] == expected
 
 
 def test_a_syntax_error_keeps_the_documents_before_it(tmp_path: Any) -> None:
@@ -538,8 +565,8 @@ def test_a_missing_path_and_a_fifo(tmp_path: Any) -> None:
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     assert [str(e) for e in load_manifests(str(fifo))[1]] == [f"{fifo}: the file must be a regular file, this is a FIFO"]
-    proxies, errors = load_manifests(str(tmp_path))  # is_file() skips it in a directory
-    assert (proxies, errors) == ([], [])
+    proxies, errors = load_manifests(str(tmp_path))  # in a directory too: reported, never opened blocking
+    assert proxies == [] and [str(e) for e in errors] == [f"{fifo}: the file must be a regular file, this is a FIFO"]
 
 
 def test_an_explicit_file_is_read_whatever_its_name(tmp_path: Any) -> None:
