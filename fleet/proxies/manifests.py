@@ -2,9 +2,11 @@
 raw dicts become values, for both modes.
 
 - Kubernetes mode: `parse_proxy(obj)` on each object the API returns.
-- Standalone mode: `load_manifests(path)` reads a file or a directory of
-  manifests (what a user would `kubectl apply -f`), and `fingerprint(path)`
-  tells a poller cheaply whether to read them again.
+- Standalone mode: `load_declared(path)` reads a file or a directory of
+  manifests (what a user would `kubectl apply -f`), each Proxy with the
+  `file#document` it came from (`load_manifests`: the Proxies alone), and
+  `fingerprint(path)` tells a poller cheaply whether to read them again.
+  `fleet validate --proxies` runs the same function.
 
 `parse_proxy` validates what the CRD (deploy/crd/crawl.example.com_proxies.yaml)
 validates, strictly: apiVersion and kind; metadata.name a DNS-1123 subdomain
@@ -37,7 +39,10 @@ Each document's node graph is checked before it is built: at most `MAX_DEPTH`
 levels, at most `MAX_NODES` values per file counted as aliases expand (so an
 alias bomb stops early), no alias to a node containing it, no duplicate keys.
 A bad document is reported and the next one is read; a YAML syntax error ends
-its file (the parser cannot resynchronise), never the other files.
+its file (the parser cannot resynchronise), never the other files. In a
+directory, every entry with a manifest's suffix is read: one that is no
+regular file or cannot be opened (a symlink loop, no permission, a
+dangling link) is one problem, never a reason to skip the directory.
 """
 
 from __future__ import annotations
