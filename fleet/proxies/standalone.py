@@ -164,12 +164,13 @@ class Standalone:
     def sync(self) -> list[str]:
         """Bring Redis in line with the manifests; the keys that changed."""
         declared, errors = load_declared(self.path)
+        before = self._texts
         self._texts = {InlineDigest.of(t).sha256: t for d in declared if (t := d.proxy.spec.cloud_init.inline) is not None}
         refused: list[ManifestError] = []
         changed = []
         wanted = {d.proxy.key: d for d in declared}
         for key, d in wanted.items():
-            if self._merge(key, d, refused):
+            if self._merge(key, d, refused, before):
                 changed.append(key)
         for key in self.keys():
             if key not in wanted and not errors and self._retire(key):
@@ -182,7 +183,7 @@ class Standalone:
         self.store.mark_synced(self.clock())  # every declared Proxy is in Redis now (GC's live set)
         return changed
 
-    def _merge(self, key: str, d: Declared, refused: list[ManifestError]) -> bool:
+    def _merge(self, key: str, d: Declared, refused: list[ManifestError], texts_before: Mapping[str, str]) -> bool:
         declared = stored_form(d.proxy, d.file)
         for _ in range(CAS_RETRIES):
             cur = self.get(key)
@@ -201,6 +202,9 @@ class Standalone:
                 refused.append(d.error("spec.provider", (
                     f"is immutable: {key} was created on provider {cur.spec.provider!r}, got {declared.spec.provider!r}; "
                     "the edit is not applied (to move it, remove the Proxy, which deletes its instance, then declare it again)")))
+                kept = cur.spec.cloud_init.digest  # its applied text, though the manifest now holds another
+                if kept is not None and kept.sha256 in texts_before:
+                    self._texts[kept.sha256] = texts_before[kept.sha256]
                 return False
             gen = cur.generation + 1 if cur.spec != declared.spec else cur.generation
             new = dataclasses.replace(cur, spec=declared.spec, annotations=dict(declared.annotations), generation=gen)

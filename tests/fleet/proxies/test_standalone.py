@@ -151,8 +151,9 @@ def test_a_provider_edit_is_reported_and_not_applied_and_the_instance_stays_with
     before = world.proxy("a")
     (instance,) = [i for i in world.workers.instances("edge") if i.uid == before.uid]
 
-    # one file: a's provider (and port) edited, b's port edited -- b applies, a is refused whole
-    (world.dir / "a.yaml").write_text(manifest("a", provider="other", port=8080) + "---\n" + manifest("b", port=8081))
+    # one file: a's provider, port and text edited, b's port edited -- b applies, a is refused whole
+    (world.dir / "a.yaml").write_text(manifest("a", provider="other", port=8080).replace("#cloud-config", "#cloud-config v2")
+                                      + "---\n" + manifest("b", port=8081))
     world.workers.calls.clear()
     world.step()
     (err,) = world.objects.errors
@@ -170,6 +171,14 @@ def test_a_provider_edit_is_reported_and_not_applied_and_the_instance_stays_with
     assert {p for p, _ in world.workers.calls} == {"edge"}
     assert world.workers.instances("other") == []
     assert instance in world.workers.instances("edge")
+
+    # its instance vanishes: created again on edge, with the text it was applied with (not the refused edit's)
+    world.workers.providers["edge"].delete(instance.id, base.Deadline.after(5))
+    for _ in range(4):
+        world.step(60)
+    assert running(world, "a") and world.workers.cloud_init[-1] == f"#cloud-config {SENTINEL}-a"
+    assert [i.uid for i in world.workers.instances("edge")].count(before.uid) == 1
+    assert world.workers.instances("other") == []
 
     (world.dir / "a.yaml").write_text(manifest("b", port=8081))  # a removed: deleted on edge
     for _ in range(4):
