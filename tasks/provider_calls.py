@@ -4,8 +4,9 @@ send them with keyword arguments (`provider`, the op's own, optionally
 
 `fleet.create_instance` carries a reference to cloud-init, never the text:
 the controller stages the text in Redis under a random token for the call's
-lifetime (`fleet.proxies.reconciler`); the worker reads it here and hands it
-to the provider, so it never sits in a message, a result, Flower or a log.
+timeout (`fleet.proxies.reconciler`); the worker takes it here (read and
+deleted at once, GETDEL) and hands it to the provider, so it never sits in a
+message, a result, Flower or a log, nor in Redis after the create began.
 It marks the instance with the worker's own installation
 (`runtime.settings().installation_id`), never one from the message: a worker
 only ever creates for its own installation, whose GC alone may collect it.
@@ -36,9 +37,11 @@ def create_instance(p: Provider, deadline: Deadline, name: str, uid: str, namesp
     """The provider id of the instance named `name` (idempotent by name)."""
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise wrap(Permanent, "create", p_name(p), name, f"port must be from 1 to 65535, got {port[:20]!r}")
-    text = runtime.store().proxies.cloud_init(cloud_init_ref) if cloud_init_ref else b""
-    if text is None:  # lapsed before this call ran (a long queue): the controller stages it again
-        raise wrap(Transient, "create", p_name(p), name, "the staged cloud-init has expired; the next create stages it again")
+    text = runtime.store().proxies.take_cloud_init(cloud_init_ref) if cloud_init_ref else b""
+    if text is None:  # read by an earlier delivery of this message, or lapsed before it ran: a new create restages it
+        raise wrap(Transient, "create", p_name(p), name,
+                   "the staged cloud-init is gone (read once by an earlier delivery of this create, or expired "
+                   "before it ran); the next create stages it again")
     request = CreateRequest(name=name, uid=uid, namespace=namespace, proxy_name=proxy_name,
                             placement=Placement(region=region, zone=zone, machine_type=machine_type, image=image),
                             cloud_init=text.decode() if isinstance(text, bytes) else text, port=int(port),

@@ -126,15 +126,57 @@ def _positive_duration(text: str, flag: str, maximum: float) -> float:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """The providers file and/or the Proxy manifests (`--proxies`), each read
+    by the parser the controller uses: every problem listed (the manifests'
+    as `file#document: field: why`, what the controller logs as "not
+    applied"), exit 2 if there is any."""
     settings = settings_from(args)
-    config = config_from(settings)
-    assert config is not None
-    types = sorted({p.type for p in config.providers})
-    print(
-        f"{settings.providers_config}: ok, {len(config.providers)} provider(s)"
-        + (f" ({', '.join(config.names())}; types {', '.join(types)})" if config.providers else "")
-    )
+    if not settings.providers_config and not settings.proxies:
+        raise BadInput("--providers-config (-c) or --proxies (or FLEET_PROVIDERS_CONFIG, FLEET_PROXIES) is required")
+    problems: list[str] = []
+    config = None
+    if settings.providers_config:
+        try:
+            config = load(settings.providers_config)
+        except ConfigError as exc:
+            problems.append(exc.report())
+        else:
+            types = sorted({p.type for p in config.providers})
+            print(
+                f"{settings.providers_config}: ok, {len(config.providers)} provider(s)"
+                + (f" ({', '.join(config.names())}; types {', '.join(types)})" if config.providers else "")
+            )
+    if settings.proxies:
+        problems += _validate_proxies(settings.proxies, config)
+    if problems:
+        raise BadInput("\n".join(problems))
     return EXIT_OK
+
+
+def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
+    """Prints the count when the manifests are all valid, and notes on what the
+    controller would set Failed (a provider missing from `config`, a placement
+    it refuses): those are statuses, not manifest errors. The problems, as text."""
+    from fleet.proxies.manifests import load_manifests
+    from providers import registry
+
+    proxies, errors = load_manifests(path)
+    if config is not None:
+        for p in proxies:
+            if p.spec.provider not in config.names():
+                print(f"note: {p.key}: spec.provider {p.spec.provider!r} is not in the providers file: the controller "
+                      "reports it Failed (ProviderNotConfigured) until it is", file=sys.stderr)
+                continue
+            pc = config.get(p.spec.provider)
+            why = registry.placement_problem(pc.type, pc.block, p.spec.placement)
+            if why:
+                print(f"note: {p.key}: spec.placement: {why}: the controller reports it Failed (InvalidPlacement)",
+                      file=sys.stderr)
+    if not errors:
+        print(f"{path}: ok, {len(proxies)} Proxy manifest(s)")
+        return []
+    head = f"{path}: {len(errors)} problem(s) in the Proxy manifests ({len(proxies)} valid); the controller applies none of these:"
+    return [head, *(str(e) for e in errors)]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -375,7 +417,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleet", description="Egress-proxy fleet manager on Celery.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("validate", parents=[common], help="validate the providers file and settings")
+    s = sub.add_parser("validate", parents=[common],
+                       help="validate the providers file, the settings and the Proxy manifests (--proxies), exit 2 on any problem")
     s.set_defaults(fn=cmd_validate)
 
     s = sub.add_parser("check", parents=[common], help="check providers once, in-process (no broker)")

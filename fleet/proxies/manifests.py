@@ -2,9 +2,11 @@
 raw dicts become values, for both modes.
 
 - Kubernetes mode: `parse_proxy(obj)` on each object the API returns.
-- Standalone mode: `load_manifests(path)` reads a file or a directory of
-  manifests (what a user would `kubectl apply -f`), and `fingerprint(path)`
-  tells a poller cheaply whether to read them again.
+- Standalone mode: `load_declared(path)` reads a file or a directory of
+  manifests (what a user would `kubectl apply -f`), each Proxy with the
+  `file#document` it came from (`load_manifests`: the Proxies alone), and
+  `fingerprint(path)` tells a poller cheaply whether to read them again.
+  `fleet validate --proxies` runs the same function.
 
 `parse_proxy` validates what the CRD (deploy/crd/crawl.example.com_proxies.yaml)
 validates, strictly: apiVersion and kind; metadata.name a DNS-1123 subdomain
@@ -37,7 +39,10 @@ Each document's node graph is checked before it is built: at most `MAX_DEPTH`
 levels, at most `MAX_NODES` values per file counted as aliases expand (so an
 alias bomb stops early), no alias to a node containing it, no duplicate keys.
 A bad document is reported and the next one is read; a YAML syntax error ends
-its file (the parser cannot resynchronise), never the other files.
+its file (the parser cannot resynchronise), never the other files. In a
+directory, every entry with a manifest's suffix is read: one that is no
+regular file or cannot be opened (a symlink loop, no permission, a
+dangling link) is one problem, never a reason to skip the directory.
 """
 
 from __future__ import annotations
@@ -382,21 +387,39 @@ def _no_unknown(at: str, obj: Mapping[Any, Any], known: tuple[str, ...]) -> None
 
 
 @dataclass(frozen=True)
-class _Found:
-    """A Proxy read from `source` (a List item has its `prefix`)."""
+class Declared:
+    """A Proxy read from `source` (`<file>#<document>`; a List item has its
+    `prefix`, e.g. `items[2]`): where an error about it points."""
 
     proxy: Proxy
     source: str
     prefix: str = ""
 
+    @property
+    def file(self) -> str:
+        return self.source.rpartition("#")[0] or self.source
+
+    def error(self, path: str, message: str) -> ManifestError:
+        """An error about this Proxy's field `path`, placed at its document (and List item)."""
+        return ManifestError(path, message, source=self.source).moved(self.source, self.prefix)
+
 
 def load_manifests(path: str) -> tuple[list[Proxy], list[ManifestError]]:
+    """Every Proxy in `path` and every problem (`load_declared` without the places)."""
+    declared, errors = load_declared(path)
+    return [d.proxy for d in declared], errors
+
+
+def load_declared(path: str) -> tuple[list[Declared], list[ManifestError]]:
     """Every Proxy in `path` (a file, or a directory's *.yaml, *.yml and
-    *.json files, sorted, not recursive) and every problem, each naming its
-    file, document and field. A bad document or file never stops the others;
-    a namespace/name seen before is an error for the later one."""
+    *.json entries, sorted, not recursive) with where it was read, and every
+    problem, each naming its file, document and field. A bad document or file
+    never stops the others -- nor does a directory entry that cannot be read
+    (a symlink loop, no permission, a directory or FIFO with a manifest's
+    name): it is one problem. A namespace/name seen before is an error for
+    the later one."""
     files, errors = _files(path)
-    proxies: list[Proxy] = []
+    found: list[Declared] = []
     first: dict[tuple[str, str], str] = {}
     for file in files:
         for item in _read(file):
@@ -407,12 +430,11 @@ def load_manifests(path: str) -> tuple[list[Proxy], list[ManifestError]]:
             where = f"{item.source} {item.prefix}" if item.prefix else item.source
             seen = first.get((proxy.namespace, proxy.name))
             if seen is not None:
-                errors.append(ManifestError("metadata.name", f"duplicate of {proxy.key} in {seen}", source=item.source)
-                              .moved(item.source, item.prefix))
+                errors.append(item.error("metadata.name", f"duplicate of {proxy.key} in {seen}"))
                 continue
             first[(proxy.namespace, proxy.name)] = where
-            proxies.append(proxy)
-    return proxies, errors
+            found.append(item)
+    return found, errors
 
 
 def fingerprint(path: str) -> str:
@@ -440,9 +462,11 @@ def fingerprint(path: str) -> str:
 
 
 def _names(directory: str) -> list[str]:
-    """The manifest files in `directory`, sorted (symlinks followed)."""
+    """The entries of `directory` with a manifest's name, sorted. Nothing is
+    stat'ed here: an entry that is no regular file, or cannot be read, is
+    reported when it is read (`_text`), never a reason to skip the others."""
     with os.scandir(directory) as it:
-        return sorted(e.name for e in it if e.name.endswith(SUFFIXES) and e.is_file())
+        return sorted(e.name for e in it if e.name.endswith(SUFFIXES))
 
 
 def _files(path: str) -> tuple[list[str], list[ManifestError]]:
@@ -459,7 +483,7 @@ def _files(path: str) -> tuple[list[str], list[ManifestError]]:
     return [os.path.join(path, n) for n in names[:MAX_FILES]], errors
 
 
-def _read(file: str) -> Iterator[_Found | ManifestError]:
+def _read(file: str) -> Iterator[Declared | ManifestError]:
     try:
         text = _text(file)
     except ManifestError as exc:
@@ -487,7 +511,7 @@ def _read(file: str) -> Iterator[_Found | ManifestError]:
             continue
         for obj, prefix in entries:
             try:
-                yield _Found(_proxy(obj), source, prefix)
+                yield Declared(_proxy(obj), source, prefix)
             except ManifestError as exc:
                 yield exc.moved(source, prefix)
 

@@ -9,6 +9,7 @@ the skip-cleanup annotation.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,8 @@ from providers.base import Placement
 
 FINALIZER = "crawl.example.com/cleanup"
 SKIP_CLEANUP = "crawl.example.com/skip-cleanup"  # annotation; value "true" releases without touching the backend
+# kubectl's annotation holding the whole applied manifest (inline cloud-init included): redacted wherever fleet shows or stores it
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 DEFAULT_PORT = 3128
 
@@ -38,15 +41,36 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class InlineDigest:
+    """Inline cloud-init kept out of Redis (standalone mode stores this in
+    its place): the text's SHA-256 and size, and the manifest file the text
+    is read from when a create is sent. Where it is read from is no part of
+    the spec: moving a Proxy to another file changes no generation."""
+
+    sha256: str  # hex, of the UTF-8 text
+    size: int  # bytes
+    file: str = field(default="", compare=False)
+
+    @classmethod
+    def of(cls, text: str, file: str = "") -> InlineDigest:
+        data = text.encode()
+        return cls(hashlib.sha256(data).hexdigest(), len(data), file)
+
+
+@dataclass(frozen=True)
 class CloudInit:
-    """Exactly one of `inline` (the text) or `secret` (where to read it)."""
+    """Exactly one of `inline` (the text), `secret` (where to read it) or
+    `digest` (standalone's stored form of inline text: fleet.proxies.standalone)."""
 
     inline: str | None = field(default=None, repr=False)  # may hold secrets: never shown
     secret: SecretRef | None = None
+    digest: InlineDigest | None = None
 
     def __repr__(self) -> str:
         if self.secret is not None:
             return f"CloudInit(secret={self.secret!r})"
+        if self.digest is not None:
+            return f"CloudInit(digest=<{self.digest.size} bytes from {self.digest.file or '?'}>)"
         return f"CloudInit(inline=<{len(self.inline or '')} characters>)"
 
 
@@ -132,16 +156,24 @@ class Proxy:
 
 API_VERSION = "crawl.example.com/v1alpha1"
 KIND = "Proxy"
+INLINE_DIGEST = "inlineDigest"  # spec.cloudInit's key in standalone's stored form (never in a manifest)
 
 
 def to_object(p: Proxy, *, redact: bool = False) -> dict[str, Any]:
-    """The Kubernetes-shaped object (what `parse_proxy` reads back). `redact`
-    replaces inline cloud-init with its size, for anything shown to people."""
+    """The Kubernetes-shaped object (what `parse_proxy` reads back; a
+    `digest` cloud-init is standalone's stored form, which only
+    `fleet.proxies.standalone` reads). `redact` replaces inline cloud-init
+    (text or digest) with its size, for anything shown to people."""
     ci: dict[str, Any] = {}
-    if p.spec.cloud_init.secret is not None:
-        ci = {"secretRef": {"name": p.spec.cloud_init.secret.name, "key": p.spec.cloud_init.secret.key}}
-    elif p.spec.cloud_init.inline is not None:
-        text = p.spec.cloud_init.inline
+    cloud_init = p.spec.cloud_init
+    if cloud_init.secret is not None:
+        ci = {"secretRef": {"name": cloud_init.secret.name, "key": cloud_init.secret.key}}
+    elif cloud_init.digest is not None:
+        d = cloud_init.digest
+        ci = {"inline": f"<redacted: {d.size} bytes>"} if redact else {
+            INLINE_DIGEST: {"sha256": d.sha256, "bytes": d.size, "file": d.file}}
+    elif cloud_init.inline is not None:
+        text = cloud_init.inline
         ci = {"inline": f"<redacted: {len(text.encode())} bytes>" if redact else text}
     pl = p.spec.placement
     placement = {k: v for k, v in (("region", pl.region), ("zone", pl.zone), ("machineType", pl.machine_type),

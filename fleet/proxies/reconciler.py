@@ -16,7 +16,10 @@ so the step is taken again: every provider operation is idempotent, and the
 create's name comes from the UID.
 
 Cloud-init never travels in a message: the create carries a random token
-under which the text is staged in Redis for the call's lifetime.
+under which the text is staged in Redis, read once by the worker (GETDEL)
+and gone at the latest when the message expires (the call timeout). A
+create that finds its token gone answers Transient, and the next create
+stages the text again under a new token.
 """
 
 from __future__ import annotations
@@ -228,7 +231,7 @@ class Reconciler:
         kwargs: dict[str, Any] = {"provider": provider, "timeout": timeout, "attempt": env.failures + 1}
         if call.op == rules.CREATE:
             token = uuid.uuid4().hex
-            self.store.stage_cloud_init(token, cloud_init, timeout + grace)
+            self.store.stage_cloud_init(token, cloud_init, timeout)  # the message expires then too: no reader after
             pl = p.spec.placement
             kwargs.update(name=name_from_uid(p.uid), uid=p.uid, namespace=p.namespace, proxy_name=p.name,
                           region=pl.region, zone=pl.zone, machine_type=pl.machine_type, image=pl.image,

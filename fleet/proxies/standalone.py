@@ -8,6 +8,21 @@ deletion mark and a `resourceVersion` for compare-and-set writes. The UID is
 derived from the installation and the Proxy's key, so a Redis that lost its
 data gives the same instance names back and the creates adopt what exists.
 
+The CRD's rules hold here too: `spec.provider` is immutable (its CEL rule
+`self == oldSelf`), so a manifest that changes it for an existing Proxy is
+reported (file#document: spec.provider: why) and not applied -- the object
+keeps its spec, so its instance stays managed by the provider that made it --
+while every other Proxy still applies. To move a Proxy, remove it (its
+instance is deleted) and declare it again.
+
+No cloud-init text is stored in Redis (where every pod with the broker URL
+could read it): inline text is kept as its SHA-256 and size with the
+manifest file it is in (`model.InlineDigest`), and the text is taken from
+the manifests when a create needs it -- as last read by `sync`, or read
+again from that file if it changed since, never a text whose hash differs.
+kubectl's last-applied annotation (the whole manifest) is stored redacted.
+A `secretRef` is read from `--secrets-dir` at the same moment.
+
 A Proxy whose manifest is removed is marked deleting and goes through the
 finalizer's rules like a deleted Kubernetes object. While any manifest fails
 to parse (or the path cannot be read), nothing is marked deleting: the
@@ -22,29 +37,34 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from fleet.proxies.decide import rfc3339
-from fleet.proxies.manifests import ManifestError, fingerprint, load_manifests, parse_proxy
-from fleet.proxies.model import Proxy, ProxyStatus, to_object
+from fleet.proxies.manifests import Declared, ManifestError, fingerprint, load_declared, parse_proxy
+from fleet.proxies.model import INLINE_DIGEST, LAST_APPLIED, CloudInit, InlineDigest, Proxy, ProxyStatus, to_object
 from fleet.proxies.reconciler import CloudInitUnavailable, Conflict
+from fleet.proxies.table import redacted
 from fleet.store import Proxies as ProxyStore
 
 log = logging.getLogger("fleet.proxies")
 
 MAX_SECRET = 64 * 1024
 CAS_RETRIES = 5
+_SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 
 class Standalone:
     def __init__(self, store: ProxyStore, path: str, installation: str, secrets_dir: str | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store, self.path, self.installation, self.secrets_dir, self.clock = store, path, installation, secrets_dir, clock
-        self.errors: list[ManifestError] = []
+        self.errors: list[ManifestError] = []  # the last sync's: the manifests' problems, then refused edits
         self._seen = ""
+        self._texts: dict[str, str] = {}  # inline cloud-init by SHA-256, as the last sync read it
 
     # -- Objects --------------------------------------------------------------------
 
@@ -56,10 +76,15 @@ class Standalone:
         if raw is None:
             return None
         try:
-            return parse_proxy(json.loads(raw), source=f"redis {key}")
+            p = decode(raw, source=f"redis {key}")
         except (ValueError, ManifestError) as exc:  # a hand-edited or corrupt entry: say so, treat as absent
             log.warning("unreadable standalone Proxy in Redis", extra={"fields": {"proxy": key, "error": str(exc)[:300]}})
             return None
+        text = p.spec.cloud_init.inline
+        if text is not None:  # stored with its text by an older version: the next write (sync's first) stores the digest
+            p = stored_form(p, "")
+            self._texts.setdefault(InlineDigest.of(text).sha256, text)
+        return p
 
     def keys(self) -> list[str]:
         return sorted(self.store.objects())
@@ -79,6 +104,8 @@ class Standalone:
 
     def cloud_init(self, p: Proxy) -> str:
         ci = p.spec.cloud_init
+        if ci.digest is not None:
+            return self._inline(p, ci.digest)
         if ci.secret is None:
             return ci.inline or ""
         where = f"secret {p.namespace}/{ci.secret.name} key {ci.secret.key!r}"
@@ -97,9 +124,35 @@ class Standalone:
         except UnicodeDecodeError:
             raise CloudInitUnavailable(f"{where}: not UTF-8 text") from None
 
+    def _inline(self, p: Proxy, digest: InlineDigest) -> str:
+        """The inline text whose hash the object holds: as the last sync read
+        it, else read again from its manifest file (another replica applied
+        an edit this one has not read yet)."""
+        text = self._texts.get(digest.sha256)
+        if text is not None:
+            return text
+        where = f"inline cloud-init of {p.key}"
+        if not self._inside(digest.file):
+            raise CloudInitUnavailable(f"{where}: its manifest file {digest.file!r} is not under --proxies {self.path}")
+        declared, errors = load_declared(digest.file)
+        for d in declared:
+            ci = d.proxy.spec.cloud_init
+            if d.proxy.key == p.key and ci.inline is not None and InlineDigest.of(ci.inline) == digest:
+                self._texts[digest.sha256] = ci.inline
+                return ci.inline
+        why = f"{len(errors)} problem(s) reading it" if errors else "it declares another text now (applied at the next sync)"
+        raise CloudInitUnavailable(f"{where}: {digest.file} no longer holds the text applied ({why})")
+
+    def _inside(self, file: str) -> bool:
+        if not file:
+            return False
+        here = os.path.abspath(self.path)
+        there = os.path.abspath(file)
+        return there == here or os.path.dirname(there) == here
+
     def _put(self, p: Proxy, expected: str) -> Proxy:
         new = dataclasses.replace(p, resource_version=str(int(expected or "0") + 1))
-        if not self.store.put_object(p.key, expected, json.dumps(to_object(new), separators=(",", ":"))):
+        if not self.store.put_object(p.key, expected, encode(new)):
             raise Conflict(p.key)
         return new
 
@@ -110,24 +163,28 @@ class Standalone:
 
     def sync(self) -> list[str]:
         """Bring Redis in line with the manifests; the keys that changed."""
-        declared, errors = load_manifests(self.path)
-        self.errors = errors
-        for err in errors:
-            log.warning("Proxy manifest not applied: %s", err)
-        if errors:
-            log.warning("Proxy manifests have errors: no Proxy is deleted until they are fixed")
+        declared, errors = load_declared(self.path)
+        before = self._texts
+        self._texts = {InlineDigest.of(t).sha256: t for d in declared if (t := d.proxy.spec.cloud_init.inline) is not None}
+        refused: list[ManifestError] = []
         changed = []
-        wanted = {p.key: p for p in declared}
-        for key, p in wanted.items():
-            if self._merge(key, p):
+        wanted = {d.proxy.key: d for d in declared}
+        for key, d in wanted.items():
+            if self._merge(key, d, refused, before):
                 changed.append(key)
         for key in self.keys():
             if key not in wanted and not errors and self._retire(key):
                 changed.append(key)
+        self.errors = errors + refused
+        for err in self.errors:
+            log.warning("Proxy manifest not applied: %s", err)
+        if errors:
+            log.warning("Proxy manifests have errors: no Proxy is deleted until they are fixed")
         self.store.mark_synced(self.clock())  # every declared Proxy is in Redis now (GC's live set)
         return changed
 
-    def _merge(self, key: str, declared: Proxy) -> bool:
+    def _merge(self, key: str, d: Declared, refused: list[ManifestError], texts_before: Mapping[str, str]) -> bool:
+        declared = stored_form(d.proxy, d.file)
         for _ in range(CAS_RETRIES):
             cur = self.get(key)
             if cur is None:
@@ -141,13 +198,20 @@ class Standalone:
                     continue
             if cur.deleting:
                 return False  # finish deleting first; the next sync declares it again
-            annotations = dict(declared.annotations)
-            if cur.spec == declared.spec and dict(cur.annotations) == annotations:
+            if cur.spec.provider != declared.spec.provider:  # the CRD's CEL rule: refused, nothing of it applied
+                refused.append(d.error("spec.provider", (
+                    f"is immutable: {key} was created on provider {cur.spec.provider!r}, got {declared.spec.provider!r}; "
+                    "the edit is not applied (to move it, remove the Proxy, which deletes its instance, then declare it again)")))
+                kept = cur.spec.cloud_init.digest  # its applied text, though the manifest now holds another
+                if kept is not None and kept.sha256 in texts_before:
+                    self._texts[kept.sha256] = texts_before[kept.sha256]
                 return False
             gen = cur.generation + 1 if cur.spec != declared.spec else cur.generation
+            new = dataclasses.replace(cur, spec=declared.spec, annotations=dict(declared.annotations), generation=gen)
+            if encode(new) == encode(cur):
+                return False
             try:
-                self._put(dataclasses.replace(cur, spec=declared.spec, annotations=annotations, generation=gen),
-                          cur.resource_version)
+                self._put(new, cur.resource_version)
                 return True
             except Conflict:
                 continue
@@ -187,3 +251,50 @@ class Standalone:
             except Exception as exc:  # Redis down: the next pass tries again
                 log.warning("reading Proxy manifests failed: %s: %s", type(exc).__name__, exc)
             stop.wait(every)
+
+
+# -- the stored form ---------------------------------------------------------------------
+
+
+def stored_form(p: Proxy, file: str) -> Proxy:
+    """`p` as standalone keeps it in Redis: inline cloud-init as its digest
+    (read from `file`), kubectl's last-applied annotation redacted."""
+    ci = p.spec.cloud_init
+    if ci.inline is not None:
+        p = dataclasses.replace(p, spec=dataclasses.replace(p.spec, cloud_init=CloudInit(digest=InlineDigest.of(ci.inline, file))))
+    if LAST_APPLIED in p.annotations:
+        p = dataclasses.replace(p, annotations={**p.annotations, LAST_APPLIED: redacted(p.annotations[LAST_APPLIED])})
+    return p
+
+
+def encode(p: Proxy) -> str:
+    """The JSON stored in `PX_OBJECTS`; refuses a Proxy still holding cloud-init text."""
+    if p.spec.cloud_init.inline is not None:
+        raise ValueError(f"{p.key}: inline cloud-init text is never stored; store stored_form(p) instead")
+    return json.dumps(to_object(p), separators=(",", ":"))
+
+
+def decode(raw: bytes | str, source: str) -> Proxy:
+    """A stored object back (`parse_proxy`, plus the digest form of inline cloud-init)."""
+    obj = json.loads(raw)
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    ci = spec.get("cloudInit") if isinstance(spec, dict) else None
+    if not (isinstance(spec, dict) and isinstance(ci, dict) and INLINE_DIGEST in ci):
+        return parse_proxy(obj, source=source)
+    del spec["cloudInit"]
+    p = parse_proxy(obj, source=source)
+    digest = _digest(ci, source)
+    return dataclasses.replace(p, spec=dataclasses.replace(p.spec, cloud_init=CloudInit(digest=digest)))
+
+
+def _digest(ci: Mapping[str, Any], source: str) -> InlineDigest:
+    doc = ci.get(INLINE_DIGEST)
+    at = f"spec.cloudInit.{INLINE_DIGEST}"
+    if len(ci) != 1 or not isinstance(doc, dict) or set(doc) != {"sha256", "bytes", "file"}:
+        raise ManifestError(at, "must be the only key, a mapping of sha256, bytes and file", source=source)
+    sha, size, file = doc["sha256"], doc["bytes"], doc["file"]
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        raise ManifestError(f"{at}.sha256", "must be 64 lowercase hex digits", source=source)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0 or not isinstance(file, str):
+        raise ManifestError(at, "bytes must be an integer of at least 0 and file a string", source=source)
+    return InlineDigest(sha, size, file)

@@ -22,6 +22,7 @@ real object. A redacted object is for reading, not for applying back.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -29,11 +30,10 @@ from typing import Any
 import yaml
 
 from fleet.proxies import model
-from fleet.proxies.model import READY, Proxy
+from fleet.proxies.model import LAST_APPLIED, READY, Proxy
 
 COLUMNS = ("NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE")
 NAMESPACE_COLUMN = "NAMESPACE"
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 UNKNOWN_AGE = "<unknown>"
 
 
@@ -106,8 +106,13 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
+REDACTED = re.compile(r"<redacted: [0-9]+ bytes>")
+
+
 def redacted(text: str) -> str:
-    return f"<redacted: {len(text.encode('utf-8'))} bytes>"
+    """`<redacted: N bytes>`; a value already redacted (standalone stores the
+    annotation so) is kept as it is."""
+    return text if REDACTED.fullmatch(text) else f"<redacted: {len(text.encode('utf-8'))} bytes>"
 
 
 def to_object(proxy: Proxy) -> dict[str, Any]:

@@ -68,4 +68,4 @@ LEASE_STICKY = "fleet:lease:sticky:"  # + sticky key: the proxy it was last leas
 LEASE_COOL_TARGET = "fleet:lease:cool:target"  # sorted set: "<proxy>|<target>" → end of the cooldown
 LEASE_COOL_GLOBAL = "fleet:lease:cool:global"  # sorted set: proxy key → end of the global cooldown
 LEASE_ERRORS = "fleet:lease:errors"  # hash: proxy key → error reports in a row
-CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create, with a short TTL
+CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create: read once (GETDEL), TTL the call timeout

@@ -235,10 +235,14 @@ class Proxies:
     # -- cloud-init, staged for one create -------------------------------------------------------
 
     def stage_cloud_init(self, token: str, text: str, ttl: float) -> None:
+        """The text for one create, readable once (`take_cloud_init`) for `ttl` seconds at most."""
         self._redis.set(keys.CLOUD_INIT + token, text, px=max(1, int(ttl * 1000)))
 
-    def cloud_init(self, token: str) -> Raw:
-        return self._redis.get(keys.CLOUD_INIT + token)
+    def take_cloud_init(self, token: str) -> Raw:
+        """The staged text, deleted as it is read (GETDEL, Redis >= 6.2): a
+        second read, or one after the TTL, gets None."""
+        got: Raw = self._redis.getdel(keys.CLOUD_INIT + token)
+        return got
 
     # -- standalone objects --------------------------------------------------------------------------
 

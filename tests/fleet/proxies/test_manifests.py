@@ -115,91 +115,94 @@ def test_good_values(path: str, value: Any, read: Any) -> None:
 # --- bad values -------------------------------------------------------------------------
 
 
+BAD_VALUES = [
+    ("web-1", "a Proxy must be a mapping, got 'web-1'"),
+    (setting("apiVersion", "crawl.example.com/v1"), "apiVersion: must be 'crawl.example.com/v1alpha1', got 'crawl.example.com/v1'"),
+    (setting("apiVersion", DELETE), "apiVersion: must be 'crawl.example.com/v1alpha1', got None"),
+    (setting("kind", "ProviderHealth"), "kind: must be 'Proxy', got 'ProviderHealth'"),
+    (setting("metadata", DELETE), "metadata: is required and must be a mapping, got None"),
+    (setting("metadata", ["web-1"]), "metadata: is required and must be a mapping, got a list of 1 item(s)"),
+    (setting("metadata.name", DELETE), "metadata.name: is required, got None"),
+    (setting("metadata.name", ""), "metadata.name: is required, got ''"),
+    (setting("metadata.name", 7), "metadata.name: must be a string, got 7"),
+    (setting("metadata.name", "Web_1"), "metadata.name: must be a DNS-1123 subdomain (lowercase letters, digits and '-' "
+                                        "in '.'-separated parts, starting and ending with a letter or digit), got 'Web_1'"),
+    (setting("metadata.name", "web-"), "metadata.name: must be a DNS-1123 subdomain"),
+    (setting("metadata.name", "a..b"), "metadata.name: must be a DNS-1123 subdomain"),
+    (setting("metadata.name", "web-1\n"), "metadata.name: must be a DNS-1123 subdomain"),
+    (setting("metadata.name", "a" * 254), "metadata.name: must be at most 253 characters, got 'aaaa"),
+    (setting("metadata.namespace", "a.b"), "metadata.namespace: must be a DNS-1123 label (lowercase letters, digits and '-', "
+                                           "starting and ending with a letter or digit), got 'a.b'"),
+    (setting("metadata.namespace", "n" * 64), "metadata.namespace: must be at most 63 characters"),
+    (setting("metadata.namespace", ""), "metadata.namespace: is required, got ''"),
+    (setting("metadata.uid", 12), "metadata.uid: must be a string, got 12"),
+    (setting("metadata.generation", -1), "metadata.generation: must be an integer of at least 0, got -1"),
+    (setting("metadata.generation", "1"), "metadata.generation: must be an integer of at least 0, got '1'"),
+    (setting("metadata.generation", True), "metadata.generation: must be an integer of at least 0, got True"),
+    (setting("metadata.resourceVersion", 5), "metadata.resourceVersion: must be a string, got 5"),
+    (setting("metadata.creationTimestamp", "yesterday"),
+     "metadata.creationTimestamp: must be an RFC 3339 time such as 2024-05-01T12:00:00Z, got 'yesterday'"),
+    (setting("metadata.creationTimestamp", "2024-13-01T00:00:00Z"), "metadata.creationTimestamp: must be an RFC 3339 time"),
+    (setting("metadata.creationTimestamp", "2024-05-01"), "metadata.creationTimestamp: must be an RFC 3339 time"),
+    (setting("metadata.deletionTimestamp", "now"), "metadata.deletionTimestamp: must be an RFC 3339 time"),
+    (setting("metadata.finalizers", "crawl.example.com/cleanup"), "metadata.finalizers: must be a list of strings, got 'crawl"),
+    (setting("metadata.finalizers", ["ok", 3]), "metadata.finalizers[1]: must be a string, got 3"),
+    (setting("metadata.annotations", ["a"]), "metadata.annotations: must be a mapping of strings to strings, got a list"),
+    (setting("metadata.annotations", {"crawl.example.com/skip-cleanup": True}),
+     "metadata.annotations['crawl.example.com/skip-cleanup']: must be a string, got True"),
+    (setting("metadata.annotations", {1: "x"}), "metadata.annotations[1]: keys must be strings"),
+    (setting("spec", DELETE), "spec: is required and must be a mapping, got None"),
+    (setting("spec", "kvm"), "spec: is required and must be a mapping, got 'kvm'"),
+    (setting("spec.provider", DELETE), "spec.provider: is required, got None"),
+    (setting("spec.provider", "Home_KVM"), "spec.provider: must be a DNS-1123 label (lowercase letters, digits and '-', "
+                                           "starting and ending with a letter or digit), got 'Home_KVM'"),
+    (setting("spec.provider", "a.b"), "spec.provider: must be a DNS-1123 label"),
+    (setting("spec.provider", "p" * 64), "spec.provider: must be at most 63 characters"),
+    (setting("spec.provider", ["kvm"]), "spec.provider: must be a string, got a list of 1 item(s)"),
+    (setting("spec.port", 70000), "spec.port: must be an integer from 1 to 65535, got 70000"),
+    (setting("spec.port", 0), "spec.port: must be an integer from 1 to 65535, got 0"),
+    (setting("spec.port", -1), "spec.port: must be an integer from 1 to 65535, got -1"),
+    (setting("spec.port", True), "spec.port: must be an integer from 1 to 65535, got True"),
+    (setting("spec.port", "3128"), "spec.port: must be an integer from 1 to 65535, got '3128'"),
+    (setting("spec.port", 3128.0), "spec.port: must be an integer from 1 to 65535, got 3128.0"),
+    (setting("spec.port", 10**400), "spec.port: must be an integer from 1 to 65535, got an integer of about 401 digits"),
+    (setting("spec.placement", "eu"), "spec.placement: must be a mapping of region, zone, machineType, image, got 'eu'"),
+    (setting("spec.placement", {"zone": 3}), "spec.placement.zone: must be a string, got 3"),
+    (setting("spec.placement", {"region": "r" * 129}), "spec.placement.region: must be at most 128 characters"),
+    (setting("spec.placement", {"zone": "z" * 129}), "spec.placement.zone: must be at most 128 characters"),
+    (setting("spec.placement", {"machineType": "m" * 129}), "spec.placement.machineType: must be at most 128 characters"),
+    (setting("spec.placement", {"image": "i" * 513}), "spec.placement.image: must be at most 512 characters"),
+    (setting("spec.placement", {"machine_type": "e2"}),
+     "spec.placement.machine_type: unknown key; did you mean 'machineType'? (its value, a string of 2 characters, is not shown)"),
+    (setting("spec.cloudInit", {}), "spec.cloudInit: must set exactly one of inline or secretRef, neither is set"),
+    (setting("spec.cloudInit", {"inline": "x", "secretRef": {"name": "a", "key": "b"}}),
+     "spec.cloudInit: must set exactly one of inline or secretRef, both are set"),
+    (setting("spec.cloudInit", {"secretRef": "proxy-init"}),
+     "spec.cloudInit.secretRef: must be a mapping with name and key, got a string of 10 characters (not shown)"),
+    (setting("spec.cloudInit", {"secretRef": {"key": "k"}}), "spec.cloudInit.secretRef.name: is required, got None"),
+    (setting("spec.cloudInit", {"secretRef": {"name": "Init_1", "key": "k"}}),
+     "spec.cloudInit.secretRef.name: must be a DNS-1123 subdomain"),
+    (setting("spec.cloudInit", {"secretRef": {"name": "n" * 254, "key": "k"}}),
+     "spec.cloudInit.secretRef.name: must be at most 253 characters"),
+    (setting("spec.cloudInit", {"secretRef": {"name": "init"}}),
+     "spec.cloudInit.secretRef.key: is required and must be a string, got None"),
+    (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": ""}}), "spec.cloudInit.secretRef.key: is required"),
+    (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "user data"}}),
+     "spec.cloudInit.secretRef.key: must be a Secret key: at most 253 letters, digits, '-', '_' or '.', "
+     "not '.', '..' or starting with '..' (as Kubernetes requires), got 'user data'"),
+    (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "k" * 254}}),
+     "spec.cloudInit.secretRef.key: must be a Secret key"),
+    (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "k", "namespace": "x"}}),
+     "spec.cloudInit.secretRef.namespace: unknown key; did you mean 'name'? (its value, a string of 1 characters, is not shown)"),
+    (setting("spec.prot", 80), "spec.prot: unknown key; did you mean 'port'? (its value, an integer, is not shown)"),
+    (setting("spec.replicas", 2), "spec.replicas: unknown key (its value, an integer, is not shown)"),
+    (setting("extra", {}), "extra: unknown key (its value, a mapping, is not shown)"),
+]
+
+
 @pytest.mark.parametrize(
     ("obj", "expected"),
-    [
-        ("web-1", "a Proxy must be a mapping, got 'web-1'"),
-        (setting("apiVersion", "crawl.example.com/v1"), "apiVersion: must be 'crawl.example.com/v1alpha1', got 'crawl.example.com/v1'"),
-        (setting("apiVersion", DELETE), "apiVersion: must be 'crawl.example.com/v1alpha1', got None"),
-        (setting("kind", "ProviderHealth"), "kind: must be 'Proxy', got 'ProviderHealth'"),
-        (setting("metadata", DELETE), "metadata: is required and must be a mapping, got None"),
-        (setting("metadata", ["web-1"]), "metadata: is required and must be a mapping, got a list of 1 item(s)"),
-        (setting("metadata.name", DELETE), "metadata.name: is required, got None"),
-        (setting("metadata.name", ""), "metadata.name: is required, got ''"),
-        (setting("metadata.name", 7), "metadata.name: must be a string, got 7"),
-        (setting("metadata.name", "Web_1"), "metadata.name: must be a DNS-1123 subdomain (lowercase letters, digits and '-' "
-                                            "in '.'-separated parts, starting and ending with a letter or digit), got 'Web_1'"),
-        (setting("metadata.name", "web-"), "metadata.name: must be a DNS-1123 subdomain"),
-        (setting("metadata.name", "a..b"), "metadata.name: must be a DNS-1123 subdomain"),
-        (setting("metadata.name", "web-1\n"), "metadata.name: must be a DNS-1123 subdomain"),
-        (setting("metadata.name", "a" * 254), "metadata.name: must be at most 253 characters, got 'aaaa"),
-        (setting("metadata.namespace", "a.b"), "metadata.namespace: must be a DNS-1123 label (lowercase letters, digits and '-', "
-                                               "starting and ending with a letter or digit), got 'a.b'"),
-        (setting("metadata.namespace", "n" * 64), "metadata.namespace: must be at most 63 characters"),
-        (setting("metadata.namespace", ""), "metadata.namespace: is required, got ''"),
-        (setting("metadata.uid", 12), "metadata.uid: must be a string, got 12"),
-        (setting("metadata.generation", -1), "metadata.generation: must be an integer of at least 0, got -1"),
-        (setting("metadata.generation", "1"), "metadata.generation: must be an integer of at least 0, got '1'"),
-        (setting("metadata.generation", True), "metadata.generation: must be an integer of at least 0, got True"),
-        (setting("metadata.resourceVersion", 5), "metadata.resourceVersion: must be a string, got 5"),
-        (setting("metadata.creationTimestamp", "yesterday"),
-         "metadata.creationTimestamp: must be an RFC 3339 time such as 2024-05-01T12:00:00Z, got 'yesterday'"),
-        (setting("metadata.creationTimestamp", "2024-13-01T00:00:00Z"), "metadata.creationTimestamp: must be an RFC 3339 time"),
-        (setting("metadata.creationTimestamp", "2024-05-01"), "metadata.creationTimestamp: must be an RFC 3339 time"),
-        (setting("metadata.deletionTimestamp", "now"), "metadata.deletionTimestamp: must be an RFC 3339 time"),
-        (setting("metadata.finalizers", "crawl.example.com/cleanup"), "metadata.finalizers: must be a list of strings, got 'crawl"),
-        (setting("metadata.finalizers", ["ok", 3]), "metadata.finalizers[1]: must be a string, got 3"),
-        (setting("metadata.annotations", ["a"]), "metadata.annotations: must be a mapping of strings to strings, got a list"),
-        (setting("metadata.annotations", {"crawl.example.com/skip-cleanup": True}),
-         "metadata.annotations['crawl.example.com/skip-cleanup']: must be a string, got True"),
-        (setting("metadata.annotations", {1: "x"}), "metadata.annotations[1]: keys must be strings"),
-        (setting("spec", DELETE), "spec: is required and must be a mapping, got None"),
-        (setting("spec", "kvm"), "spec: is required and must be a mapping, got 'kvm'"),
-        (setting("spec.provider", DELETE), "spec.provider: is required, got None"),
-        (setting("spec.provider", "Home_KVM"), "spec.provider: must be a DNS-1123 label (lowercase letters, digits and '-', "
-                                               "starting and ending with a letter or digit), got 'Home_KVM'"),
-        (setting("spec.provider", "a.b"), "spec.provider: must be a DNS-1123 label"),
-        (setting("spec.provider", "p" * 64), "spec.provider: must be at most 63 characters"),
-        (setting("spec.provider", ["kvm"]), "spec.provider: must be a string, got a list of 1 item(s)"),
-        (setting("spec.port", 70000), "spec.port: must be an integer from 1 to 65535, got 70000"),
-        (setting("spec.port", 0), "spec.port: must be an integer from 1 to 65535, got 0"),
-        (setting("spec.port", -1), "spec.port: must be an integer from 1 to 65535, got -1"),
-        (setting("spec.port", True), "spec.port: must be an integer from 1 to 65535, got True"),
-        (setting("spec.port", "3128"), "spec.port: must be an integer from 1 to 65535, got '3128'"),
-        (setting("spec.port", 3128.0), "spec.port: must be an integer from 1 to 65535, got 3128.0"),
-        (setting("spec.port", 10**400), "spec.port: must be an integer from 1 to 65535, got an integer of about 401 digits"),
-        (setting("spec.placement", "eu"), "spec.placement: must be a mapping of region, zone, machineType, image, got 'eu'"),
-        (setting("spec.placement", {"zone": 3}), "spec.placement.zone: must be a string, got 3"),
-        (setting("spec.placement", {"region": "r" * 129}), "spec.placement.region: must be at most 128 characters"),
-        (setting("spec.placement", {"zone": "z" * 129}), "spec.placement.zone: must be at most 128 characters"),
-        (setting("spec.placement", {"machineType": "m" * 129}), "spec.placement.machineType: must be at most 128 characters"),
-        (setting("spec.placement", {"image": "i" * 513}), "spec.placement.image: must be at most 512 characters"),
-        (setting("spec.placement", {"machine_type": "e2"}),
-         "spec.placement.machine_type: unknown key; did you mean 'machineType'? (its value, a string of 2 characters, is not shown)"),
-        (setting("spec.cloudInit", {}), "spec.cloudInit: must set exactly one of inline or secretRef, neither is set"),
-        (setting("spec.cloudInit", {"inline": "x", "secretRef": {"name": "a", "key": "b"}}),
-         "spec.cloudInit: must set exactly one of inline or secretRef, both are set"),
-        (setting("spec.cloudInit", {"secretRef": "proxy-init"}),
-         "spec.cloudInit.secretRef: must be a mapping with name and key, got a string of 10 characters (not shown)"),
-        (setting("spec.cloudInit", {"secretRef": {"key": "k"}}), "spec.cloudInit.secretRef.name: is required, got None"),
-        (setting("spec.cloudInit", {"secretRef": {"name": "Init_1", "key": "k"}}),
-         "spec.cloudInit.secretRef.name: must be a DNS-1123 subdomain"),
-        (setting("spec.cloudInit", {"secretRef": {"name": "n" * 254, "key": "k"}}),
-         "spec.cloudInit.secretRef.name: must be at most 253 characters"),
-        (setting("spec.cloudInit", {"secretRef": {"name": "init"}}),
-         "spec.cloudInit.secretRef.key: is required and must be a string, got None"),
-        (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": ""}}), "spec.cloudInit.secretRef.key: is required"),
-        (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "user data"}}),
-         "spec.cloudInit.secretRef.key: must be a Secret key: at most 253 letters, digits, '-', '_' or '.', "
-         "not '.', '..' or starting with '..' (as Kubernetes requires), got 'user data'"),
-        (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "k" * 254}}),
-         "spec.cloudInit.secretRef.key: must be a Secret key"),
-        (setting("spec.cloudInit", {"secretRef": {"name": "init", "key": "k", "namespace": "x"}}),
-         "spec.cloudInit.secretRef.namespace: unknown key; did you mean 'name'? (its value, a string of 1 characters, is not shown)"),
-        (setting("spec.prot", 80), "spec.prot: unknown key; did you mean 'port'? (its value, an integer, is not shown)"),
-        (setting("spec.replicas", 2), "spec.replicas: unknown key (its value, an integer, is not shown)"),
-        (setting("extra", {}), "extra: unknown key (its value, a mapping, is not shown)"),
-    ],
+    BAD_VALUES,
 )
 def test_bad_values(obj: Any, expected: str) -> None:
     assert str(error(obj)).startswith(expected)
@@ -379,14 +382,41 @@ def test_a_directory_is_read_sorted_and_one_bad_file_does_not_stop_the_others(tm
     write(tmp_path / "broken.yaml", "metadata: {name: x\nspec: [\n")
     write(tmp_path / "notes.txt", GOOD.format(name="ignored"))
     write(tmp_path / "README.md", "# not a manifest")
-    (tmp_path / "sub.yaml").mkdir()  # a directory with a manifest's name is skipped
+    (tmp_path / "sub.yaml").mkdir()  # a directory with a manifest's name is one problem, not read into
     write(tmp_path / "sub.yaml" / "d.yaml", GOOD.format(name="d"))
     proxies, errors = load_manifests(str(tmp_path))
     assert [p.key for p in proxies] == ["default/a", "default/b", "ns/c"]
     assert proxies[2].spec.port == 8080
-    assert len(errors) == 1
+    assert len(errors) == 2
     assert str(errors[0]).startswith(f"{tmp_path}/broken.yaml#1: not valid YAML at line ")
     assert str(errors[0]).endswith("; the rest of the file is not read")
+    assert str(errors[1]) == f"{tmp_path}/sub.yaml: the file must be a regular file, this is a directory"
+
+
+def test_an_unreadable_directory_entry_is_one_problem_and_the_others_still_apply(tmp_path: Any) -> None:
+    """A symlink loop once made the directory listing fail (DirEntry.is_file()
+    raised ELOOP), so no manifest in it applied."""
+    write(tmp_path / "a.yaml", GOOD.format(name="a"))
+    os.symlink("loop2.yaml", tmp_path / "loop1.yaml")
+    os.symlink("loop1.yaml", tmp_path / "loop2.yaml")
+    os.symlink("nowhere.yaml", tmp_path / "dangling.yaml")
+    locked = tmp_path / "locked.yaml"
+    write(locked, GOOD.format(name="locked"))
+    locked.chmod(0)
+    write(tmp_path / "z.yaml", GOOD.format(name="z"))
+    try:
+        proxies, errors = load_manifests(str(tmp_path))
+        readable = os.access(locked, os.R_OK)  # root reads it anyway
+    finally:
+        locked.chmod(0o644)
+    assert [p.name for p in proxies] == ["a", *(["locked"] if readable else []), "z"]
+    expected = [
+        f"{tmp_path}/dangling.yaml: cannot read the file: No such file or directory",
+        *([] if readable else [f"{tmp_path}/locked.yaml: cannot read the file: Permission denied"]),
+        f"{tmp_path}/loop1.yaml: cannot read the file: Too many levels of symbolic links",
+        f"{tmp_path}/loop2.yaml: cannot read the file: Too many levels of symbolic links",
+    ]
+    assert [str(e) for e in errors] == expected
 
 
 def test_a_syntax_error_keeps_the_documents_before_it(tmp_path: Any) -> None:
@@ -436,23 +466,26 @@ def test_empty_files_and_documents_are_skipped(tmp_path: Any) -> None:
     assert load_manifests(str(tmp_path)) == ([], [])
 
 
+MALFORMED_DOCUMENTS = [
+    ("- a\n- b\n", "#1: a Proxy must be a mapping, got a list of 2 item(s)", True),
+    ("just text\n", "#1: a Proxy must be a mapping, got 'just text'", True),
+    ("a: 1\nb: 2\na: 3\n", "#1: a: duplicate key (first at line 1)", True),
+    ("metadata:\n  name: x\n  name: y\n", "#1: metadata.name: duplicate key (first at line 2)", True),
+    ("? [a]\n: 1\n", "#1: mapping keys must be plain strings or numbers", True),
+    ("a: &x [1, *x]\n", "#1: a[1]: an alias refers to a node that contains it", True),
+    ("a: " + "[" * 40 + "]" * 40 + "\n", "#1: a" + "[0]" * 32 + ": nested deeper than 32 levels", True),
+    ("spec: {port: " + "9" * 5000 + "}\n", "#1: spec.port: not valid YAML at line 1, column 14: not a valid int (ValueError)", True),
+    ("metadata: {creationTimestamp: 2024-13-45}\n",
+     "#1: metadata.creationTimestamp: not valid YAML at line 1, column 31: not a valid timestamp (ValueError)", True),
+    ("a: !!python/object:os.system x\n", "#1: a: not valid YAML at line 1, column 4: could not determine a constructor", True),
+    ("a: *nowhere\n", "#1: not valid YAML at line 1, column 4: found undefined alias", False),
+    ("a: b: c\n", "#1: not valid YAML at line 1, column 5: mapping values are not allowed", False),
+]
+
+
 @pytest.mark.parametrize(
     ("text", "expected", "goes_on"),
-    [
-        ("- a\n- b\n", "#1: a Proxy must be a mapping, got a list of 2 item(s)", True),
-        ("just text\n", "#1: a Proxy must be a mapping, got 'just text'", True),
-        ("a: 1\nb: 2\na: 3\n", "#1: a: duplicate key (first at line 1)", True),
-        ("metadata:\n  name: x\n  name: y\n", "#1: metadata.name: duplicate key (first at line 2)", True),
-        ("? [a]\n: 1\n", "#1: mapping keys must be plain strings or numbers", True),
-        ("a: &x [1, *x]\n", "#1: a[1]: an alias refers to a node that contains it", True),
-        ("a: " + "[" * 40 + "]" * 40 + "\n", "#1: a" + "[0]" * 32 + ": nested deeper than 32 levels", True),
-        ("spec: {port: " + "9" * 5000 + "}\n", "#1: spec.port: not valid YAML at line 1, column 14: not a valid int (ValueError)", True),
-        ("metadata: {creationTimestamp: 2024-13-45}\n",
-         "#1: metadata.creationTimestamp: not valid YAML at line 1, column 31: not a valid timestamp (ValueError)", True),
-        ("a: !!python/object:os.system x\n", "#1: a: not valid YAML at line 1, column 4: could not determine a constructor", True),
-        ("a: *nowhere\n", "#1: not valid YAML at line 1, column 4: found undefined alias", False),
-        ("a: b: c\n", "#1: not valid YAML at line 1, column 5: mapping values are not allowed", False),
-    ],
+    MALFORMED_DOCUMENTS,
 )
 def test_malformed_documents_are_named(tmp_path: Any, text: str, expected: str, goes_on: bool) -> None:
     """A document that parses but cannot be used is skipped; a syntax error
@@ -538,8 +571,8 @@ def test_a_missing_path_and_a_fifo(tmp_path: Any) -> None:
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     assert [str(e) for e in load_manifests(str(fifo))[1]] == [f"{fifo}: the file must be a regular file, this is a FIFO"]
-    proxies, errors = load_manifests(str(tmp_path))  # is_file() skips it in a directory
-    assert (proxies, errors) == ([], [])
+    proxies, errors = load_manifests(str(tmp_path))  # in a directory too: reported, never opened blocking
+    assert proxies == [] and [str(e) for e in errors] == [f"{fifo}: the file must be a regular file, this is a FIFO"]
 
 
 def test_an_explicit_file_is_read_whatever_its_name(tmp_path: Any) -> None:

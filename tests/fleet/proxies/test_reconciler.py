@@ -62,7 +62,7 @@ class Worker:
                 if op in self.fail:
                     raise base.wrap(self.fail[op], op, "edge", kw.get("provider_id", ""), "injected")
                 if op == "create":
-                    text = store.proxies.cloud_init(kw["cloud_init_ref"])
+                    text = store.proxies.take_cloud_init(kw["cloud_init_ref"])
                     self.cloud_init.append(text.decode() if text else "")
                     req = base.CreateRequest(kw["name"], kw["uid"], kw["namespace"], kw["proxy_name"],
                                              cloud_init=self.cloud_init[-1], port=int(kw["port"]))

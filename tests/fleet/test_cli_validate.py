@@ -1,0 +1,120 @@
+"""`fleet validate --proxies PATH`: the controller's parser, its verdicts
+listed, exit 2 on any. Every malformed manifest of
+tests/fleet/proxies/test_manifests.py is run through it (in-process), and
+the real CLI once as a subprocess on a directory holding all of them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet.cli import subcommands as cli
+from fleet.proxies.manifests import load_manifests
+from tests.fleet.proxies.test_manifests import BAD_VALUES, GOOD, MALFORMED_DOCUMENTS, SENTINEL, setting
+
+PROVIDERS = {"providers": [{"name": "kvm", "type": "fake"}]}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("FLEET_"):
+            monkeypatch.delenv(k)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def bad_files(directory: Path) -> list[Path]:
+    """One file per malformed case, each followed by a good document (so the
+    count of valid Proxies is checked as well)."""
+    files = []
+    for i, (obj, _) in enumerate(BAD_VALUES):
+        path = directory / f"value-{i:03d}.yaml"
+        path.write_text(yaml.safe_dump(obj, sort_keys=False) + "---\n" + GOOD.format(name=f"ok-value-{i}"))
+        files.append(path)
+    for i, (text, _, _) in enumerate(MALFORMED_DOCUMENTS):
+        path = directory / f"document-{i:03d}.yaml"
+        path.write_text(text + "---\n" + GOOD.format(name=f"ok-document-{i}"))
+        files.append(path)
+    return files
+
+
+def test_every_malformed_manifest_is_refused_with_the_controllers_verdict(capsys, tmp_path):
+    for path in bad_files(tmp_path):
+        proxies, errors = load_manifests(str(path))
+        assert errors, f"{path.name}: the parser accepts it: the case proves nothing here"
+        code, out, err = run(capsys, "validate", "--proxies", str(path))
+        assert code == 2, (path.name, out, err)
+        lines = err.rstrip("\n").split("\n")
+        assert lines[0] == (f"fleet validate: {path}: {len(errors)} problem(s) in the Proxy manifests "
+                            f"({len(proxies)} valid); the controller applies none of these:")
+        assert lines[1:] == [str(e) for e in errors]
+        assert all(line.startswith(f"{path}#") for line in lines[1:])  # file#document: field: why
+        assert out == ""
+
+
+def test_valid_manifests_are_counted(capsys, tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("---\n".join(GOOD.format(name=n) for n in "abc"))
+    assert run(capsys, "validate", "--proxies", str(path)) == (0, f"{path}: ok, 3 Proxy manifest(s)\n", "")
+
+
+def test_with_the_providers_file_both_are_checked_and_statuses_are_notes(capsys, tmp_path):
+    config = tmp_path / "providers.yaml"
+    config.write_text(yaml.safe_dump(PROVIDERS))
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD.format(name="a") + "---\n" + GOOD.format(name="b").replace("provider: kvm", "provider: gcp"))
+    code, out, err = run(capsys, "validate", "-c", str(config), "--proxies", str(path))
+    assert code == 0
+    assert out == f"{config}: ok, 1 provider(s) (kvm; types fake)\n{path}: ok, 2 Proxy manifest(s)\n"
+    assert err == ("note: default/b: spec.provider 'gcp' is not in the providers file: the controller reports it "
+                   "Failed (ProviderNotConfigured) until it is\n")
+
+    config.write_text(yaml.safe_dump({"providers": [{"name": "A_B", "type": "fake"}]}))
+    path.write_text(yaml.safe_dump(setting("spec.port", 99999)))
+    code, _, err = run(capsys, "validate", "-c", str(config), "--proxies", str(path))
+    assert code == 2
+    assert "providers[0].name" in err  # the providers file's problems and the manifests' both listed
+    assert f"{path}#1: spec.port: must be an integer from 1 to 65535, got 99999" in err
+
+
+def test_nothing_to_validate_is_bad_input(capsys):
+    code, _, err = run(capsys, "validate")
+    assert code == 2 and "--providers-config (-c) or --proxies" in err
+
+
+def test_the_real_cli_on_a_directory_of_every_bad_case_and_a_symlink_loop(tmp_path):
+    directory = tmp_path / "proxies"
+    directory.mkdir()
+    bad_files(directory)
+    os.symlink("loop-b.yaml", directory / "loop-a.yaml")
+    os.symlink("loop-a.yaml", directory / "loop-b.yaml")
+    (directory / "secret.yaml").write_text(yaml.safe_dump(setting("spec.cloudInit", {"inline": SENTINEL, "bad": 1})))
+    proxies, errors = load_manifests(str(directory))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    got = subprocess.run([sys.executable, "-m", "fleet.cli", "validate", "--proxies", str(directory)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2, got.stderr
+    lines = got.stderr.rstrip("\n").split("\n")
+    assert lines[1:] == [str(e) for e in errors]
+    assert f"{directory}/loop-a.yaml: cannot read the file: Too many levels of symbolic links" in lines
+    assert len(lines) - 1 == len(BAD_VALUES) + len(MALFORMED_DOCUMENTS) + 3
+    valid = len(proxies)
+    assert valid == len(BAD_VALUES) + sum(goes_on for _, _, goes_on in MALFORMED_DOCUMENTS)
+    assert f"({valid} valid)" in lines[0]
+    assert SENTINEL not in got.stderr + got.stdout
+
+    (directory / "value-000.yaml").unlink()  # the rest of it, valid or not, still counted the same way
+    env["FLEET_PROXIES"] = str(directory)
+    got = subprocess.run([sys.executable, "-m", "fleet.cli", "validate"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 2 and len(got.stderr.rstrip("\n").split("\n")) - 1 == len(errors) - 1
