@@ -100,9 +100,11 @@ class Timing:
 
 
 class Reconciler:
-    def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig, send: Send,
-                 timing: Timing = Timing(), clock: Callable[[], float] = time.time) -> None:
-        self.store, self.objects, self.config, self.send = store, objects, config, send
+    def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig | Callable[[], ProvidersConfig],
+                 send: Send, timing: Timing = Timing(), clock: Callable[[], float] = time.time) -> None:
+        # `config`: the config in use at each reconcile (a callable: fleet.runtime.providers_config, which a reload changes)
+        self.config: Callable[[], ProvidersConfig] = config if callable(config) else (lambda: config)
+        self.store, self.objects, self.send = store, objects, send
         self.timing, self.clock = timing, clock
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.wake = threading.Event()
@@ -152,10 +154,11 @@ class Reconciler:
         return result
 
     def _env(self, p: Proxy, now: float) -> tuple[Env, str]:
-        configured = tuple(self.config.names())
+        config = self.config()
+        configured = tuple(config.names())
         problem = None
         if p.spec.provider in configured:
-            pc = self.config.get(p.spec.provider)
+            pc = config.get(p.spec.provider)
             problem = registry.placement_problem(pc.type, pc.block, p.spec.placement)
         text, digest, why = "", None, ""
         try:
