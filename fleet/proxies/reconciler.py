@@ -102,12 +102,20 @@ class Timing:
 class Reconciler:
     def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig | Callable[[], ProvidersConfig],
                  send: Send, timing: Timing = Timing(), clock: Callable[[], float] = time.time) -> None:
-        # `config`: the config in use at each reconcile (a callable: fleet.runtime.providers_config, which a reload changes)
-        self.config: Callable[[], ProvidersConfig] = config if callable(config) else (lambda: config)
+        self.config = config  # a ProvidersConfig, or a callable answering the one in use (fleet.runtime.providers_config)
         self.store, self.objects, self.send = store, objects, send
         self.timing, self.clock = timing, clock
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.wake = threading.Event()
+
+    @property
+    def config(self) -> ProvidersConfig:
+        """The providers config in use now (a reload changes it when given as a callable)."""
+        return self._config()
+
+    @config.setter
+    def config(self, config: ProvidersConfig | Callable[[], ProvidersConfig]) -> None:
+        self._config: Callable[[], ProvidersConfig] = config if callable(config) else (lambda: config)
 
     # -- one Proxy -------------------------------------------------------------------------
 
@@ -154,7 +162,7 @@ class Reconciler:
         return result
 
     def _env(self, p: Proxy, now: float) -> tuple[Env, str]:
-        config = self.config()
+        config = self.config
         configured = tuple(config.names())
         problem = None
         if p.spec.provider in configured:
