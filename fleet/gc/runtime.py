@@ -54,10 +54,10 @@ def reconfigure(new: ProvidersConfig, _change: object = None) -> None:
     """A reloaded providers config: the next sweeps ask its providers (a
     sweep in flight drops the answers of removed ones), and the counters
     have series for the added ones."""
-    names = new.names()
-    counters().reconfigure(names)
     if sweeper.cache_info().currsize:
-        sweeper().providers = tuple(names)
+        sweeper().reconfigure(new.names())  # its counters too: they are counters()
+    else:
+        counters().reconfigure(new.names())
 
 
 @runtime.on_reset
