@@ -34,6 +34,12 @@ def worker_changes(skipped_before: Collection[str], skipped_now: Collection[str]
     return sorted(set(skipped_now) - set(skipped_before)), sorted(set(skipped_before) - set(skipped_now))
 
 
+def provider_changes(before: Iterable[str], after: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(providers added, providers removed) by a reloaded config."""
+    old, new = list(before), list(after)
+    return [n for n in new if n not in old], [n for n in old if n not in new]
+
+
 def catch_up(skipped: Collection[str], live: Collection[str]) -> list[str]:
     """Providers skipped in the last round whose worker has come since: they
     get their check now rather than an interval later (a worker that starts

@@ -16,11 +16,17 @@ one message per provider with a live worker heartbeat, under a single span
 it ran (`beatstate.record_round`). Any other entry is sent by Celery's own
 scheduler. No entry names a queue: `fleet.routing` places every message.
 Decisions are in `beat.decisions`.
+
+The providers file is watched (`fleet.runtime.watch_config`); at each tick
+beat follows the config in use, so a reload changes which providers the next
+round checks without a restart, and an added provider is checked as soon as
+a worker of it is alive.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -32,6 +38,7 @@ from kombu import Producer
 from beat import decisions, fanout
 from beat.schedule import Entry, build_schedule, celery_entries
 from fleet import beatstate, heartbeat, routing, runtime
+from fleet.config import ProvidersConfig
 from fleet.store import Store, StoreError
 
 log = logging.getLogger("fleet.beat")
@@ -51,6 +58,9 @@ class FleetScheduler(Scheduler):
         self._interval = 0.0
         self._entries: dict[str, Entry] = {}  # by name: the data behind each Celery entry
         self._providers: list[str] = []
+        self._config: ProvidersConfig | None = None  # the config the schedule was built from
+        self._added: set[str] = set()  # providers a reload added, until their first check goes out
+        self._stop_watch = threading.Event()
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -58,13 +68,11 @@ class FleetScheduler(Scheduler):
         config = runtime.providers_config()
         entries = build_schedule(settings, config)
         self._entries = {e.name: e for e in entries}
-        self._providers = config.names()
+        self._use(config)
         self.merge_inplace(celery_entries(entries))  # type: ignore[arg-type]  # celery-types: Celery takes beat_schedule-style dicts here
         self._redis = beatstate.connect(settings.broker)
         self._interval = settings.provider_check_interval
-        self._doc = beatstate.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
-                                           settings.overdue_after if settings.checks_enabled else 0, settings.installation_id,
-                                           config.names(), self._owner, time.time())
+        runtime.watch_config(self._stop_watch)
         if not settings.checks_enabled:
             log.info("provider checks are off (--provider-check-interval=0)")
         if not entries:
@@ -72,9 +80,37 @@ class FleetScheduler(Scheduler):
         for e in entries:
             log.info("scheduled %s every %ss", e.name, e.every)
 
+    def _use(self, config: ProvidersConfig) -> None:
+        """Send rounds to `config`'s providers (the entries themselves come
+        from the settings alone, so a reload changes only who gets a check)."""
+        settings = runtime.settings()
+        self._config = config
+        self._providers = config.names()
+        self._doc = beatstate.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
+                                           settings.overdue_after if settings.checks_enabled else 0, settings.installation_id,
+                                           config.names(), self._owner, time.time())
+
+    def _follow_config(self) -> None:
+        """A reloaded providers file (`fleet.runtime.watch_config`): rounds go
+        to the new provider set, an added provider gets its first check as
+        soon as a worker of it is alive (not an interval later), a removed one
+        none, and the published schedule says so."""
+        config = runtime.providers_config()
+        if config is self._config or self._config is None:
+            return
+        added, removed = decisions.provider_changes(self._providers, config.names())
+        self._use(config)
+        self._added = (self._added | set(added)) - set(removed)
+        self._skipped = (self._skipped | set(added)) - set(removed)
+        log.info("providers config reloaded: checks go to %s", ", ".join(self._providers) or "no provider",
+                 extra={"fields": {"added": ",".join(added), "removed": ",".join(removed)}})
+        if self._role == decisions.ACTIVE:
+            self._quiet(beatstate.publish_schedule, {**self._doc, "published_at": time.time()})
+
     # --- the lock -------------------------------------------------------------------
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        self._follow_config()
         if not self._holds_lock():
             return beatstate.STANDBY_EVERY
         self._catch_up()
@@ -130,6 +166,7 @@ class FleetScheduler(Scheduler):
         if self._role == decisions.ACTIVE and self._quiet(beatstate.release, self._owner):
             log.info("beat released the lock", extra={"fields": {"beat": self._owner}})
         self._role = None
+        self._stop_watch.set()
         super().close()
 
     # --- rounds ---------------------------------------------------------------------
@@ -172,6 +209,11 @@ class FleetScheduler(Scheduler):
 
     def _note_workers(self, skipped: set[str]) -> None:
         gone, back = decisions.worker_changes(self._skipped, skipped)
+        first = [n for n in back if n in self._added]  # an added provider's first check: not a worker "back"
+        self._added -= set(back)
+        back = [n for n in back if n not in first]
+        for name in first:
+            log.info("a worker of the added provider %s is alive: sending its checks", name, extra={"fields": {"provider": name}})
         for name in gone:
             log.warning("no live worker for provider %s: not sending its checks to queue %s until one is back "
                         "(its ProviderHealth goes CheckOverdue)", name, routing.provider_queue(name),

@@ -389,6 +389,19 @@ def loads(text: str, source: str = "<providers>") -> Any:
         raise ConfigError(source, [f"nested deeper than {MAX_DEPTH} levels"]) from None
 
 
+def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The file's bytes, bounded as `read_text` reads them. Raises ConfigError."""
+    try:
+        return read_bounded(path, limit, "the providers file")
+    except FileProblem as exc:
+        raise ConfigError(str(path), [str(exc)]) from None
+
+
+def load_bytes(data: bytes, source: str) -> ProvidersConfig:
+    """The config in `data` (the file's bytes as `read_bytes` gave them). Raises ConfigError."""
+    return parse(loads(decode(data, source), source), source)
+
+
 def load(path: str | Path) -> ProvidersConfig:
     source = str(path)
     return parse(loads(read_text(path), source), source)

@@ -1,5 +1,6 @@
 """A provider worker's own /metrics: the provider-call counter and histogram
-(`fleet.calls.METRICS`) of this process, on `--worker-metrics-bind-address`
+(`fleet.calls.METRICS`) of this process and its config-reload status
+(`fleet.reload.STATUS`), on `--worker-metrics-bind-address`
 (off by default).
 
 Provider workers run the threads pool, one process each, so a plain
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from fleet import reload
 from fleet.calls import METRICS, CallMetrics
 from fleet.logs import kv
 from fleet.settings import parse_bind_address
@@ -27,6 +29,7 @@ def registry_for(recorder: CallMetrics) -> CollectorRegistry:
     registry = CollectorRegistry()
     for c in recorder.collectors():
         registry.register(c)
+    registry.register(reload.STATUS.collector())  # is this worker's providers file the one in use?
     return registry
 
 

@@ -36,6 +36,10 @@ PROXIES_OLDEST_IN_PHASE = "proxy_operator_proxies_oldest_in_phase_seconds"
 PROXIES_UNHEALTHY = "proxy_operator_proxies_unhealthy"  # Running Proxies whose last probe verdict is unhealthy
 PROXIES_EGRESS_SHARED = "proxy_operator_proxies_egress_shared"  # Proxies whose egress IP another Proxy also has
 PROXIES_EGRESS_MISMATCH = "proxy_operator_proxies_egress_mismatch"  # egress IP ≠ the IP their instance reported
+# Reloading the providers file (fleet.reload), on the controller's /metrics and each provider worker's.
+CONFIG_RELOAD_SUCCESSFUL = "proxy_operator_config_last_reload_successful"  # 1: the file on disk is in use; 0: refused
+CONFIG_RELOAD_SUCCESS_TIMESTAMP = "proxy_operator_config_last_reload_success_timestamp_seconds"  # start or last reload
+CONFIG_RELOAD_FAILURES = "proxy_operator_config_reload_failures_total"  # versions of the file refused
 # Orphan GC (fleet.gc), on the controller.
 GC_DELETED = "proxy_operator_gc_deleted_total"  # {provider}
 GC_SKIPPED = "proxy_operator_gc_skipped_total"  # {provider,reason}; provider "*" when the whole sweep is skipped

@@ -106,15 +106,17 @@ def controller_startup() -> None:
     """The controller's start-up, once its worker is ready to consume
     `fleet.controller`: say the mode and clean up what belongs to providers no
     longer configured (`Controller.start`), serve /metrics and the probes,
-    start the Proxy reconciler (`fleet.proxies.runtime`), then sweep for
-    overdue providers on the controller's own clock.
+    start the Proxy reconciler (`fleet.proxies.runtime`), watch the providers
+    file (`fleet.runtime.watch_config`: a reload reaches the health
+    controller, GC and the Proxies), then sweep for overdue providers on the
+    controller's own clock.
 
     Exit-on-failure policy: any exception before the sweeps start logs one
     CRITICAL line (the error, cut to 1,000 characters) and ends the process
     at once with `os._exit(EXIT_STARTUP_FAILED)`, without Celery's own
     shutdown, so the controller never consumes without its start-up.
     Restarting is left to Kubernetes' back-off or `fleet up`."""
-    from fleet import serving
+    from fleet import reload, runtime, serving
     from fleet.gc import runtime as gc
     from fleet.health.gauges import collectors
     from fleet.proxies import runtime as proxies
@@ -125,9 +127,14 @@ def controller_startup() -> None:
         ctl.start()
         gc_part = gc.collectors() if ctl.settings.gc_enabled else []  # GC off: no stale last-success stamps
         registry = serving.registry_of([*collectors(ctl), ProxiesCollector(ctl.store.proxies.phases, ctl.store.proxies.verdicts),
-                                        *gc_part])
+                                        *gc_part, reload.STATUS.collector()])
         serving.serve_metrics(ctl.settings.metrics_bind_address, registry, ctl.store.ping)
         proxies.start(_stop_sweeps)
+        # a reloaded providers file (fleet.reload): each feature takes the new provider set
+        runtime.on_config_change(lambda new, _change: ctl.reconfigure(new))
+        runtime.on_config_change(gc.reconfigure)
+        runtime.on_config_change(proxies.reconfigure)
+        runtime.watch_config(_stop_sweeps)
     except Exception as exc:
         log.critical("controller start-up failed, exiting: %s: %s", type(exc).__name__, str(exc)[:1000])
         logging.shutdown()

@@ -44,17 +44,23 @@ SWEEP_REASONS = (NO_SOURCE, LIVE_UNAVAILABLE, IN_PROGRESS, STORE_ERROR, INVALID_
 
 class GcCounters:
     def __init__(self, providers: Iterable[str]) -> None:
-        self.providers = tuple(providers)
+        self.providers: tuple[str, ...] = ()
         self.deleted = Counter(GC_DELETED, "Orphan instances GC deleted (the provider answered the delete), by provider.",
                                ["provider"], registry=None)
         self.skipped = Counter(GC_SKIPPED, "Providers left out of a GC sweep, by reason; provider \"*\": the whole sweep.",
                                ["provider", "reason"], registry=None)
+        self.reconfigure(providers)
+        for reason in SWEEP_REASONS:
+            self.skipped.labels(provider=ALL, reason=reason)
+
+    def reconfigure(self, providers: Iterable[str]) -> None:
+        """Count for these providers from now on, each new one's series at 0
+        (a removed one's series stay: counters of this process)."""
+        self.providers = tuple(providers)
         for p in self.providers:
             self.deleted.labels(provider=p)
             for reason in SKIP_REASONS:
                 self.skipped.labels(provider=p, reason=reason)
-        for reason in SWEEP_REASONS:
-            self.skipped.labels(provider=ALL, reason=reason)
 
     def skip(self, provider: str, reason: str) -> None:
         known = SWEEP_REASONS if provider == ALL else SKIP_REASONS
@@ -76,8 +82,12 @@ class LastSuccessCollector(Collector):
     """`proxy_operator_gc_last_success_timestamp_seconds{provider}` for the
     configured providers that have completed a sweep (none before the first)."""
 
-    def __init__(self, providers: Iterable[str], read: Callable[[], Mapping[str, bytes | str]]) -> None:
-        self._providers, self._read = tuple(providers), read
+    def __init__(self, providers: Iterable[str] | Callable[[], Iterable[str]],
+                 read: Callable[[], Mapping[str, bytes | str]]) -> None:
+        # a callable: the providers configured at each scrape (a reload changes them)
+        fixed = () if callable(providers) else tuple(providers)
+        self._providers: Callable[[], Iterable[str]] = providers if callable(providers) else (lambda: fixed)
+        self._read = read
 
     def collect(self) -> Iterator[Metric]:
         g = GaugeMetricFamily(GC_LAST_SUCCESS, "Unix time of the provider's last complete GC sweep.", labels=["provider"])
@@ -85,7 +95,7 @@ class LastSuccessCollector(Collector):
             stored = self._read()
         except StoreError:  # Redis down: no samples rather than a failed scrape
             stored = {}
-        for p in self._providers:
+        for p in self._providers():
             raw = stored.get(p)
             try:
                 value = float(raw) if raw is not None else math.nan

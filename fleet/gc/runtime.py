@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 
 from fleet import runtime
 from fleet.app import app
+from fleet.config import ProvidersConfig
 from fleet.gc import gauges, live
 from fleet.gc.sweep import Policy, Sweeper
 
@@ -46,8 +47,17 @@ def collectors() -> list[Collector]:
     """GC's part of the controller's /metrics: the last-success gauge (read
     from Redis at scrape time) and this process's counters."""
     store = runtime.store()
-    names = runtime.providers_config().names()
-    return [gauges.LastSuccessCollector(names, store.gc.last), *counters().collectors()]
+    return [gauges.LastSuccessCollector(lambda: runtime.providers_config().names(), store.gc.last), *counters().collectors()]
+
+
+def reconfigure(new: ProvidersConfig, _change: object = None) -> None:
+    """A reloaded providers config: the next sweeps ask its providers (a
+    sweep in flight drops the answers of removed ones), and the counters
+    have series for the added ones."""
+    if sweeper.cache_info().currsize:
+        sweeper().reconfigure(new.names())  # its counters too: they are counters()
+    else:
+        counters().reconfigure(new.names())
 
 
 @runtime.on_reset

@@ -78,6 +78,12 @@ class Sweeper:
         self.workers, self.send, self.policy, self.counters = workers, send, policy, counters
         self.clock, self.timer = clock, timer
 
+    def reconfigure(self, providers: Iterable[str]) -> None:
+        """A reloaded providers config: the next sweeps ask these providers,
+        answers of removed ones are dropped, added ones get counter series."""
+        self.providers = tuple(providers)
+        self.counters.reconfigure(self.providers)
+
     # -- a sweep begins --------------------------------------------------------------------
 
     def start(self) -> str:

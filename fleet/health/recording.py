@@ -87,6 +87,21 @@ class Controller:
         if self.writer is not None:
             self.writer.cleanup(PROVIDER_HEALTH, keep, why="of an unconfigured provider")
 
+    def reconfigure(self, config: ProvidersConfig) -> list[str]:
+        """A reloaded providers config: track its providers from now on (an
+        added one is expected, and CheckOverdue if no result comes), and
+        forget and delete what belongs to removed ones, as at start. The
+        providers forgotten."""
+        with self._lock:
+            self.config, self._configured = config, set(config.names())
+        keep = self.tracked()
+        gone = self.store.forget(keep)
+        if gone:
+            log.info("forgot results of providers no longer configured", extra=kv(providers=",".join(gone)))
+        if self.writer is not None:
+            self.writer.cleanup(PROVIDER_HEALTH, keep, why="of an unconfigured provider")
+        return list(gone)
+
     def _drop(self, provider: str, reason: str, field: str = "", detail: str = "") -> str:
         """Count a dropped result; log it once per provider and reason (then at
         DEBUG), with the field that failed. The set of logged pairs is bounded."""

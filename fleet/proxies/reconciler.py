@@ -103,12 +103,22 @@ class Timing:
 
 
 class Reconciler:
-    def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig, send: Send,
-                 timing: Timing = Timing(), clock: Callable[[], float] = time.time) -> None:
-        self.store, self.objects, self.config, self.send = store, objects, config, send
+    def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig | Callable[[], ProvidersConfig],
+                 send: Send, timing: Timing = Timing(), clock: Callable[[], float] = time.time) -> None:
+        self.config = config  # a ProvidersConfig, or a callable answering the one in use (fleet.runtime.providers_config)
+        self.store, self.objects, self.send = store, objects, send
         self.timing, self.clock = timing, clock
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.wake = threading.Event()
+
+    @property
+    def config(self) -> ProvidersConfig:
+        """The providers config in use now (a reload changes it when given as a callable)."""
+        return self._config()
+
+    @config.setter
+    def config(self, config: ProvidersConfig | Callable[[], ProvidersConfig]) -> None:
+        self._config: Callable[[], ProvidersConfig] = config if callable(config) else (lambda: config)
 
     # -- one Proxy -------------------------------------------------------------------------
 
@@ -155,10 +165,11 @@ class Reconciler:
         return result
 
     def _env(self, p: Proxy, now: float) -> tuple[Env, str]:
-        configured = tuple(self.config.names())
+        config = self.config
+        configured = tuple(config.names())
         problem = None
         if p.spec.provider in configured:
-            pc = self.config.get(p.spec.provider)
+            pc = config.get(p.spec.provider)
             problem = registry.placement_problem(pc.type, pc.block, p.spec.placement)
         text, digest, why = "", None, ""
         try:

@@ -1,17 +1,22 @@
 """The proxies feature's per-process state on the controller: which objects
 it reconciles (standalone manifests with `--proxies`, else the cluster's Proxy
 objects when the controller has a cluster, else none), the reconciler, and
-the threads that drive it."""
+the threads that drive it. A reloaded providers config (`fleet.runtime`)
+makes every Proxy of a provider it added, removed or changed due at once
+(`reconfigure`): one waiting on ProviderNotConfigured is released without
+waiting for the resync, one of a removed provider turns Failed."""
 
 from __future__ import annotations
 
 import functools
 import logging
 import threading
+from collections.abc import Collection, Iterable
 from typing import Any
 
-from fleet import kube, routing, runtime
+from fleet import kube, reload, routing, runtime
 from fleet.app import app
+from fleet.config import ProvidersConfig
 from fleet.proxies.reconciler import Objects, Reconciler, Timing
 from fleet.proxies.standalone import Standalone
 
@@ -48,7 +53,34 @@ def reconciler() -> Reconciler | None:
     s = runtime.settings()
     timing = Timing(poll=s.proxy_poll_interval, resync=s.proxy_resync_interval, call_timeout=s.provider_call_timeout,
                     max_calls=s.max_provider_calls)
-    return Reconciler(runtime.store().proxies, objects, runtime.providers_config(), send, timing)
+    return Reconciler(runtime.store().proxies, objects, runtime.providers_config, send, timing)
+
+
+def affected(providers: Iterable[tuple[str, str]], touched: Collection[str]) -> list[str]:
+    """The Proxies (key, its spec.provider) a config change concerns (pure)."""
+    return sorted(key for key, provider in providers if provider in touched)
+
+
+def reconfigure(new: ProvidersConfig, change: reload.Change) -> int:
+    """After a reload: the Proxies of the providers it touched are due now. How many."""
+    rec = reconciler()
+    if rec is None or not change or not rec.objects.ready():
+        return 0  # not listed yet: the first resync schedules every Proxy anyway
+    pairs = []
+    known = rec.objects.keys()
+    for key in known:
+        p = rec.objects.get(key)
+        if p is not None:
+            pairs.append((key, p.spec.provider))
+    keys = affected(pairs, change.touched)
+    now = rec.clock()
+    for key in keys:
+        rec.store.schedule(key, now)
+    if keys:
+        rec.wake.set()
+        log.info("providers config reloaded: %d Proxies due now", len(keys),
+                 extra={"fields": {"providers": ",".join(sorted(change.touched))}})
+    return len(keys)
 
 
 def start(stop: threading.Event) -> list[threading.Thread]:

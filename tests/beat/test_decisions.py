@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from beat.decisions import ACTIVE, STANDBY, RoundPlan, catch_up, plan_round, resume_at, role_change, worker_changes
+from beat.decisions import (
+    ACTIVE,
+    STANDBY,
+    RoundPlan,
+    catch_up,
+    plan_round,
+    provider_changes,
+    resume_at,
+    role_change,
+    worker_changes,
+)
 
 PROVIDERS = ["a", "b", "c"]
 
@@ -87,3 +97,15 @@ def test_role_change(was, holds, want):
 )
 def test_resume_at(last, now, want, why):
     assert resume_at(last, 10.0, now) == want, why
+
+
+@pytest.mark.parametrize(("before", "after", "want"), [
+    (["a", "b"], ["a", "b"], ([], [])),
+    (["a", "b"], ["b", "a"], ([], [])),  # order is no change
+    (["a"], ["a", "late"], (["late"], [])),
+    (["a", "b"], ["a"], ([], ["b"])),
+    (["a", "b"], ["c", "a"], (["c"], ["b"])),
+    ([], ["a"], (["a"], [])),
+])
+def test_provider_changes_of_a_reload(before, after, want):
+    assert provider_changes(before, after) == want

@@ -36,9 +36,11 @@ REQUIRED = {
     "ProxyStuck",
     "GCFailing",
     "ProberDown",
+    # issue 18: the providers file refused on reload
+    "ConfigReloadRefused",
 }
 # not about one provider
-FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown"}
+FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown", "ConfigReloadRefused"}
 CONTROLLER_JOB = "fleet-controller-metrics"
 PROBER_JOB = "fleet-prober"
 # The scrape job each process' ServiceMonitor must make (by the component its

@@ -103,6 +103,34 @@ def test_a_sweep_lists_every_provider_with_a_worker_and_deletes_only_orphans(spa
     assert w.sample(GC_SKIPPED, provider="a", reason=gauges.DELETE_FAILED) == 1
 
 
+def test_a_reloaded_config_changes_whom_the_next_sweep_asks():
+    w = World(providers=("a", "b"), workers=("a", "b", "late"))
+    w.sweeper.start()
+    old = w.lists()[0][1]
+    w.sweeper.reconfigure(["a", "late"])  # b removed, late added
+    assert w.sweeper.record_list(ok("b", [listed("b/orphan", "uid-gone")]), "b", old) == "dropped: unconfigured provider"
+    assert w.sample(GC_SKIPPED, provider="late", reason=gauges.NO_WORKER) == 0  # its series from the reload on
+    w.now += 3600
+    w.sent.clear()
+    w.sweeper.lapse(old)
+    assert w.sweeper.start().startswith("started")
+    assert [p for p, _ in w.lists()] == ["a", "late"]
+    assert w.deletes() == []
+
+
+def test_last_success_follows_the_providers_configured_at_each_scrape():
+    store = Store(fakeredis.FakeRedis())
+    names = ["a"]
+    store.gc.set_last("a", T0)
+    store.gc.set_last("late", T0 + 1)
+    reg = registry_of([LastSuccessCollector(lambda: names, store.gc.last)])
+    assert reg.get_sample_value(GC_LAST_SUCCESS, {"provider": "late"}) is None
+    names.append("late")  # a reload added it
+    assert reg.get_sample_value(GC_LAST_SUCCESS, {"provider": "late"}) == T0 + 1
+    names.remove("a")
+    assert reg.get_sample_value(GC_LAST_SUCCESS, {"provider": "a"}) is None
+
+
 def test_a_provider_whose_list_fails_is_skipped_while_the_others_are_swept():
     w = World()
     w.sweeper.start()

@@ -153,6 +153,25 @@ def test_start_forgets_results_of_unconfigured_providers(make, redis_client):
     assert sorted(ctl.results.all()) == ["kvm-home"]
 
 
+def test_a_reloaded_config_is_tracked_and_removed_providers_are_cleaned_up(make, kubeapi):
+    ctl = make(names=("kvm-home", "local"))
+    assert ctl.record(res("kvm-home")) == "patched"
+    assert ctl.record(res("local")) == "patched"
+    assert ctl.record(res("late")) == "dropped"  # not configured yet
+    kubeapi.add({"metadata": {"name": "foreign"}})
+
+    assert ctl.reconfigure(config("kvm-home", "late")) == ["local"]
+    assert sorted(kubeapi.objects) == ["foreign", "kvm-home"]  # local's object deleted, as at start; not ours kept
+    assert sorted(ctl.results.all()) == ["kvm-home"]
+    assert ctl.record(res("late", at=T0 + 1)) == "patched"  # the added provider is recorded
+    assert ctl.record(res("local", at=T0 + 1)) == "dropped"  # the removed one's worker still running
+    assert "late" in kubeapi.objects and "local" not in kubeapi.objects
+    # an added provider without a result is expected: CheckOverdue after the overdue time
+    ctl.reconfigure(config("kvm-home", "late", "new"))
+    ctl.store.marks.first_seen("new", T0)
+    assert "new" in ctl.sweep_overdue(now=T0 + ctl.settings.overdue_after + 1)
+
+
 def test_transition_logs_are_not_repeated_by_a_second_replica(make, caplog):
     a, b = make(writer=False), make(writer=False)  # same Redis, two replicas
     caplog.set_level(logging.INFO, logger="fleet.controller")
