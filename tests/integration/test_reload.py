@@ -187,6 +187,6 @@ def test_a_configmap_update_reaches_the_worker_beat_and_the_controller(redis_ser
     configmap(mount, providers_yaml({"name": "edge", "type": "fake"}), "3")
     wait_for(lambda: "providers config reloaded: removed late" in stack.log("worker:late"), 20, "late's worker to reload")
     out = call(stack.broker, "late", "fleet.get_instance", provider_id="fake/x")
-    assert out["ok"] is False and out["error_class"] == "invalid" and "not a configured provider" in out["message"]
+    assert out["ok"] is False and out["error_class"] == "not_configured" and "not configured on this worker" in out["message"]
     wait_for(lambda: "removed late" in stack.log("controller"), 20, "the controller to reload")
     wait_for(lambda: stack.fleet("get", "ph", "late").returncode == 1, 20, "late's results forgotten")
