@@ -43,6 +43,7 @@ def _setup_logging(**_: object) -> None:
 @signals.worker_init.connect
 @signals.worker_process_init.connect
 def _trace_worker(**_: object) -> None:
+    runtime.own_database()
     tracing.setup("fleet-worker")
     tracing.instrument_celery()
     target.watch(settings.broker)
@@ -50,6 +51,7 @@ def _trace_worker(**_: object) -> None:
 
 @signals.beat_init.connect
 def _trace_beat(**_: object) -> None:
+    runtime.own_database()
     tracing.setup("fleet-beat")
     tracing.instrument_celery()
     target.watch(settings.broker)

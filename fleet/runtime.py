@@ -200,3 +200,26 @@ def on_reset(hook: Callable[[], None]) -> Callable[[], None]:
     """Have `reset` call `hook` too (a feature's per-process state)."""
     _resets.append(hook)
     return hook
+
+
+EXIT_FOREIGN_DATABASE = 1
+
+
+def own_database(store_: Store | None = None, installation: str | None = None) -> None:
+    """Claim this Redis database for this process's installation (`fleet.store.installation`),
+    or end the process with one CRITICAL line naming both installations: two fleets must never
+    share queues, locks or leases. Redis not answering yet is not a refusal (the next start checks)."""
+    import os
+
+    from fleet.store import StoreError
+    from fleet.store.installation import Foreign
+
+    s = store_ or store()
+    try:
+        s.claim_installation(installation or settings().installation_id)
+    except Foreign as exc:
+        log.critical("start-up refused: %s", exc)
+        logging.shutdown()
+        os._exit(EXIT_FOREIGN_DATABASE)
+    except StoreError as exc:
+        log.info("installation marker not checked: Redis does not answer yet (%s)", type(exc).__name__)

@@ -15,12 +15,12 @@ import logging
 import os
 from collections.abc import Mapping
 
-from fleet import httpguard, tracing
+from fleet import httpguard, runtime, tracing
 from fleet.files import FileProblem, raise_open_files_limit, read_bounded
 from fleet.leases.app import INSECURE_WARNING, Api, ApiConfig
 from fleet.logs import kv
 from fleet.settings import Settings, parse_bind_address
-from fleet.store import target
+from fleet.store import Store, target
 from fleet.store.leases import AsyncLeases
 
 log = logging.getLogger("fleet.api")
@@ -86,6 +86,11 @@ def main(settings: Settings) -> int:
     if bind is None:
         raise TokenError("--api-bind-address must be host:port or :port (the API cannot be turned off)")
     tracing.setup("fleet-api")
+    marker = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
+    try:
+        runtime.own_database(marker, settings.installation_id)
+    finally:
+        marker.close()
     app = Api(AsyncLeases.from_url(settings.broker), config_of(settings, token))
     target.watch(settings.broker)
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"

@@ -39,7 +39,7 @@ from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
 
-from fleet import tracing
+from fleet import runtime, tracing
 from fleet.files import raise_open_files_limit
 from fleet.logs import kv
 from fleet.prober import share as sharing
@@ -367,6 +367,7 @@ def main(settings: Settings, on_stop: Callable[[Prober], None] | None = None) ->
             log.info("open files limit is low for many proxies", extra=kv(limit=files))
     tracing.setup("fleet-prober")
     store = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
+    runtime.own_database(store, settings.installation_id)
     target.watch(settings.broker)
     prober = Prober(store, config)
     serving.serve_metrics(settings.prober_metrics_bind_address, serving.registry_of(prober.series.collectors()), store.ping)

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from fleet.store import installation as installation_marker
 from fleet.store import keys, target
 from fleet.store.beat import BeatState
 from fleet.store.gc import GcState
@@ -70,6 +71,10 @@ class Store:
 
     def ping(self) -> bool:
         return bool(self._redis.ping())
+
+    def claim_installation(self, installation: str) -> str:
+        """This database is `installation`'s from now on, or `installation.Foreign` (fleet.store.installation)."""
+        return installation_marker.claim(self._redis, installation)
 
     def close(self) -> None:
         self._redis.close()

@@ -69,3 +69,6 @@ LEASE_COOL_TARGET = "fleet:lease:cool:target"  # sorted set: "<proxy>|<target>" 
 LEASE_COOL_GLOBAL = "fleet:lease:cool:global"  # sorted set: proxy key → end of the global cooldown
 LEASE_ERRORS = "fleet:lease:errors"  # hash: proxy key → error reports in a row
 CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create: read once (GETDEL), TTL the call timeout
+
+# One installation per Redis database (fleet.store.installation): the installation id written at first start.
+INSTALLATION = "fleet:installation"
