@@ -223,3 +223,44 @@ def test_token_sources(tmp_path):
         load_token(Settings(api_token_file=str(f)), {})
     with pytest.raises(TokenError, match="cannot read"):
         load_token(Settings(api_token_file=str(tmp_path / "none")), {})
+
+
+def _schema_check(doc, ref: dict, value) -> None:
+    """`value` against the document's schema `ref` (components resolved), as a generated client would read it."""
+    from openapi_schema_validator import OAS30Validator
+
+    OAS30Validator({**ref, "components": doc["components"]}).validate(value)
+
+
+def test_the_new_answers_match_the_openapi_document(app):
+    doc = openapi.document(3600, 300, 1, False)
+    schemas = doc["components"]["schemas"]
+    for name in ("Lease", "Proxy"):
+        assert schemas[name]["properties"]["egressIP"] == {**schemas[name]["properties"]["egressIP"], "type": "string",
+                                                           "nullable": True}
+    paths = doc["paths"]
+    assert "400" in paths["/v1/leases/{id}/release"]["post"]["responses"]
+    gone = paths["/v1/reports"]["post"]["responses"]["410"]["content"]["application/json"]["schema"]
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps({"uid": "u", "ip": "10.0.0.1", "port": 3128, "provider": "lab",
+                                                        "instance": "i-1"}))
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/b", json.dumps({"uid": "v", "ip": "10.0.0.2", "port": 3128, "provider": "lab"}))
+    app.raw.hset(keys.PROBE_VERDICTS, "ns/a", json.dumps({"uid": "u", "healthy": True, "egressIP": "198.51.100.4"}))
+    leases = [run(call(app, "POST", "/v1/leases", b'{"target": "example.com"}', AUTH))[1] for _ in range(2)]
+    assert sorted(str(x["egressIP"]) for x in leases) == ["198.51.100.4", "None"]
+    listed = run(call(app, "GET", "/v1/proxies", headers=AUTH))[1]
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps({"uid": "u", "ip": "10.0.0.1", "port": 3999, "provider": "lab"}))
+    a = next(x for x in leases if x["proxy"] == "ns/a")
+    status, refused, _ = run(call(app, "POST", "/v1/reports", json.dumps({"lease": a["lease"], "outcome": "ok"}).encode(), AUTH))
+    assert status == 410
+    released = [run(call(app, "POST", f"/v1/leases/{a['lease']}/release", b"", AUTH))[1] for _ in range(2)]
+    status, twice, _ = run(call(app, "GET", "/v1/proxies", headers=((b"authorization", b"x"), (b"authorization", b"y"))))
+    assert status == 400
+    from jsonschema.exceptions import ValidationError
+
+    for ref, value in [*(({"$ref": "#/components/schemas/Lease"}, x) for x in leases),
+                       *(({"$ref": "#/components/schemas/Proxy"}, x) for x in listed["proxies"]),
+                       *(({"$ref": "#/components/schemas/Released"}, x) for x in released),
+                       (gone, refused), ({"$ref": "#/components/schemas/Error"}, twice)]:
+        _schema_check(doc, ref, value)
+    with pytest.raises(ValidationError):  # the check can fail: an egressIP that is not a string
+        _schema_check(doc, {"$ref": "#/components/schemas/Lease"}, {**leases[0], "egressIP": 7})
