@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.leases import requests as rq
+from fleet.store.leases import RELEASE_KEEP
 
 
 def _error(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                 "operationId": "release", "security": security,
                 "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
                 "responses": {"200": _resp("Released or revoked; a repeated release answers the first one's answer "
-                                           "again (for 5 minutes).", {"$ref": "#/components/schemas/Released"}),
+                                           f"again (for {RELEASE_KEEP:.0f} s).", {"$ref": "#/components/schemas/Released"}),
                               "400": bad, "401": unauthorized, "404": _resp("Unknown or expired lease.", err),
                               "503": unavailable},
             }},
