@@ -179,7 +179,7 @@ class Api:
             return 200, Raw(self._openapi, b"application/json")
         if path.startswith("/v1/leases/") and path.endswith("/release"):
             _allow(method, "POST")
-            self._auth(headers)
+            self._auth(scope, headers)
             await _read_body(headers, receive)  # nothing is read from it; still bounded
             return await self.release(path[len("/v1/leases/"):-len("/release")])
         found = self._routes.get(path)
@@ -188,10 +188,13 @@ class Api:
         want, handler = found
         _allow(method, want.decode())
         if path.startswith("/v1/"):
-            self._auth(headers)
+            self._auth(scope, headers)
         return await handler(scope, receive, headers)
 
-    def _auth(self, headers: dict[bytes, bytes]) -> None:
+    def _auth(self, scope: Scope, headers: dict[bytes, bytes]) -> None:
+        if b"authorization" in headers and sum(1 for name, _ in scope["headers"] if name == b"authorization") > 1:
+            # Which one would count is the server's choice (the last, in a dict): refuse rather than guess.
+            raise Answer(400, {"error": "more than one Authorization header; send one", "field": "authorization"})
         if self._expected is None:
             return
         given = headers.get(b"authorization")
@@ -212,7 +215,7 @@ class Api:
         got = await self.leases.lease(call, now, self.rand())
         if isinstance(got, Granted):
             endpoint = rules.decode(got.endpoint) or {}
-            return 200, rules.granted(lease_id, got.proxy, endpoint, expires, req.ttl)
+            return 200, rules.granted(lease_id, got.proxy, endpoint, expires, req.ttl, got.egress_ip)
         if isinstance(got, Busy):
             status, body, _ = rules.busy(got.free_at, now)
             return status, body

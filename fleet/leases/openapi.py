@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.leases import requests as rq
+from fleet.store.leases import RELEASE_KEEP
 
 
 def _error(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -32,7 +33,8 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
     err = {"$ref": "#/components/schemas/Error"}
     unauthorized = _resp("No or a wrong bearer token.", err,
                          {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer realm=\"fleet\""}})
-    bad = _resp("Bad input: the body, a field or a parameter (named in `field`).", err)
+    bad = _resp("Bad input: the body, a field or a parameter (named in `field`), or more than one "
+                "Authorization header (`field`: authorization).", err)
     too_large = _resp("The body is larger than 64 KiB.", err)
     unavailable = _resp("Redis does not answer.", err)
     host = {"type": "string", "pattern": rq.HOST_PATTERN, "maxLength": rq.HOST_MAX,
@@ -43,7 +45,10 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
         "zone": {"type": "string", "pattern": rq.PLACE_PATTERN, "maxLength": 128},
     }
     nullable_str = {"type": "string", "nullable": True}
-    endpoint = {"ip": {"type": "string"}, "port": {"type": "integer"}, "provider": nullable_str,
+    egress = {"type": "string", "nullable": True,
+              "description": "The address the prober's target saw this proxy's requests come from (its last good "
+                             "probe of this uid); null when unknown: not probed yet, no prober, or no echo."}
+    endpoint = {"ip": {"type": "string"}, "port": {"type": "integer"}, "egressIP": egress, "provider": nullable_str,
                 "region": nullable_str, "zone": nullable_str}
     security: list[dict[str, list[str]]] = [] if insecure else [{"bearer": []}]
     return {
@@ -133,12 +138,14 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                 },
             }},
             "/v1/leases/{id}/release": {"post": {
-                "summary": "Release a lease: released, or revoked when its proxy was deleted, replaced or turned "
-                           "unhealthy since.",
+                "summary": "Release a lease: released, or revoked when its proxy was deleted, replaced (another "
+                           "uid, instance or ip:port) or turned unhealthy since. Idempotent: a repeated release "
+                           "answers the same.",
                 "operationId": "release", "security": security,
                 "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "responses": {"200": _resp("Released or revoked.", {"$ref": "#/components/schemas/Released"}),
-                              "401": unauthorized, "404": _resp("Unknown or expired lease.", err),
+                "responses": {"200": _resp("Released or revoked; a repeated release answers the first one's answer "
+                                           f"again (for {RELEASE_KEEP:.0f} s).", {"$ref": "#/components/schemas/Released"}),
+                              "400": bad, "401": unauthorized, "404": _resp("Unknown or expired lease.", err),
                               "503": unavailable},
             }},
             "/v1/reports": {"post": {
@@ -148,6 +155,9 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                 "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/ReportRequest"})},
                 "responses": {"200": _resp("Recorded.", {"$ref": "#/components/schemas/Reported"}),
                               "400": bad, "401": unauthorized, "404": _resp("Unknown lease or proxy.", err),
+                              "410": _resp("The lease's proxy was deleted or is another instance now (`reason`: "
+                                           "gone, replaced): nothing recorded.",
+                                           _error({"reason": {"type": "string", "enum": ["gone", "replaced"]}})),
                               "413": too_large, "503": unavailable},
             }},
             "/healthz": {"get": {

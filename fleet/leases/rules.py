@@ -10,10 +10,17 @@ same rule inside Redis (`fleet.store.leases`), plus the cooldowns and the
 per-proxy limit.
 
 Status codes: 200 granted / released / revoked / listed / reported; 400 bad
-input; 401 no or wrong token; 404 an unknown lease, proxy or path; 409 every
-matching proxy is busy or cooling down (the body and `Retry-After` say when
-one frees up); 413 a body over 64 KiB; 503 no Running, healthy proxy matches
-at all (or Redis does not answer).
+input (and more than one `Authorization` header); 401 no or wrong token; 404
+an unknown lease, proxy or path; 409 every matching proxy is busy or cooling
+down (the body and `Retry-After` say when one frees up); 410 a report on a
+lease whose proxy is gone or another instance now (nothing recorded); 413 a
+body over 64 KiB; 503 no Running, healthy proxy matches at all (or Redis does
+not answer).
+
+A release answers the same thing again while its answer is kept (5 minutes,
+`fleet.store.leases.RELEASE_KEEP`). `egressIP` (lease and list answers) is
+the prober's last egress address for the proxy's uid, `null` when unknown
+(not probed, no prober, or the target echoed none).
 """
 
 from __future__ import annotations
@@ -47,9 +54,17 @@ def timestamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def endpoint_fields(endpoint: dict[str, Any]) -> dict[str, Any]:
-    return {"ip": endpoint.get("ip"), "port": endpoint.get("port"), "provider": endpoint.get("provider"),
-            "region": endpoint.get("region"), "zone": endpoint.get("zone")}
+def endpoint_fields(endpoint: dict[str, Any], egress_ip: str | None) -> dict[str, Any]:
+    return {"ip": endpoint.get("ip"), "port": endpoint.get("port"), "egressIP": egress_ip or None,
+            "provider": endpoint.get("provider"), "region": endpoint.get("region"), "zone": endpoint.get("zone")}
+
+
+def egress_of(endpoint: dict[str, Any], verdict: dict[str, Any] | None) -> str | None:
+    """The prober's last egress address for this endpoint's uid, or None."""
+    if verdict is None or verdict.get("uid") != endpoint.get("uid"):
+        return None
+    egress = verdict.get("egressIP")
+    return egress if isinstance(egress, str) and egress else None
 
 
 def listing(endpoints: dict[str, bytes | str], verdicts: dict[str, bytes | str], loads: dict[str, int],
@@ -61,16 +76,18 @@ def listing(endpoints: dict[str, bytes | str], verdicts: dict[str, bytes | str],
         ep = decode(endpoints[key])
         if ep is None or not isinstance(ep.get("ip"), str) or not isinstance(ep.get("port"), int):
             continue
-        if not filters.matches(ep) or not healthy(ep, decode(verdicts.get(key))):
+        verdict = decode(verdicts.get(key))
+        if not filters.matches(ep) or not healthy(ep, verdict):
             continue
         until = cooling.get(key, 0.0)
-        out.append({"proxy": key, **endpoint_fields(ep), "leases": max(0, loads.get(key, 0)), "capacity": max_per_proxy,
-                    "coolingUntil": timestamp(until) if until > now else None})
+        out.append({"proxy": key, **endpoint_fields(ep, egress_of(ep, verdict)), "leases": max(0, loads.get(key, 0)),
+                    "capacity": max_per_proxy, "coolingUntil": timestamp(until) if until > now else None})
     return out
 
 
-def granted(lease_id: str, proxy: str, endpoint: dict[str, Any], expires: float, ttl: int) -> dict[str, Any]:
-    return {"lease": lease_id, "proxy": proxy, **endpoint_fields(endpoint),
+def granted(lease_id: str, proxy: str, endpoint: dict[str, Any], expires: float, ttl: int,
+            egress_ip: str = "") -> dict[str, Any]:
+    return {"lease": lease_id, "proxy": proxy, **endpoint_fields(endpoint, egress_ip),
             "url": f"http://{endpoint.get('ip')}:{endpoint.get('port')}", "ttl": ttl, "expiresAt": timestamp(expires)}
 
 
@@ -89,16 +106,19 @@ def no_proxy(filters: Filters) -> tuple[int, dict[str, Any]]:
                  "freeAt": None, "retryAfter": None}
 
 
+REVOKED = {"gone": "the proxy was deleted since",
+           "replaced": "the proxy was replaced since (another instance or address)",
+           "unhealthy": "the proxy turned unhealthy since"}
+
+
 def released(lease_id: str, got: list[str]) -> tuple[int, dict[str, Any]]:
-    """POST /v1/leases/{id}/release from the script's answer."""
+    """POST /v1/leases/{id}/release from the script's answer (a repeated release: the same answer)."""
     kind = got[0]
     if kind == "released":
         return 200, {"lease": lease_id, "status": "released", "reason": None}
     if kind == "revoked":
         why = got[1]
-        text = {"gone": "the proxy was deleted since", "replaced": "the proxy was replaced since",
-                "unhealthy": "the proxy turned unhealthy since"}.get(why, why)
-        return 200, {"lease": lease_id, "status": "revoked", "reason": why, "message": text}
+        return 200, {"lease": lease_id, "status": "revoked", "reason": why, "message": REVOKED.get(why, why)}
     if kind == "expired":
         return 404, {"error": f"lease {lease_id} had already expired", "field": "id"}
     return 404, {"error": f"unknown lease {lease_id}", "field": "id"}
@@ -109,6 +129,10 @@ def reported(got: list[str], outcome: str) -> tuple[int, dict[str, Any]]:
     kind = got[0]
     if kind == "unknown-lease":
         return 404, {"error": "unknown or expired lease (report by proxy after a release)", "field": "lease"}
+    if kind == "revoked":
+        why = got[1]
+        return 410, {"error": f"the lease is revoked: {REVOKED.get(why, why)}; the report is about an instance "
+                              "that is no longer this proxy's, nothing was recorded", "field": "lease", "reason": why}
     if kind == "unknown-proxy":
         return 404, {"error": "no Running proxy by that key", "field": "proxy"}
     if kind == "no-target":

@@ -53,7 +53,7 @@ PX_FAILURES = "fleet:px:failures"  # hash: key → "<failed calls in a row>|<the
 PX_PHASE = "fleet:px:phase"  # hash: key → status.phase (the proxies gauge, read at scrape time)
 PX_OBJECTS = "fleet:px:objects"  # hash: key → the Proxy object (standalone mode: manifests + status)
 PX_SYNCED = "fleet:px:synced"  # Unix time the standalone objects last matched the manifests (GC trusts them only then)
-PX_ENDPOINTS = "fleet:px:endpoints"  # hash: key → {"uid","ip","port","provider","region","zone"} of each Running Proxy
+PX_ENDPOINTS = "fleet:px:endpoints"  # hash: key → {"uid","ip","port","provider","region","zone","instance"} of each Running Proxy
 PROBE_VERDICTS = "fleet:probe:verdicts"  # hash: key → the prober's verdict {"uid","healthy","since","message","egressIP"}
 PROBER_MEMBERS = "fleet:prober:members"  # sorted set: prober replica id → when its membership lapses (Unix time)
 GC_LAST = "fleet:gc:last"  # hash: provider → Unix time of its last complete sweep
@@ -68,6 +68,7 @@ LEASE_STICKY = "fleet:lease:sticky:"  # + sticky key: the proxy it was last leas
 LEASE_COOL_TARGET = "fleet:lease:cool:target"  # sorted set: "<proxy>|<target>" → end of the cooldown
 LEASE_COOL_GLOBAL = "fleet:lease:cool:global"  # sorted set: proxy key → end of the global cooldown
 LEASE_ERRORS = "fleet:lease:errors"  # hash: proxy key → error reports in a row
+LEASE_RELEASED = "fleet:lease:released:"  # + lease id: the first release's answer, with a TTL (a repeated release)
 CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create: read once (GETDEL), TTL the call timeout
 
 # One installation per Redis database (fleet.store.installation): the installation id written at first start.

@@ -6,7 +6,8 @@ processes serve one consistent pool and a restart loses nothing.
 Keys (all under `fleet:lease:`, defined in `fleet.store.keys`; the proxy keys
 are the Proxy reconciler's `<namespace>/<name>` of `fleet:px:endpoints`):
 
-- `docs`      hash: lease id → {"proxy","uid","target","sticky","expires","granted"} (JSON)
+- `docs`      hash: lease id → {"proxy","uid","instance","ip","port","target","sticky","expires","granted"}
+  (JSON; uid, instance, ip and port are the endpoint's at grant time)
 - `expiry`    sorted set: lease id → when it expires (Unix time); the sweep and the active-leases gauge
 - `held:<p>`  sorted set: lease id → expiry, the open leases of proxy p (when the first frees up)
 - `load`      sorted set: proxy → open leases; scanned by ascending load, so full proxies are never visited
@@ -14,6 +15,8 @@ are the Proxy reconciler's `<namespace>/<name>` of `fleet:px:endpoints`):
 - `cool:target` sorted set: "<proxy>|<target>" → end of the target-scoped cooldown
 - `cool:global` sorted set: proxy → end of the global cooldown
 - `errors`    hash: proxy → `error` reports in a row
+- `released:<id>` string: the first release's answer ("released", "revoked:<why>", "expired"), kept
+  RELEASE_KEEP seconds (Redis expires it), so a second release answers the same
 
 Expired leases are swept (at most 100 per call) at the start of every lease,
 so a proxy's load never counts a lease past its expiry. A proxy is leasable
@@ -21,7 +24,11 @@ when its endpoint is in `fleet:px:endpoints`, the prober's verdict for the
 same uid is not `healthy: false` (no verdict yet counts as healthy), it is
 not cooling down globally or for the target, and its load is below the
 limit; these are read inside the script, so a proxy that turns unhealthy or
-is deleted stops being leased at once. The keys the scripts build from the
+is deleted stops being leased at once. A lease is revoked when its proxy is
+gone, unhealthy, or replaced: another uid, or the same uid on another
+instance (the endpoint's `instance`, the provider's id, when both name one;
+or another ip:port), so a lease never answers `released` with an address
+that no longer is its proxy's. The keys the scripts build from the
 proxy or sticky key are not declared in KEYS: fleet runs on one Redis, not a
 cluster (like every other fleet key, they are not per installation).
 
@@ -44,9 +51,11 @@ from fleet.store import keys
 
 PREFIX, DOCS, EXPIRY, HELD, LOAD = keys.LEASE_PREFIX, keys.LEASE_DOCS, keys.LEASE_EXPIRY, keys.LEASE_HELD, keys.LEASE_LOAD
 STICKY, COOL_TARGET, COOL_GLOBAL, ERRORS = keys.LEASE_STICKY, keys.LEASE_COOL_TARGET, keys.LEASE_COOL_GLOBAL, keys.LEASE_ERRORS
+RELEASED = keys.LEASE_RELEASED
 ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
 
 SWEEP_BATCH = 100  # expired leases swept per call
+RELEASE_KEEP = 300.0  # seconds a release's answer is kept for a repeated release (a client's retry)
 SCAN_LIMIT = 5000  # proxies one lease request examines at most
 
 # Shared Lua: KEYS[1..7] = docs, expiry, load, endpoints, verdicts, cool:target, cool:global
@@ -73,20 +82,28 @@ local function sweep(now)
     drop(id, decode(redis.call('hget', KEYS[1], id)))
   end
 end
--- Why a lease on proxy p is revoked now (gone, replaced, unhealthy), or nil.
-local function revoked(p, uid)
-  local ep = decode(redis.call('hget', KEYS[4], p))
+local function named(v) return type(v) == 'string' and v ~= '' end
+-- Why the lease `doc` is revoked now (gone, replaced, unhealthy), or nil. Replaced: another uid, or
+-- the same uid on another instance (both name one and they differ) or at another ip:port (the doc
+-- names them: leases granted before they were stored compare the uid only).
+local function revoked(doc)
+  if type(doc['proxy']) ~= 'string' then return 'gone' end
+  local ep = decode(redis.call('hget', KEYS[4], doc['proxy']))
   if not ep then return 'gone' end
-  if ep['uid'] ~= uid then return 'replaced' end
-  local v = decode(redis.call('hget', KEYS[5], p))
-  if v and v['uid'] == uid and v['healthy'] == false then return 'unhealthy' end
+  if ep['uid'] ~= doc['uid'] then return 'replaced' end
+  if named(doc['instance']) and named(ep['instance']) and ep['instance'] ~= doc['instance'] then return 'replaced' end
+  if (doc['ip'] ~= nil and ep['ip'] ~= doc['ip']) or (doc['port'] ~= nil and ep['port'] ~= doc['port']) then
+    return 'replaced'
+  end
+  local v = decode(redis.call('hget', KEYS[5], doc['proxy']))
+  if v and v['uid'] == doc['uid'] and v['healthy'] == false then return 'unhealthy' end
   return nil
 end
 """
 
 # ARGV: 1 now, 2 lease id, 3 expires, 4 target, 5 max leases per proxy, 6 sticky ('' none),
 # 7 sticky TTL ms, 8 provider, 9 region, 10 zone ('' = any), 11 random in [0,1), 12 scan limit.
-# → {'ok', proxy, endpoint JSON} | {'busy', earliest time one frees up} | {'none'}
+# → {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
 _LEASE = _COMMON + """
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[5])
@@ -114,14 +131,18 @@ local function check(p)
 end
 
 local function grant(p, ep, raw)
-  local doc = cjson.encode({proxy = p, uid = ep['uid'], target = target, sticky = ARGV[6],
+  local doc = cjson.encode({proxy = p, uid = ep['uid'], instance = named(ep['instance']) and ep['instance'] or nil,
+                            ip = ep['ip'], port = ep['port'], target = target, sticky = ARGV[6],
                             expires = tonumber(ARGV[3]), granted = now})
   redis.call('hset', KEYS[1], ARGV[2], doc)
   redis.call('zadd', KEYS[2], ARGV[3], ARGV[2])
   redis.call('zadd', 'HELD_PREFIX' .. p, ARGV[3], ARGV[2])
   redis.call('zincrby', KEYS[3], 1, p)
   if ARGV[6] ~= '' then redis.call('set', 'STICKY_PREFIX' .. ARGV[6], p, 'PX', ARGV[7]) end
-  return {'ok', p, raw}
+  local v = decode(redis.call('hget', KEYS[5], p))
+  local egress = ''
+  if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end
+  return {'ok', p, raw, egress}
 end
 
 local examined = 0
@@ -200,23 +221,37 @@ if seen > 0 then return {'busy', tostring(free_at)} end
 return {'none'}
 """
 
-# ARGV: 1 lease id, 2 now → {'released'} | {'revoked', why} | {'expired'} | {'unknown'}
+# ARGV: 1 lease id, 2 now, 3 ms the answer is kept for a repeated release
+# → {'released'} | {'revoked', why} | {'expired'} | {'unknown'}: the first release's answer again while kept
 _RELEASE = _COMMON + """
 local now = tonumber(ARGV[2])
+local record = 'RELEASED_PREFIX' .. ARGV[1]
 local raw = redis.call('hget', KEYS[1], ARGV[1])
-if not raw then return {'unknown'} end
+if not raw then
+  local done = redis.call('get', record)
+  if not done then return {'unknown'} end
+  local kind, why = string.match(done, '^([a-z]+):?(.*)$')
+  if kind == 'revoked' then return {kind, why} end
+  return {kind or 'unknown'}
+end
 local doc = decode(raw)
 drop(ARGV[1], doc)
 if not doc then return {'unknown'} end
-if tonumber(doc['expires']) <= now then return {'expired'} end
-local why = revoked(doc['proxy'], doc['uid'])
-if why then return {'revoked', why} end
-return {'released'}
+local answer = {'released'}
+if tonumber(doc['expires']) <= now then
+  answer = {'expired'}
+else
+  local why = revoked(doc)
+  if why then answer = {'revoked', why} end
+end
+redis.call('set', record, table.concat(answer, ':'), 'PX', ARGV[3])
+return answer
 """
 
 # ARGV: 1 now, 2 lease id ('' when by proxy), 3 proxy ('' when by lease), 4 target ('' = the lease's),
 # 5 outcome (ok|blocked|error), 6 blocked cooldown s, 7 errors in a row for a global one, 8 global cooldown s
-# → {'unknown-lease'} | {'unknown-proxy'} | {'no-target'} | {'ok', proxy, target} |
+# → {'unknown-lease'} | {'revoked', why} (the lease's proxy is gone or another instance: nothing recorded) |
+#   {'unknown-proxy'} | {'no-target'} | {'ok', proxy, target} |
 #   {'cooldown', proxy, target, scope, until} | {'counted', proxy, target, errors in a row}
 _REPORT = _COMMON + """
 local now = tonumber(ARGV[1])
@@ -224,6 +259,8 @@ local p, target = ARGV[3], ARGV[4]
 if ARGV[2] ~= '' then
   local doc = decode(redis.call('hget', KEYS[1], ARGV[2]))
   if not doc or tonumber(doc['expires']) <= now then return {'unknown-lease'} end
+  local why = revoked(doc)
+  if why == 'gone' or why == 'replaced' then return {'revoked', why} end
   p = doc['proxy']
   if target == '' then target = doc['target'] end
 elseif redis.call('hexists', KEYS[4], p) == 0 then
@@ -279,7 +316,7 @@ return {joined, left}
 
 
 def _script(text: str) -> str:
-    return (text.replace("HELD_PREFIX", HELD).replace("STICKY_PREFIX", STICKY)
+    return (text.replace("HELD_PREFIX", HELD).replace("STICKY_PREFIX", STICKY).replace("RELEASED_PREFIX", RELEASED)
             .replace("SWEEP_BATCH", str(SWEEP_BATCH)))
 
 
@@ -311,6 +348,7 @@ class LeaseCall:
 class Granted:
     proxy: str
     endpoint: bytes | str  # the endpoint document as stored (JSON)
+    egress_ip: str = ""  # the prober's last egress address for this uid ("" unknown)
 
 
 @dataclass(frozen=True)
@@ -333,10 +371,14 @@ def _text(v: Any) -> str:
 def lease_answer(got: Sequence[Any]) -> LeaseAnswer:
     kind = _text(got[0])
     if kind == "ok":
-        return Granted(_text(got[1]), got[2])
+        return Granted(_text(got[1]), got[2], _text(got[3]) if len(got) > 3 else "")
     if kind == "busy":
         return Busy(float(_text(got[1])))
     return NoProxy()
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def plain(got: Sequence[Any]) -> list[str]:
@@ -384,8 +426,8 @@ class Leases:
     def lease(self, call: LeaseCall, now: float, rand: float) -> LeaseAnswer:
         return lease_answer(self._lease(keys=_KEYS7, args=call.args(now, rand)))
 
-    def release(self, lease_id: str, now: float) -> list[str]:
-        return plain(self._release(keys=_KEYS7, args=[lease_id, repr(now)]))
+    def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
+        return plain(self._release(keys=_KEYS7, args=[lease_id, repr(now), _ms(keep)]))
 
     def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
         return plain(self._report(keys=_REPORT_KEYS, args=call.args(now, blocked, errors, global_)))
@@ -453,8 +495,8 @@ class AsyncLeases:
     async def lease(self, call: LeaseCall, now: float, rand: float) -> LeaseAnswer:
         return lease_answer(await self._lease(keys=_KEYS7, args=call.args(now, rand)))
 
-    async def release(self, lease_id: str, now: float) -> list[str]:
-        return plain(await self._release(keys=_KEYS7, args=[lease_id, repr(now)]))
+    async def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
+        return plain(await self._release(keys=_KEYS7, args=[lease_id, repr(now), _ms(keep)]))
 
     async def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
         return plain(await self._report(keys=_REPORT_KEYS, args=call.args(now, blocked, errors, global_)))

@@ -38,9 +38,13 @@ REQUIRED = {
     "ProberDown",
     # issue 18: the providers file refused on reload
     "ConfigReloadRefused",
+    # issue 19: provider workers and the lease API
+    "ProviderCallsFailing",
+    "LeaseRefusals",
 }
 # not about one provider
-FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown", "ConfigReloadRefused"}
+FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown", "ConfigReloadRefused",
+              "LeaseRefusals"}
 CONTROLLER_JOB = "fleet-controller-metrics"
 PROBER_JOB = "fleet-prober"
 # The scrape job each process' ServiceMonitor must make (by the component its
@@ -162,6 +166,34 @@ def test_rounds_stopped_watches_beats_stamp_and_spares_checks_off():
     expr = ALERTS["RoundsStopped"]["expr"]
     assert metrics.LAST_ROUND in expr
     assert expr.count("proxy_operator_provider_check_interval_seconds > 0") == 2, "an interval of 0 (checks off) never alerts"
+
+
+def _label_values(expr: str, metric: str, label: str) -> set[str]:
+    """Every value a matcher `label=~"a|b"`, `label!="c"`, … of `metric` names in `expr`."""
+    out: set[str] = set()
+    for matchers in re.findall(rf"{metric}\{{([^}}]*)\}}", expr):
+        for values in re.findall(rf'{label}\s*(?:=~|!~|!=|=)\s*"([^"]*)"', matchers):
+            out |= set(values.split("|"))
+    return out
+
+
+def test_provider_calls_failing_counts_error_classes_the_workers_export_and_spares_not_found():
+    from fleet.calls import RESULTS
+
+    expr = ALERTS["ProviderCallsFailing"]["expr"]
+    named = _label_values(expr, metrics.REQUESTS_TOTAL, "result")
+    assert named == {"transient", "permanent", "quota_exceeded", "not_found"} and named <= set(RESULTS)
+    assert re.search(r'result=~"[\w|]+"', expr) and 'result!="not_found"' in expr, "errors over calls, not_found apart"
+    assert expr.count("sum by (namespace, job, provider, op)") == 2, "one alert per provider and operation, over pods"
+
+
+def test_lease_refusals_watch_the_apis_refusals_of_valid_requests():
+    from fleet.leases.series import RESULTS
+
+    expr = ALERTS["LeaseRefusals"]["expr"]
+    named = _label_values(expr, metrics.LEASE_REQUESTS, "result")
+    assert named == {"no_proxy", "none_free", "bad_request", "unauthorized"} and named <= set(RESULTS)
+    assert "> 0)" in expr, "a quiet API (no requests) never divides by zero"
 
 
 # --- runbooks --------------------------------------------------------------------

@@ -37,6 +37,6 @@ def test_an_unmarked_database_of_fleets_own_keys_is_adopted(r):
 def test_an_unmarked_database_with_someone_elses_keys_is_refused(r):
     r.set("fleet:px:due", "x")
     r.set("session:42", "another app")
-    with pytest.raises(Foreign, match="keys fleet did not write .*'session:42'"):
+    with pytest.raises(Foreign, match=r"keys fleet did not write .*'session:42'"):
         Store(r).claim_installation("blue")
     assert r.get(keys.INSTALLATION) is None

@@ -1,6 +1,8 @@
 """The lease API on real processes (`python -m fleet.cli api`) and a real
 redis-server: capacity under 200 concurrent clients over two API processes,
-cooldown scopes, expiry, revocation, auth refusals, the bad-input table
+cooldown scopes, expiry, revocation (a deleted, unhealthy or replaced proxy: another
+uid, instance or ip:port), idempotent release over two processes, the egress address,
+auth refusals (and two Authorization headers), the bad-input table
 (status, field, Redis unchanged), one server span per request under an
 incoming traceparent, conformance to its OpenAPI document (schemathesis),
 and a fetch through a leased real Squid (the local provider)."""
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from fleet.store import keys
-from fleet.store.leases import LOAD, PREFIX
+from fleet.store.leases import LOAD, PREFIX, RELEASE_KEEP
 from tests.integration.conftest import free_port, wait_for
 from tests.procs import die_with_parent
 
@@ -113,9 +115,11 @@ def apis(redis_server, tmp_path):
         assert "Traceback" not in api.log(), api.log()[-3000:]
 
 
-def running(r, key: str, uid: str = "u1", ip: str = "127.0.0.1", port: int = 3128, **placement: str) -> None:
+def running(r, key: str, uid: str = "u1", ip: str = "127.0.0.1", port: int = 3128, instance: str = "lab/i-1",
+            **placement: str) -> None:
     r.hset(keys.PX_ENDPOINTS, key, json.dumps({"uid": uid, "ip": ip, "port": port, "provider": placement.get("provider", "lab"),
-                                               "region": placement.get("region", "r1"), "zone": placement.get("zone", "z1")}))
+                                               "region": placement.get("region", "r1"), "zone": placement.get("zone", "z1"),
+                                               "instance": instance}))
 
 
 def state(r) -> dict:
@@ -293,6 +297,71 @@ def test_a_proxy_that_turns_unhealthy_or_is_deleted_stops_being_leased_and_its_l
     assert api.release(doc["lease"])[1]["reason"] == "replaced"
 
 
+def test_a_lease_across_an_instance_replacement_reads_revoked_and_a_second_release_answers_the_same(redis_server, apis):
+    r = redis_server.client()
+    running(r, "crawl/a", uid="a1", port=3128, instance="lab/i-1")
+    first, second = apis("api-1"), apis("api-2")
+    _, held, _ = first.lease(target="shop.example")
+    assert (held["proxy"], held["port"]) == ("crawl/a", 3128)
+    # The same Proxy (uid a1) on a new instance, at a new port: the lease's ip:port is no longer its proxy.
+    running(r, "crawl/a", uid="a1", port=3129, instance="lab/i-2")
+    before = state(r)
+    status, rep, _ = first.report(lease=held["lease"], outcome="blocked")  # about the old instance: not recorded
+    assert (status, rep["field"], rep["reason"]) == (410, "lease", "replaced")
+    assert state(r) == before
+    want = {"lease": held["lease"], "status": "revoked", "reason": "replaced",
+            "message": "the proxy was replaced since (another instance or address)"}
+    answers = [api.release(held["lease"])[:2] for api in (first, second, first)]
+    assert answers == [(200, want)] * 3
+    assert r.zscore(LOAD, "crawl/a") == 0 and r.hlen(keys.LEASE_DOCS) == 0
+
+    # The new instance is leased at its address; a new instance id alone (the same ip:port) revokes too.
+    _, doc, _ = second.lease(target="shop.example")
+    assert doc["port"] == 3129
+    running(r, "crawl/a", uid="a1", port=3129, instance="lab/i-3")
+    assert first.release(doc["lease"])[1]["reason"] == "replaced"
+    # Unchanged: released, and released again from the other process; an id never granted stays 404.
+    _, doc, _ = first.lease()
+    assert [api.release(doc["lease"])[:2] for api in (second, first)] == \
+        [(200, {"lease": doc["lease"], "status": "released", "reason": None})] * 2
+    assert first.release("e" * 32)[:2] == (404, {"error": f"unknown lease {'e' * 32}", "field": "id"})
+    ttl = r.pttl(keys.LEASE_RELEASED + doc["lease"])
+    assert 0 < ttl <= RELEASE_KEEP * 1000
+
+
+def test_concurrent_releases_of_one_lease_over_two_processes_count_once(redis_server, apis):
+    r = redis_server.client()
+    for i in range(10):
+        running(r, f"crawl/p{i}", uid=f"u{i}", port=3000 + i)
+    ports = [apis("api-1").port, apis("api-2").port]
+
+    async def go() -> list[list[tuple[int, dict]]]:
+        grants = await asyncio.gather(*(_post(ports[i % 2], "/v1/leases", b'{"target": "a.example"}') for i in range(10)))
+        ids = [doc["lease"] for status, doc in grants if status == 200]
+        assert len(ids) == 10
+        return await asyncio.gather(*(asyncio.gather(*(_post(ports[j % 2], f"/v1/leases/{lid}/release", b"")
+                                                       for j in range(8))) for lid in ids))
+
+    for answers in asyncio.run(go()):
+        assert {(status, doc["status"]) for status, doc in answers} == {(200, "released")}
+    assert set(r.zrange(LOAD, 0, -1, withscores=True)) == {(f"crawl/p{i}".encode(), 0.0) for i in range(10)}
+
+
+def test_lease_and_list_answers_carry_the_probers_egress_address(redis_server, apis):
+    r = redis_server.client()
+    running(r, "crawl/a", uid="a1", port=3000)
+    running(r, "crawl/b", uid="b1", port=3001)
+    r.hset(keys.PROBE_VERDICTS, "crawl/a", json.dumps({"uid": "a1", "healthy": True, "since": time.time(),
+                                                       "egressIP": "203.0.113.7"}))
+    r.hset(keys.PROBE_VERDICTS, "crawl/b", json.dumps({"uid": "old", "healthy": True, "since": time.time(),
+                                                       "egressIP": "203.0.113.8"}))  # about an earlier Proxy
+    api = apis()
+    listed = {p["proxy"]: p["egressIP"] for p in api.get("/v1/proxies")[1]["proxies"]}
+    assert listed == {"crawl/a": "203.0.113.7", "crawl/b": None}
+    got = {doc["proxy"]: doc["egressIP"] for doc in (api.lease()[1] for _ in range(2))}
+    assert got == {"crawl/a": "203.0.113.7", "crawl/b": None}
+
+
 def test_a_restart_loses_nothing(redis_server, apis):
     r = redis_server.client()
     running(r, "crawl/a")
@@ -330,6 +399,15 @@ def test_auth_refusals(redis_server, apis, tmp_path):
     assert state(r) == before
     assert api.get("/healthz", token=None)[1] == {"ok": True, "insecure": False}
     assert 'proxy_operator_lease_requests_total{result="unauthorized"} 3.0' in api.metrics()
+
+    # Two Authorization headers (a right and a wrong one, either order): refused, whichever the server would keep.
+    before = state(r)
+    for pair in ((TOKEN, "wrong"), ("wrong", TOKEN), (TOKEN, TOKEN)):
+        body = b'{"target": "a.example"}'
+        status, doc = raw_request(api.port, b"POST /v1/leases HTTP/1.1\r\nHost: api\r\nContent-Length: %d\r\n" % len(body)
+                                  + b"".join(b"Authorization: Bearer %s\r\n" % t.encode() for t in pair) + b"\r\n" + body)
+        assert (status, doc["field"]) == (400, "authorization") and "more than one" in doc["error"]
+    assert state(r) == before
 
     open_api = apis("insecure", FLEET_API_TOKEN="", FLEET_INSECURE_NO_AUTH="true")
     assert "WARNING" in open_api.log().upper() and "without authentication" in open_api.log()
@@ -477,12 +555,20 @@ def test_the_api_conforms_to_its_openapi_document(redis_server, apis):
 
 # --- end to end through a real Squid ----------------------------------------------------------------------
 
-def test_a_fetch_through_a_leased_local_proxy(lab, origin, apis):  # noqa: F811
+def test_a_fetch_through_a_leased_local_proxy(lab, redis_server, origin, echo, apis):  # noqa: F811
+    """A real controller, local-provider worker (Squid) and prober: the endpoint names its instance (the
+    Proxy's providerID), the lease doc keeps it, and the listing shows the egress address the prober learnt."""
+    from fleet.cli import commands
     from tests.integration.test_local_proxies import declare, fetch, status
 
+    lab.env.update(FLEET_PROBE_TARGET=f"http://{echo}/ip", FLEET_PROBE_INTERVAL="500ms")
+    lab.start("prober", commands.prober_argv())
     lo, _ = lab.ports
     declare(lab, "e2e", lo)
-    wait_for(lambda: status(lab, "e2e").get("phase") == "Running", 60, "crawl/e2e Running")
+    st = wait_for(lambda: (s := status(lab, "e2e")).get("phase") == "Running" and s, 60, "crawl/e2e Running")
+    r = redis_server.client()
+    wait_for(lambda: r.hget(keys.PROBE_VERDICTS, "crawl/e2e"), 20, "the prober's first verdict")
+    assert json.loads(r.hget(keys.PX_ENDPOINTS, "crawl/e2e"))["instance"] == st["providerID"] != ""
     api = apis()
     out = subprocess.run([sys.executable, "-m", "fleet.cli", "lease", "--target", "127.0.0.1", "--ttl", "1m",
                           "--api-url", api.url], env={**lab.env, "FLEET_API_TOKEN": TOKEN}, capture_output=True,
@@ -492,7 +578,9 @@ def test_a_fetch_through_a_leased_local_proxy(lab, origin, apis):  # noqa: F811
     assert url == f"http://127.0.0.1:{lo}"
     assert api.lease(target="127.0.0.1")[0] == 409  # one lease per proxy by default
     proxies = api.get("/v1/proxies")[1]["proxies"]
-    assert [(p["proxy"], p["leases"]) for p in proxies] == [("crawl/e2e", 1)]
+    assert [(p["proxy"], p["leases"], p["egressIP"]) for p in proxies] == [("crawl/e2e", 1, "127.0.0.1")]
+    (doc,) = (json.loads(v) for v in r.hvals(keys.LEASE_DOCS))
+    assert (doc["instance"], doc["port"]) == (st["providerID"], lo)
     from tests.providers.local.conftest import ORIGIN_BODY
 
     assert fetch("127.0.0.1", lo, origin) == ORIGIN_BODY
@@ -504,4 +592,5 @@ def test_a_fetch_through_a_leased_local_proxy(lab, origin, apis):  # noqa: F811
 
 
 from tests.integration.test_local_proxies import lab  # noqa: E402, F401  # the local-provider stack fixture
+from tests.integration.test_prober import echo  # noqa: E402, F401  # an origin echoing the caller's address
 from tests.providers.local.conftest import origin, port_window, state_dir  # noqa: E402, F401

@@ -129,19 +129,77 @@ def test_listing_rules():
            "ns/b": json.dumps({"uid": "2", "ip": "1.1.1.2", "port": 1, "provider": "lab"}),
            "ns/c": json.dumps({"uid": "3", "ip": "1.1.1.3", "port": 1, "provider": "gcp"}),
            "ns/bad": "{"}
-    verdicts = {"ns/a": json.dumps({"uid": "1", "healthy": False}), "ns/b": json.dumps({"uid": "old", "healthy": False})}
+    verdicts = {"ns/a": json.dumps({"uid": "1", "healthy": False}),
+                "ns/b": json.dumps({"uid": "old", "healthy": False, "egressIP": "203.0.113.1"})}
     got = rules.listing(eps, verdicts, {"ns/b": 1}, {"ns/b": NOW + 5}, Filters(provider="lab"), 2, NOW)
-    assert got == [{"proxy": "ns/b", "ip": "1.1.1.2", "port": 1, "provider": "lab", "region": None, "zone": None,
-                    "leases": 1, "capacity": 2, "coolingUntil": rules.timestamp(NOW + 5)}]
+    assert got == [{"proxy": "ns/b", "ip": "1.1.1.2", "port": 1, "egressIP": None, "provider": "lab", "region": None,
+                    "zone": None, "leases": 1, "capacity": 2, "coolingUntil": rules.timestamp(NOW + 5)}]
+    verdicts["ns/b"] = json.dumps({"uid": "2", "healthy": True, "egressIP": "203.0.113.2"})
+    assert rules.listing(eps, verdicts, {}, {}, Filters(provider="lab"), 2, NOW)[0]["egressIP"] == "203.0.113.2"
+
+
+@pytest.mark.parametrize("verdict, egress", [
+    (None, None),
+    ({"uid": "u", "healthy": True, "egressIP": "198.51.100.4"}, "198.51.100.4"),
+    ({"uid": "u", "healthy": True, "egressIP": ""}, None),
+    ({"uid": "u", "healthy": True, "egressIP": 7}, None),
+    ({"uid": "u", "healthy": True}, None),
+    ({"uid": "other", "healthy": True, "egressIP": "198.51.100.4"}, None),
+])
+def test_egress_rules(verdict, egress):
+    assert rules.egress_of({"uid": "u"}, verdict) == egress
 
 
 @pytest.mark.parametrize("got, status, state", [
     (["released"], 200, "released"), (["revoked", "gone"], 200, "revoked"), (["revoked", "unhealthy"], 200, "revoked"),
-    (["expired"], 404, None), (["unknown"], 404, None),
+    (["revoked", "replaced"], 200, "revoked"), (["expired"], 404, None), (["unknown"], 404, None),
 ])
 def test_release_answers(got, status, state):
     code, body = rules.released("0" * 32, got)
     assert code == status and body.get("status") == state
+
+
+def test_a_report_on_a_revoked_lease_is_a_410_naming_the_reason():
+    code, body = rules.reported(["revoked", "replaced"], "blocked")
+    assert (code, body["field"], body["reason"]) == (410, "lease", "replaced") and "nothing was recorded" in body["error"]
+
+
+def test_release_is_idempotent_and_a_replaced_instance_is_revoked(app):
+    ep = {"uid": "u", "ip": "10.0.0.1", "port": 3128, "provider": "lab", "instance": "i-1"}
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps(ep))
+    app.raw.hset(keys.PROBE_VERDICTS, "ns/a", json.dumps({"uid": "u", "healthy": True, "egressIP": "198.51.100.4"}))
+    status, first, _ = run(call(app, "POST", "/v1/leases", b'{"target": "example.com"}', AUTH))
+    assert status == 200 and first["egressIP"] == "198.51.100.4"
+    status, listed, _ = run(call(app, "GET", "/v1/proxies", headers=AUTH))
+    assert [p["egressIP"] for p in listed["proxies"]] == ["198.51.100.4"]
+    path = f"/v1/leases/{first['lease']}/release"
+    answers = [run(call(app, "POST", path, b"", AUTH))[:2] for _ in range(2)]
+    assert answers == [(200, {"lease": first["lease"], "status": "released", "reason": None})] * 2
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps({**ep, "instance": "i-2"}))  # the same uid, a new instance
+    _, second, _ = run(call(app, "POST", "/v1/leases", b'{"target": "example.com"}', AUTH))
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps({**ep, "instance": "i-3", "port": 3200}))
+    status, rep, _ = run(call(app, "POST", "/v1/reports", json.dumps({"lease": second["lease"], "outcome": "blocked"}).encode(),
+                              AUTH))
+    assert (status, rep["reason"]) == (410, "replaced")
+    path = f"/v1/leases/{second['lease']}/release"
+    answers = [run(call(app, "POST", path, b"", AUTH))[:2] for _ in range(2)]
+    assert answers[0] == answers[1] and answers[0][0] == 200
+    assert answers[0][1]["status"] == "revoked" and answers[0][1]["reason"] == "replaced"
+    assert run(call(app, "POST", f"/v1/leases/{'e' * 32}/release", b"", AUTH))[0] == 404  # never granted
+
+
+@pytest.mark.parametrize("insecure", [False, True])
+def test_more_than_one_authorization_header_is_refused(app, insecure):
+    if insecure:
+        app = Api(AsyncLeases(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())), ApiConfig(token=None))
+    good = b"Bearer " + TOKEN
+    for pair in ((good, b"Bearer wrong"), (b"Bearer wrong", good), (good, good)):
+        for method, path, body in (("POST", "/v1/leases", b'{"target": "a.b"}'), ("GET", "/v1/proxies", b""),
+                                   ("POST", "/v1/reports", b"{}"), ("POST", "/v1/leases/" + "0" * 32 + "/release", b"")):
+            status, doc, _ = run(call(app, method, path, body, [(b"authorization", v) for v in pair]))
+            assert (status, doc["field"]) == (400, "authorization") and "more than one" in doc["error"]
+    status, text, _ = run(call(app, "GET", "/metrics"))
+    assert b'proxy_operator_lease_requests_total{result="bad_request"} 3.0' in text
 
 
 def test_busy_and_no_proxy_bodies():
@@ -165,3 +223,44 @@ def test_token_sources(tmp_path):
         load_token(Settings(api_token_file=str(f)), {})
     with pytest.raises(TokenError, match="cannot read"):
         load_token(Settings(api_token_file=str(tmp_path / "none")), {})
+
+
+def _schema_check(doc, ref: dict, value) -> None:
+    """`value` against the document's schema `ref` (components resolved), as a generated client would read it."""
+    from openapi_schema_validator import OAS30Validator
+
+    OAS30Validator({**ref, "components": doc["components"]}).validate(value)
+
+
+def test_the_new_answers_match_the_openapi_document(app):
+    doc = openapi.document(3600, 300, 1, False)
+    schemas = doc["components"]["schemas"]
+    for name in ("Lease", "Proxy"):
+        assert schemas[name]["properties"]["egressIP"] == {**schemas[name]["properties"]["egressIP"], "type": "string",
+                                                           "nullable": True}
+    paths = doc["paths"]
+    assert "400" in paths["/v1/leases/{id}/release"]["post"]["responses"]
+    gone = paths["/v1/reports"]["post"]["responses"]["410"]["content"]["application/json"]["schema"]
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps({"uid": "u", "ip": "10.0.0.1", "port": 3128, "provider": "lab",
+                                                        "instance": "i-1"}))
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/b", json.dumps({"uid": "v", "ip": "10.0.0.2", "port": 3128, "provider": "lab"}))
+    app.raw.hset(keys.PROBE_VERDICTS, "ns/a", json.dumps({"uid": "u", "healthy": True, "egressIP": "198.51.100.4"}))
+    leases = [run(call(app, "POST", "/v1/leases", b'{"target": "example.com"}', AUTH))[1] for _ in range(2)]
+    assert sorted(str(x["egressIP"]) for x in leases) == ["198.51.100.4", "None"]
+    listed = run(call(app, "GET", "/v1/proxies", headers=AUTH))[1]
+    app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps({"uid": "u", "ip": "10.0.0.1", "port": 3999, "provider": "lab"}))
+    a = next(x for x in leases if x["proxy"] == "ns/a")
+    status, refused, _ = run(call(app, "POST", "/v1/reports", json.dumps({"lease": a["lease"], "outcome": "ok"}).encode(), AUTH))
+    assert status == 410
+    released = [run(call(app, "POST", f"/v1/leases/{a['lease']}/release", b"", AUTH))[1] for _ in range(2)]
+    status, twice, _ = run(call(app, "GET", "/v1/proxies", headers=((b"authorization", b"x"), (b"authorization", b"y"))))
+    assert status == 400
+    from jsonschema.exceptions import ValidationError
+
+    for ref, value in [*(({"$ref": "#/components/schemas/Lease"}, x) for x in leases),
+                       *(({"$ref": "#/components/schemas/Proxy"}, x) for x in listed["proxies"]),
+                       *(({"$ref": "#/components/schemas/Released"}, x) for x in released),
+                       (gone, refused), ({"$ref": "#/components/schemas/Error"}, twice)]:
+        _schema_check(doc, ref, value)
+    with pytest.raises(ValidationError):  # the check can fail: an egressIP that is not a string
+        _schema_check(doc, {"$ref": "#/components/schemas/Lease"}, {**leases[0], "egressIP": 7})

@@ -1,15 +1,17 @@
 """The lease scripts (fleet.store.leases) on fakeredis with Lua: least-loaded
-choice, capacity, sticky keys, cooldown scopes, expiry, revocation."""
+choice, capacity, sticky keys, cooldown scopes, expiry, revocation (another
+uid, instance or ip:port), idempotent release, the egress address."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import fakeredis
 import pytest
 
 from fleet.store import Store, keys
-from fleet.store.leases import Busy, Granted, LeaseCall, NoProxy, ReportCall
+from fleet.store.leases import RELEASE_KEEP, RELEASED, Busy, Granted, LeaseCall, NoProxy, ReportCall
 
 NOW = 1_800_000_000.0
 
@@ -21,13 +23,19 @@ def store():
     s.close()
 
 
-def running(store, key: str, uid: str = "u", provider: str = "lab", region: str = "r1", zone: str = "z1", port: int = 3128):
-    store._redis.hset(keys.PX_ENDPOINTS, key, json.dumps({"uid": uid, "ip": "127.0.0.1", "port": port, "provider": provider,
-                                                          "region": region, "zone": zone}))
+def running(store, key: str, uid: str = "u", provider: str = "lab", region: str = "r1", zone: str = "z1", port: int = 3128,
+            instance: str | None = "i-1", ip: str = "127.0.0.1"):
+    doc = {"uid": uid, "ip": ip, "port": port, "provider": provider, "region": region, "zone": zone}
+    if instance is not None:
+        doc["instance"] = instance
+    store._redis.hset(keys.PX_ENDPOINTS, key, json.dumps(doc))
 
 
-def verdict(store, key: str, uid: str, healthy: bool):
-    store._redis.hset(keys.PROBE_VERDICTS, key, json.dumps({"uid": uid, "healthy": healthy, "since": NOW}))
+def verdict(store, key: str, uid: str, healthy: bool, egress: str | None = None):
+    doc = {"uid": uid, "healthy": healthy, "since": NOW}
+    if egress is not None:
+        doc["egressIP"] = egress
+    store._redis.hset(keys.PROBE_VERDICTS, key, json.dumps(doc))
 
 
 _ids = iter(range(10**9))
@@ -154,20 +162,104 @@ def test_release_of_an_expired_lease_not_yet_swept(store):
     lid, _ = lease(store, ttl=5)
     assert store.leases.release(lid, NOW + 10) == ["expired"]
     assert store.leases.loads() == {"ns/a": 0}
-    assert store.leases.release(lid, NOW + 10) == ["unknown"]
+    assert store.leases.release(lid, NOW + 10) == ["expired"]  # a repeated release: the same answer
 
 
 @pytest.mark.parametrize("change, why", [
     (lambda s: s._redis.hdel(keys.PX_ENDPOINTS, "ns/a"), "gone"),
     (lambda s: running(s, "ns/a", uid="u2"), "replaced"),
+    (lambda s: running(s, "ns/a", instance="i-2"), "replaced"),  # same uid, another instance, same ip:port
+    (lambda s: running(s, "ns/a", port=3129), "replaced"),  # same uid and instance, another port
+    (lambda s: running(s, "ns/a", ip="127.0.0.2"), "replaced"),
+    (lambda s: running(s, "ns/a", instance=None, port=3129), "replaced"),  # no instance named: ip:port still counts
     (lambda s: verdict(s, "ns/a", "u", False), "unhealthy"),
+    (lambda s: running(s, "ns/a", zone="z9"), None),  # the same instance at the same address: released
+    (lambda s: running(s, "ns/a", instance=None), None),  # an endpoint that names no instance: not a replacement
+    (lambda s: verdict(s, "ns/a", "u", True, egress="203.0.113.9"), None),
 ])
 def test_release_says_revoked_when_the_proxy_changed(store, change, why):
     running(store, "ns/a")
     lid, _ = lease(store)
     change(store)
-    assert store.leases.release(lid, NOW) == ["revoked", why]
+    assert store.leases.release(lid, NOW) == (["revoked", why] if why else ["released"])
     assert store.leases.loads().get("ns/a", 0) == 0
+
+
+def test_a_lease_granted_before_instances_were_stored_compares_the_uid_only(store):
+    running(store, "ns/a")
+    lid, _ = lease(store)
+    doc = json.loads(store.leases.lease_doc(lid))
+    assert (doc["uid"], doc["instance"], doc["ip"], doc["port"]) == ("u", "i-1", "127.0.0.1", 3128)
+    store._redis.hset(keys.LEASE_DOCS, lid, json.dumps({k: v for k, v in doc.items() if k not in ("instance", "ip", "port")}))
+    running(store, "ns/a", instance="i-2", port=4000)
+    assert store.leases.release(lid, NOW) == ["released"]
+
+
+@pytest.mark.parametrize("change, first", [
+    (lambda s: None, ["released"]),
+    (lambda s: running(s, "ns/a", instance="i-2"), ["revoked", "replaced"]),
+    (lambda s: s._redis.hdel(keys.PX_ENDPOINTS, "ns/a"), ["revoked", "gone"]),
+    (lambda s: verdict(s, "ns/a", "u", False), ["revoked", "unhealthy"]),
+])
+def test_a_second_release_answers_the_first_ones_answer(store, change, first):
+    running(store, "ns/a")
+    lid, _ = lease(store)
+    change(store)
+    assert store.leases.release(lid, NOW) == first
+    running(store, "ns/a", instance="i-3")  # whatever happens since does not change the answer
+    verdict(store, "ns/a", "u", True)
+    before = (store.leases.loads(), store._redis.zcard(keys.LEASE_EXPIRY))
+    for _ in range(3):
+        assert store.leases.release(lid, NOW + 10) == first
+    assert (store.leases.loads(), store._redis.zcard(keys.LEASE_EXPIRY)) == before  # counted once
+    ttl = store._redis.pttl(RELEASED + lid)
+    assert RELEASE_KEEP * 1000 - 5000 < ttl <= RELEASE_KEEP * 1000  # the record is bounded
+
+
+def test_the_release_record_lapses_and_a_lease_never_granted_stays_unknown(store):
+    running(store, "ns/a")
+    lid, _ = lease(store)
+    assert store.leases.release(lid, NOW, keep=0.05) == ["released"]
+    assert store.leases.release(lid, NOW) == ["released"]
+    time.sleep(0.1)  # Redis expires the record
+    assert store.leases.release(lid, NOW) == ["unknown"]
+    assert store._redis.exists(RELEASED + lid) == 0
+    never = "e" * 32
+    assert store.leases.release(never, NOW) == ["unknown"]
+    assert store.leases.release(never, NOW) == ["unknown"]
+    assert store._redis.keys(RELEASED + "*") == []  # an unknown id leaves nothing behind
+
+
+@pytest.mark.parametrize("change, got", [
+    (lambda s: running(s, "ns/a", instance="i-2"), ["revoked", "replaced"]),
+    (lambda s: running(s, "ns/a", port=4000), ["revoked", "replaced"]),
+    (lambda s: s._redis.hdel(keys.PX_ENDPOINTS, "ns/a"), ["revoked", "gone"]),
+])
+def test_a_report_on_a_lease_whose_instance_is_gone_records_nothing(store, change, got):
+    running(store, "ns/a")
+    lid, _ = lease(store, target="shop.example")
+    change(store)
+    before = store.leases.dump()
+    assert report(store, "blocked", lease_id=lid) == got
+    assert store.leases.dump() == before  # no cooldown for the new instance
+
+
+def test_a_report_on_a_lease_whose_proxy_is_unhealthy_still_counts(store):
+    running(store, "ns/a")
+    lid, _ = lease(store, target="shop.example")
+    verdict(store, "ns/a", "u", False)  # the same instance: what it did is still about it
+    assert report(store, "blocked", lease_id=lid)[0] == "cooldown"
+
+
+def test_the_grant_carries_the_probers_egress_address_for_the_same_uid(store):
+    running(store, "ns/a", uid="u1")
+    running(store, "ns/b", uid="u2")
+    running(store, "ns/c", uid="u3")
+    verdict(store, "ns/a", "u1", True, egress="203.0.113.7")
+    verdict(store, "ns/b", "old", True, egress="203.0.113.8")  # about an earlier Proxy under the name: not this one
+    verdict(store, "ns/c", "u3", True)  # probed, no echo
+    got = {g.proxy: g.egress_ip for g in (lease(store)[1] for _ in range(3))}
+    assert got == {"ns/a": "203.0.113.7", "ns/b": "", "ns/c": ""}
 
 
 def test_sync_adds_running_proxies_and_drops_gone_idle_ones(store):

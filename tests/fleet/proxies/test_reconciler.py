@@ -136,7 +136,8 @@ def test_pending_to_running_in_three_writes_and_then_quiet(world):
     assert world.proxy("a").resource_version == "4"
     assert world.store.proxies.phases() == {"crawl/a": b"Running|1000010.000"}  # Running since the clock's 1000010
     (endpoint,) = world.store.proxies.endpoints().values()
-    assert json.loads(endpoint) == {"uid": p.uid, "ip": "127.0.0.1", "port": 3128, "provider": "edge", "region": "", "zone": ""}
+    assert json.loads(endpoint) == {"uid": p.uid, "ip": "127.0.0.1", "port": 3128, "provider": "edge", "region": "", "zone": "",
+                                    "instance": p.status.provider_id}
 
 
 def test_cloud_init_reaches_the_provider_but_never_a_message(world):
