@@ -26,6 +26,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from botocore import exceptions as bexc
+from botocore.parsers import ResponseParserError
 
 from providers import base
 from providers.aws.client import address_of
@@ -110,7 +111,7 @@ def check_reason(exc: BaseException, deadline: Deadline) -> str:
         return base.REASON_API_ERROR
     if deadline.expired or isinstance(exc, TimeoutError | bexc.ReadTimeoutError | bexc.ConnectTimeoutError):
         return base.REASON_TIMEOUT
-    if isinstance(exc, bexc.ResponseParserError):
+    if isinstance(exc, ResponseParserError):
         return base.REASON_API_ERROR
     return base.REASON_UNREACHABLE
 
