@@ -71,7 +71,8 @@ class AwsProvider:
         self.ec2 = Ec2(cfg)
         self._names_lock = threading.Lock()
         self._names: dict[str, threading.Lock] = {}
-        self.calls = 0  # EC2 requests made (the benchmark reads it)
+        self._calls_lock = threading.Lock()
+        self.calls = 0  # requests made (the tests and the benchmark read it)
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -89,7 +90,8 @@ class AwsProvider:
             raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
         try:
             client = self.ec2.client(region)
-            self.calls += 1
+            with self._calls_lock:
+                self.calls += 1
             with guard(deadline):
                 return fn(client)
         except Exception as exc:  # translated at this one boundary

@@ -56,7 +56,8 @@ class HetznerProvider:
         self.name = name
         self.cfg = cfg
         self.hcloud = Hcloud(cfg)
-        self.calls = 0
+        self._calls_lock = threading.Lock()
+        self.calls = 0  # requests made (the tests and the benchmark read it)
         self._names_lock = threading.Lock()
         self._names: dict[str, threading.Lock] = {}
 
@@ -72,7 +73,8 @@ class HetznerProvider:
             raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
         try:
             client = self.hcloud.client()
-            self.calls += 1
+            with self._calls_lock:
+                self.calls += 1
             with guard(deadline):
                 return fn(client)
         except Exception as exc:  # translated at this one boundary
