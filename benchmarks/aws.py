@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from providers import base  # noqa: E402
-from providers.base import CreateRequest, Deadline, Placement, State  # noqa: E402
+from providers import base
+from providers.base import CreateRequest, Deadline, Placement, State
 
 POLL = 0.2  # seconds between a Proxy's gets (the reconciler's FLEET_PROXY_POLL_INTERVAL, shortened)
 
