@@ -8,7 +8,7 @@ import pytest
 
 from providers.aws.check import AWS_REASONS
 from tests.providers import conformance
-from tests.providers.aws.conftest import NAME
+from tests.providers.aws.conftest import NAME, REGION
 from tests.providers.aws.ec2faults import FAULTS, STATE_FAULTS, Ec2FaultProxy
 from tests.providers.aws.test_provider import request
 from tests.providers.faults import ProxiedBackend, closed_port_url
@@ -45,4 +45,8 @@ class TestAwsFaults(conformance.FaultConformance):
 
     @pytest.fixture
     def fault_backend(self, make_provider, proxy):
-        return ProxiedBackend(make_provider(endpointUrl=proxy.url), proxy)
+        p = make_provider(endpointUrl=proxy.url)
+        # botocore loads EC2's service model when the client is built (no
+        # request; ~1 s on a busy machine): not inside the 1 s faulted call
+        p.ec2.client(REGION)
+        return ProxiedBackend(p, proxy)
