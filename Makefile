@@ -12,7 +12,7 @@ SYSTEM_PYTHON ?= python3
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 BIN := $(dir $(PY))
-PIP_EXTRAS ?= test,kvm,gcp,api
+PIP_EXTRAS ?= test,kvm,gcp,aws,hetzner,api
 APT_PACKAGES := $(shell grep -v '^\#' ci/apt-packages.txt)
 
 .PHONY: deps apt venv test unit lint demo bench

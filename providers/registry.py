@@ -39,6 +39,18 @@ TYPES: dict[str, ProviderType] = {
         "libvirt VMs on your own hypervisors over SSH",
         placement="providers.kvm.placement:placement_problem",
     ),
+    "aws": ProviderType(
+        "providers.aws.config:AwsConfig",
+        "providers.aws.provider:new",
+        "EC2 instances, each with a security group of its own",
+        placement="providers.aws.placement:placement_problem",
+    ),
+    "hetzner": ProviderType(
+        "providers.hetzner.config:HetznerConfig",
+        "providers.hetzner.provider:new",
+        "Hetzner Cloud servers, each with a firewall of its own",
+        placement="providers.hetzner.placement:placement_problem",
+    ),
     "gcp": ProviderType(
         "providers.gcp.config:GcpConfig",
         "providers.gcp.provider:new",

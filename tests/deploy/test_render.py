@@ -204,3 +204,56 @@ def test_cli_reports_an_unmountable_config_as_bad_input(tmp_path, capsys):
     )
     assert cli.main(["render", "-c", str(path)]) == cli.EXIT_BAD_INPUT
     assert "credential file 'key' must be an absolute" in capsys.readouterr().err
+
+
+CLOUDS = """\
+providers:
+  - name: ec2
+    type: aws
+    aws: {region: eu-west-1, allowedSources: [203.0.113.0/24]}
+  - name: hz
+    type: hetzner
+    hetzner: {token: SENTINEL-hcloud-token, allowedSources: [203.0.113.0/24]}
+  - name: gcp-eu
+    type: gcp
+    gcp: {project: my-project}
+"""
+
+
+def test_aws_and_hetzner_workers_get_only_their_own_credentials(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(CLOUDS)
+    objs = render(load(str(path)), path.read_text())
+    validate(objs)
+    deployments = by_kind(of_component(objs, "worker"), "Deployment")
+    assert [o for o in of_component(objs, "worker") if o["apiVersion"].startswith("rbac.")] == []
+
+    def env(name: str) -> dict[str, str]:
+        (c,) = pod(deployments[f"fleet-worker-{name}"])["containers"]
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    aws = deployments["fleet-worker-ec2"]
+    (vol,) = secret_volumes(aws)
+    assert vol["secret"] == {"secretName": credentials_secret("ec2"), "optional": True, "defaultMode": 0o440,
+                             "items": [{"key": "config", "path": "config"}, {"key": "credentials", "path": "credentials"}]}
+    assert mounts(aws)[vol["name"]] == "/var/run/secrets/fleet/aws"
+    assert env("ec2")["AWS_SHARED_CREDENTIALS_FILE"] == "/var/run/secrets/fleet/aws/credentials"
+    assert env("ec2")["AWS_CONFIG_FILE"] == "/var/run/secrets/fleet/aws/config"
+    assert pod(aws)["automountServiceAccountToken"] is False
+
+    hz = deployments["fleet-worker-hz"]
+    names = {v["secret"]["secretName"] for v in secret_volumes(hz)}
+    assert names == {credentials_secret("hz"), "fleet-hz-secrets"}
+    # the inline token left the ConfigMap for the hz worker's own Secret
+    holders = [o for o in objs if "SENTINEL-hcloud-token" in json.dumps(o)]
+    assert [(o["kind"], o["metadata"]["name"]) for o in holders] == [("Secret", "fleet-hz-secrets")]
+    (cm,) = by_kind(objs, "ConfigMap").values()
+    assert "tokenFile: /etc/fleet/secrets/token" in cm["data"]["providers.yaml"]
+
+    # nobody else's credentials or variables
+    for name in ("hz", "gcp-eu"):
+        assert not any(k.startswith("AWS_") for k in env(name))
+    for name in ("ec2", "gcp-eu"):
+        d = deployments[f"fleet-worker-{name}"]
+        assert {v["secret"]["secretName"] for v in secret_volumes(d)} == {credentials_secret(name)}
+    assert "CLOUDSDK_CONFIG" not in env("ec2") and "CLOUDSDK_CONFIG" not in env("hz")

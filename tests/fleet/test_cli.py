@@ -45,11 +45,11 @@ def test_validate_ok(capsys, config):
 
 def test_validate_lists_every_problem(capsys, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"providers": [{"name": "A_B", "type": "fake"}, {"name": "x", "type": "aws"}]}))
+    bad.write_text(yaml.safe_dump({"providers": [{"name": "A_B", "type": "fake"}, {"name": "x", "type": "azure"}]}))
     code, _, err = run(capsys, "validate", "-c", str(bad))
     assert code == 2
     assert "2 problem(s)" in err
-    assert "providers[0].name" in err and "'A_B'" in err and "providers[1].type" in err and "'aws'" in err
+    assert "providers[0].name" in err and "'A_B'" in err and "providers[1].type" in err and "'azure'" in err
 
 
 def test_flags_can_come_from_the_environment(capsys, config, monkeypatch):

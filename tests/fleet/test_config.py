@@ -29,8 +29,8 @@ def ok(name="a", type_="fake", **extra):
         ({"providers": [ok(name="-a")]}, "providers[0].name: must be a DNS-1123 label"),
         ({"providers": [ok(name="a" * 64)]}, "providers[0].name: must be at most 63 characters, has 64"),
         ({"providers": [ok(), ok()]}, "providers[1].name: duplicate of providers[0].name (got 'a')"),
-        ({"providers": [ok(type_="aws")]}, "providers[0].type: must be one of"),
-        ({"providers": [ok(type_="aws")]}, "(got 'aws')"),
+        ({"providers": [ok(type_="azure")]}, "providers[0].type: must be one of"),
+        ({"providers": [ok(type_="azure")]}, "(got 'azure')"),
         ({"providers": [ok(kubernetes={})]}, "providers[0].kubernetes: a fake provider takes only a 'fake' block"),
         ({"providers": [ok(nope={})]}, "providers[0].nope: unknown key (its value, a mapping, is not shown)"),
         ({"providers": [ok(fake={"bogus": 1})]}, "providers[0].fake.bogus: unknown key (its value, an integer, is not shown)"),
@@ -38,7 +38,7 @@ def ok(name="a", type_="fake", **extra):
         ({"providers": [ok(fake={"targets": [{"name": "t", "colour": 1}]})]}, "providers[0].fake.targets[0].colour: unknown key"),
         ({"providers": [ok(name="abc\n")]}, "providers[0].name: must be a DNS-1123 label"),
         ({"providers": [ok(type_=["fake"])]},
-         "providers[0].type: must be one of fake, gcp, kubernetes, kvm, local (got a list of 1 item(s))"),
+         "providers[0].type: must be one of aws, fake, gcp, hetzner, kubernetes, kvm, local (got a list of 1 item(s))"),
         ({"providers": [ok(type_={"a": 1})]}, "providers[0].type: must be one of"),
         ({"providers": [ok(fake={"latencyMs": 10**400})]}, "providers[0].fake.latencyMs: Input should be less than or equal to 600000"),
         ({"providers": [ok(fake={"latencyMs": 10**400})]}, "(got an integer of about 401 digits)"),
@@ -82,12 +82,12 @@ def test_messages_are_bounded_and_never_show_secrets_or_unknown_values():
 
 
 def test_every_problem_is_listed():
-    got = problems({"providers": [ok(name="BAD"), ok(type_="aws", name="b"), ok(name="c", fake={"x": 1})]})
+    got = problems({"providers": [ok(name="BAD"), ok(type_="azure", name="b"), ok(name="c", fake={"x": 1})]})
     assert len(got) == 3, got
 
 
 def test_type_allow_list_is_the_registry():
-    got = problems({"providers": [ok(type_="aws")]})
+    got = problems({"providers": [ok(type_="azure")]})
     for t in registry.TYPES:
         assert t in got[0]
 

@@ -4,12 +4,16 @@ each fail it (a suite that cannot fail proves nothing)."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 
 import pytest
 
 from providers import base
 from providers.base import TargetStatus
+from providers.registry import TYPES
+from tests.providers import conformance
 from tests.providers.conformance import assert_contract_error, assert_valid_targets
 
 
@@ -69,3 +73,46 @@ def test_the_op_and_the_configured_name_are_checked():
 def test_malformed_verdicts_fail(targets):
     with pytest.raises(AssertionError):
         assert_valid_targets(targets, base.SHARED_REASONS)
+
+
+# --- every registered type runs every mixin ------------------------------------------
+
+
+MIXINS = (conformance.ProviderConformance, conformance.CheckerConformance, conformance.FaultConformance)
+# A type that can't run a mixin, and why. Each entry must still be needed
+# (the test below fails once the type gains the mixin, so the list can't rot).
+EXEMPT = {
+    ("fake", "FaultConformance"): "no backend: scripted verdicts, no request to fail",
+    ("local", "FaultConformance"): "no wire: state files and squid processes on this host (its own tests break both)",
+}
+
+
+def mixins_run_by(type_name: str) -> set[str]:
+    """The mixins subclassed by a test class in tests/providers/<type>/."""
+    package = importlib.import_module(f"tests.providers.{type_name}")
+    found: set[str] = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("test_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and obj.__module__ == module.__name__ and obj.__name__.startswith("Test"):
+                found.update(m.__name__ for m in MIXINS if issubclass(obj, m))
+    return found
+
+
+@pytest.mark.parametrize("type_name", sorted(TYPES))
+def test_every_registered_type_runs_every_mixin(type_name):
+    found = mixins_run_by(type_name)
+    for mixin in MIXINS:
+        exempt = (type_name, mixin.__name__) in EXEMPT
+        if exempt:
+            assert mixin.__name__ not in found, f"{type_name} runs {mixin.__name__} now: drop it from EXEMPT"
+        else:
+            assert mixin.__name__ in found, f"no test class in tests/providers/{type_name}/ subclasses {mixin.__name__}"
+
+
+def test_the_meta_test_can_fail():
+    """A package without the mixins is caught (here: a package that has none)."""
+    assert mixins_run_by("fake") >= {"ProviderConformance", "CheckerConformance"}
+    assert "FaultConformance" not in mixins_run_by("fake")

@@ -10,7 +10,7 @@ import pytest
 
 from providers.registry import TYPES
 
-SDKS = ("libvirt", "paramiko", "google", "kubernetes")
+SDKS = ("libvirt", "paramiko", "google", "kubernetes", "boto3", "botocore", "hcloud")
 
 
 @pytest.mark.parametrize("type_name", sorted(t for t, pt in TYPES.items() if pt.placement))
@@ -21,4 +21,4 @@ def test_the_placement_check_imports_no_sdk(type_name):
 
 
 def test_the_backends_with_a_placement_vocabulary_have_a_check():
-    assert {t for t, pt in TYPES.items() if pt.placement} >= {"gcp", "kvm"}
+    assert {t for t, pt in TYPES.items() if pt.placement} >= {"gcp", "kvm", "aws", "hetzner"}
