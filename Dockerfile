@@ -19,7 +19,7 @@ COPY fleet ./fleet
 COPY providers ./providers
 COPY tasks ./tasks
 COPY beat ./beat
-RUN pip install '.[kvm,gcp,flower,api]' \
+RUN pip install '.[kvm,gcp,aws,hetzner,flower,api]' \
  && python -m compileall -q /opt/fleet
 
 # --- run: the venv plus libvirt's client library, nothing to build with ---
