@@ -182,7 +182,8 @@ class FakeProvider:
             if pid not in self._instances:
                 # The table is this backend: the mark lives in it, as a label would.
                 self._instances[pid] = Instance(
-                    pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC), request.installation
+                    pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC), request.installation,
+                    base.namespace_mark(request),
                 )
         return pid
 
