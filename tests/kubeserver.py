@@ -332,7 +332,7 @@ class KubeServer:
         return self.write_kubeconfig(path, token=self.token(namespace, account), namespace=namespace)
 
     def can(self, user: str, verb: str, resource: str, namespace: str = "", group: str = "",
-            groups: tuple[str, ...] = ()) -> tuple[bool, str]:
+            groups: tuple[str, ...] = (), name: str = "") -> tuple[bool, str]:
         """The real authorizer's answer to a SubjectAccessReview (`kubectl auth
         can-i VERB RESOURCE -n NAMESPACE --as USER`): (allowed, reason)."""
         resource_name, _, sub = resource.partition("/")
@@ -341,6 +341,8 @@ class KubeServer:
             attrs["subresource"] = sub
         if namespace:
             attrs["namespace"] = namespace
+        if name:
+            attrs["name"] = name
         spec: dict[str, Any] = {"user": user, "resourceAttributes": attrs}
         if groups:
             spec["groups"] = list(groups)
@@ -367,3 +369,31 @@ def collection_path(obj: dict[str, Any]) -> str:
                   "Proxy": "proxies", "ProviderHealth": "providerhealths", "Lease": "leases"}.get(kind, kind.lower() + "s")
         base = f"/apis/{api_version}"
     return f"{base}/namespaces/{ns}/{plural}" if ns and kind != "Namespace" else f"{base}/{plural}"
+
+
+def apply_all(server: KubeServer, objects: list[dict[str, Any]]) -> None:
+    """Apply every object (`fleet render`'s output, as `kubectl apply -f -`), namespaces first."""
+    for obj in sorted(objects, key=lambda o: o["kind"] != "Namespace"):
+        server.apply(obj)
+
+
+def render_installation(server: KubeServer, providers_text: str, namespace: str, installation: str | None = None,
+                        proxy_namespaces: tuple[str, ...] | None = None, workdir: Path | None = None) -> list[dict[str, Any]]:
+    """`fleet render -c FILE --namespace NAMESPACE [--installation ID] [--proxy-namespaces ...] | kubectl apply -f -`
+    on this server, creating the namespaces it needs first; the objects rendered."""
+    from fleet.cli.render import render
+    from fleet.config import load
+
+    d = Path(workdir or tempfile.mkdtemp(prefix="fleet-render-"))
+    path = d / "providers.yaml"
+    path.write_text(providers_text)
+    objects = render(load(str(path)), providers_text, namespace=namespace, installation=installation,
+                     proxy_namespaces=proxy_namespaces)
+    wanted = {namespace, *(o["metadata"].get("namespace") for o in objects if o["metadata"].get("namespace"))}
+    for ns in sorted(n for n in wanted if n and n != "*"):
+        status, raw = server.request("POST", "/api/v1/namespaces",
+                                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        if status not in (201, 409):
+            raise AssertionError(f"namespace {ns}: {status} {raw[:300]!r}")
+    apply_all(server, objects)
+    return objects
