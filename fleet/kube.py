@@ -58,14 +58,16 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "egress-proxies-operator"
 LABEL_INSTALLATION = "fleet.crawl.example.com/installation"  # value: Settings.installation_id
 FIELD_MANAGER = "fleet-controller"
-RBAC_ROLE = "the ClusterRole fleet:<installation>:controller from `fleet render`"
+RBAC_ROLE = ("the ClusterRole fleet:<installation>:controller from `fleet render`, or its Role of that name in each "
+             "namespace of --proxy-namespaces")
 # publish outcomes besides a Skip's reason (UNCHANGED, or the feature's own)
 PATCHED, FOREIGN = "patched", "foreign"
 CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = 10.0
 CACHE_TTL = 3600.0  # seconds a cached object is trusted without a GET
 MAX_SECRET_VALUE = 64 * 1024  # bytes of one Secret key read_secret_key accepts (decoded)
-SECRETS_ROLE = "the ClusterRole fleet:<installation>:controller:secrets from `fleet render`"
+SECRETS_ROLE = ("the Role fleet:<installation>:controller that `fleet render` writes in each namespace of "
+                "--proxy-namespaces (with '*': the ClusterRole fleet:<installation>:controller:secrets)")
 
 # The SDK's client, for callers that hold one (fleet.kubewatch) without importing the SDK.
 ApiClient = client.ApiClient
@@ -635,7 +637,7 @@ class Writer:
                 raise ClusterAccessError(
                     f"cannot get {where}: {'forbidden' if status == 403 else 'credentials rejected'} ({status}). The "
                     f"controller's ServiceAccount needs verb 'get' on resource 'secrets' in API group '' in namespace "
-                    f"{namespace!r} ({SECRETS_ROLE}, or a RoleBinding of it there) (API server: {said})",
+                    f"{namespace!r} ({SECRETS_ROLE}) (API server: {said})",
                     "get", "secrets", status) from None
             raise ApiUnavailable(f"get {where}: the API server answered ({status})") from None
         except CONNECTION_ERRORS as exc:

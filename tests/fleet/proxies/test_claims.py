@@ -174,3 +174,75 @@ def test_a_race_lost_at_start_releases_what_was_claimed(make, kubeapi):
         a.acquire()
     assert holder(kubeapi, "contested") == "b"
     assert holder(kubeapi, "x") == "" and a.held() == []  # released: another installation may take it at once
+
+
+# --- the cluster source, scoped (fleet.proxies.cluster) --------------------------------------------
+
+
+def px(name: str, ns: str) -> dict:
+    return {"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy", "metadata": {"name": name, "namespace": ns},
+            "spec": {"provider": "edge"}}
+
+
+def run_cluster(kubeapi, installation: str, *scope: str):
+    import threading
+
+    from fleet.proxies.cluster import Cluster
+
+    writer, _ = kube.connect(Settings(kubeconfig=kubeapi.kubeconfig_path, installation=installation))
+    claims = Claims(writer, installation, scope)
+    cl = Cluster(writer, namespaces=scope, claims=claims)
+    cl.claim()
+    stop, changed = threading.Event(), []
+    t = threading.Thread(target=cl.run, args=(stop, changed.extend), daemon=True)
+    t.start()
+    return cl, stop, t, changed
+
+
+def wait(cond, what: str, timeout: float = 10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(what)
+
+
+def test_the_cluster_source_watches_only_its_namespaces_one_watch_each(kubeapi):
+    for ns in ("a", "b", "other"):
+        kubeapi.add(px("p", ns), plural="proxies")
+    cl, stop, t, changed = run_cluster(kubeapi, "inst", "a", "b")
+    try:
+        wait(cl.ready, "both namespaces listed")
+        assert cl.keys() == ["a/p", "b/p"] and cl.get("other/p") is None
+        kubeapi.add(px("q", "other"), plural="proxies")
+        kubeapi.add(px("q", "b"), plural="proxies")
+        wait(lambda: "b/q" in list(cl.keys()), "b/q seen")
+        served = cl.keys()  # a list: what the reconciler resyncs
+        assert "other/q" not in served and "other/q" not in changed
+    finally:
+        stop.set()
+        t.join(10)
+    watches = {r.path for r in kubeapi.requests if r.query.get("watch")}
+    assert watches == {"/apis/crawl.example.com/v1alpha1/namespaces/a/proxies",
+                       "/apis/crawl.example.com/v1alpha1/namespaces/b/proxies"}  # never cluster-wide
+
+
+def test_with_every_namespace_a_namespace_another_installation_serves_is_invisible(kubeapi):
+    kubeapi.add(px("p", "free"), plural="proxies")
+    cl, stop, t, _ = run_cluster(kubeapi, "wide", "*")
+    try:
+        wait(cl.ready, "listed")
+        assert cl.get("free/p") is not None  # claimed on first sight
+        make_b = Claims(cl.writer, "b", ("theirs2",))
+        make_b.acquire()
+        kubeapi.add(px("p", "theirs2"), plural="proxies")
+        wait(lambda: "theirs2/p" in cl._cache, "theirs2/p in the watch cache")
+        served = cl.keys()
+        assert cl.get("theirs2/p") is None and "theirs2/p" not in served  # b's: never reconciled here
+        assert holder(kubeapi, "free") == "wide" and holder(kubeapi, "theirs2") == "b"
+    finally:
+        stop.set()
+        t.join(10)
