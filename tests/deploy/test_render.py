@@ -204,3 +204,15 @@ def test_cli_reports_an_unmountable_config_as_bad_input(tmp_path, capsys):
     )
     assert cli.main(["render", "-c", str(path)]) == cli.EXIT_BAD_INPUT
     assert "credential file 'key' must be an absolute" in capsys.readouterr().err
+
+
+def test_cli_renders_a_role_per_proxy_namespace_and_refuses_a_bad_one(three_path, capsys, monkeypatch):
+    monkeypatch.delenv("FLEET_PROXY_NAMESPACES", raising=False)
+    assert cli.main(["render", "-c", str(three_path), "--namespace", "fleet-a", "--proxy-namespaces", "crawl,team-b"]) == 0
+    objs = list(yaml.safe_load_all(capsys.readouterr().out))
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Role"}
+    assert {("crawl", "fleet:fleet-a:controller"), ("team-b", "fleet:fleet-a:controller")} <= roles
+    controller = by_kind(objs, "Deployment")["fleet-controller"]
+    assert {"name": "FLEET_PROXY_NAMESPACES", "value": "crawl,team-b"} in pod(controller)["containers"][0]["env"]
+    assert cli.main(["render", "-c", str(three_path), "--proxy-namespaces", "Crawl"]) == cli.EXIT_BAD_INPUT
+    assert "--proxy-namespaces: 'Crawl' is not a namespace name" in capsys.readouterr().err

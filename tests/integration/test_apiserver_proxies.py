@@ -13,6 +13,9 @@ production command lines), real Redis, the RBAC `fleet render` writes.
   Failed/ProviderNotConfigured (it has no fake-a), as issue 18 saw;
 - an installation whose namespaces overlap a running one's is refused at
   start, the message naming the overlap, and so is `*` beside them.
+- GC's namespace guard on a real sweep (`local` provider, real Squid): an
+  old instance of ours marked for a namespace the installation does not
+  serve, or without a namespace mark, is kept; the orphan in its own is deleted.
 
 The window: the issue's "done when" says 2 minutes at the default 1 m
 resync. The fight it saw came from the resync (every Running Proxy looked
@@ -37,6 +40,7 @@ import yaml
 
 from tests.integration.conftest import Stack, wait_for
 from tests.kubeserver import render_installation
+from tests.providers.local.conftest import port_window, state_dir  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.apiserver]
 
@@ -75,18 +79,19 @@ class Installations:
         self.stacks: list[Stack] = []
 
     def start(self, installation: str, provider: str, proxy_namespaces: str, *, as_admin: bool = False,
-              worker: bool = True) -> Stack:
+              worker: bool = True, providers: list[dict] | None = None, **env: str) -> Stack:
         d = self.tmp / installation
         d.mkdir()
-        text = yaml.safe_dump({"providers": [{"name": provider, "type": "fake"}]})
+        providers = providers or [{"name": provider, "type": "fake"}]
+        text = yaml.safe_dump({"providers": providers})
         scope = tuple(proxy_namespaces.split(","))
         render_installation(self.server, text, installation, proxy_namespaces=scope, workdir=d)
         kubeconfig = self.server.kubeconfig if as_admin else \
             self.server.kubeconfig_for(installation, "fleet-controller", str(d / "kubeconfig"))
-        stack = Stack(d, f"{self.redis_url}/{len(self.stacks)}", [{"name": provider, "type": "fake"}], {
+        stack = Stack(d, f"{self.redis_url}/{len(self.stacks)}", providers, {
             "FLEET_KUBECONFIG": kubeconfig, "FLEET_INSTALLATION": installation, "FLEET_PROXY_NAMESPACES": proxy_namespaces,
             "FLEET_PROXY_POLL_INTERVAL": "1s", "FLEET_PROXY_RESYNC_INTERVAL": f"{RESYNC:g}s",
-            "FLEET_PROVIDER_CHECK_INTERVAL": "0"})
+            "FLEET_PROVIDER_CHECK_INTERVAL": "0", **env})
         self.stacks.append(stack)
         if worker:
             stack.worker(provider)
@@ -222,3 +227,66 @@ def test_overlapping_installations_are_refused_at_start_naming_the_overlap(kube_
     assert one.procs["controller"].poll() is None
     lease = kube_server.json("GET", f"/apis/coordination.k8s.io/v1/namespaces/{shared}/leases/fleet-proxies")
     assert lease["spec"]["holderIdentity"] == first
+
+
+def test_gc_collects_orphans_only_in_its_namespaces(kube_server, installations, kube_ns, tmp_path, state_dir,  # noqa: F811
+                                                   port_window):  # noqa: F811
+    """The namespace guard as applied: a real sweep (`fleet gc`, as beat sends
+    it) through a real controller and a `local` worker (real Squid), live UIDs
+    listed from the real API server in --proxy-namespaces only. An old
+    instance of ours for a namespace this installation does not serve (its
+    Proxy may well exist there: the live set cannot know) is kept; the orphan
+    in its own namespace is deleted."""
+    from datetime import timedelta
+
+    from providers.base import CreateRequest, Deadline
+    from providers.local.config import LocalConfig
+    from providers.local.provider import LocalProvider
+    from tests.integration.test_gc import backdate
+    from tests.integration.test_local_proxies import alive, records
+    from tests.providers.local.conftest import kill_all, squid_binary
+
+    if squid_binary() is None:
+        pytest.fail("squid is not installed: run `make test`, which installs it")
+    lo, hi = port_window
+    name = f"fleet-gc-{kube_ns}"
+    local = {"stateDir": state_dir, "portRange": f"{lo}-{hi}"}
+    stack = installations.start(name, "lab", kube_ns, providers=[{"name": "lab", "type": "local", "local": local}],
+                                FLEET_GC_MIN_AGE="10m", FLEET_PROVIDER_CALL_TIMEOUT="20s")
+    stack.state_dir = state_dir
+    stack.wait_ready("worker:lab", "controller")
+    behind = LocalProvider("lab", LocalConfig.model_validate(local))
+    try:
+        made = {}
+        for i, (key, ns) in enumerate((("orphan", kube_ns), ("elsewhere", "not-served"), ("unmarked-ns", ""))):
+            uid = f"uid-{key}-{kube_ns}"
+            n = base_name(uid)
+            behind.create(CreateRequest(name=n, uid=uid, namespace=ns, proxy_name=key, port=lo + i, installation=name),
+                          Deadline.after(20))
+            backdate(state_dir, n, timedelta(hours=1))
+            made[key] = n
+        pids = {k: records(stack)[n].pid for k, n in made.items()}
+        dry = stack.fleet("gc", "--dry-run", "-o", "json")
+        assert dry.returncode == 0, dry.stderr
+        verdicts = {r["instance"]: (r["verdict"], r["why"]) for r in yaml.safe_load(dry.stdout)["instances"]}
+        assert verdicts == {
+            f"local/{made['orphan']}": ("delete", "orphan: no Proxy has its UID, older than 10m"),
+            f"local/{made['elsewhere']}": ("keep", "namespace not-served not in --proxy-namespaces"),
+            f"local/{made['unmarked-ns']}": ("keep", "no namespace mark: outside --proxy-namespaces, never collected"),
+        }
+        assert stack.fleet("gc").returncode == 0
+        wait_for(lambda: made["orphan"] not in records(stack), 60, f"the orphan collected:\n{stack.log('controller')[-3000:]}")
+        time.sleep(1)
+        assert set(records(stack)) == {made["elsewhere"], made["unmarked-ns"]}
+        assert alive(pids["elsewhere"]) and alive(pids["unmarked-ns"])
+    finally:
+        stack.stop()
+        kill_all(state_dir)
+        for child in list(behind._children.values()):
+            child.wait(10)
+
+
+def base_name(uid: str) -> str:
+    from providers.base import name_from_uid
+
+    return name_from_uid(uid)
