@@ -133,6 +133,10 @@ def conflict_message(installation: str, conflicts: Mapping[str, Judgement]) -> s
     )
 
 
+class MissingNamespace(Exception):
+    """A namespace of --proxy-namespaces does not exist."""
+
+
 class Claims:
     """This installation's claims on its namespaces (see the module docstring)."""
 
@@ -229,7 +233,14 @@ class Claims:
                     self._lose(namespace, j, now)
                     return j
                 if j.action == CREATE:
-                    self.writer.create(LEASE, namespace, lease_body(namespace, self.installation, now, acquire=True))
+                    try:
+                        self.writer.create(LEASE, namespace, lease_body(namespace, self.installation, now, acquire=True))
+                    except kube.ClusterAccessError as exc:
+                        if exc.status != 404:
+                            raise
+                        raise MissingNamespace(
+                            f"namespace {namespace!r} of --proxy-namespaces does not exist: create it first "
+                            f"(kubectl create namespace {namespace}) or leave it out of --proxy-namespaces") from None
                 elif j.action in (RENEW, TAKE):
                     assert lease is not None
                     body = lease_body(namespace, self.installation, now, acquire=j.action == TAKE)

@@ -79,13 +79,14 @@ class Installations:
         self.stacks: list[Stack] = []
 
     def start(self, installation: str, provider: str, proxy_namespaces: str, *, as_admin: bool = False,
-              worker: bool = True, providers: list[dict] | None = None, **env: str) -> Stack:
+              worker: bool = True, providers: list[dict] | None = None, render: bool = True, **env: str) -> Stack:
         d = self.tmp / installation
         d.mkdir()
         providers = providers or [{"name": provider, "type": "fake"}]
         text = yaml.safe_dump({"providers": providers})
         scope = tuple(proxy_namespaces.split(","))
-        render_installation(self.server, text, installation, proxy_namespaces=scope, workdir=d)
+        if render:  # (which creates the namespaces it grants rights in)
+            render_installation(self.server, text, installation, proxy_namespaces=scope, workdir=d)
         kubeconfig = self.server.kubeconfig if as_admin else \
             self.server.kubeconfig_for(installation, "fleet-controller", str(d / "kubeconfig"))
         stack = Stack(d, f"{self.redis_url}/{len(self.stacks)}", providers, {
@@ -227,6 +228,14 @@ def test_overlapping_installations_are_refused_at_start_naming_the_overlap(kube_
     assert one.procs["controller"].poll() is None
     lease = kube_server.json("GET", f"/apis/coordination.k8s.io/v1/namespaces/{shared}/leases/fleet-proxies")
     assert lease["spec"]["holderIdentity"] == first
+
+
+def test_a_namespace_that_does_not_exist_fails_the_start_saying_so(installations, kube_ns):
+    stack = installations.start(f"fleet-{kube_ns}", "edge", f"{kube_ns},missing-{kube_ns}", as_admin=True, worker=False,
+                                render=False)
+    assert stack.procs["controller"].wait(60) == 1
+    assert (f"controller start-up failed, exiting: MissingNamespace: namespace 'missing-{kube_ns}' of --proxy-namespaces "
+            "does not exist") in stack.log("controller"), stack.log("controller")[-3000:]
 
 
 def test_gc_collects_orphans_only_in_its_namespaces(kube_server, installations, kube_ns, tmp_path, state_dir,  # noqa: F811
