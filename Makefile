@@ -7,6 +7,9 @@
 # PY=/other/venv/bin/python uses an existing environment instead; its bin/ holds the tools.
 # The integration tests start (and stop) their own servers: redis-server,
 # celery workers, beat, sshd/libvirtd — on loopback, in temporary directories.
+# FLEET_TEST_KUBE_APISERVER=/path/to/kube-apiserver (etcd on PATH) adds the tests on
+# a real API server (`pytest -m apiserver`); without it they skip. `make apiserver`
+# installs one from ../shared/tools/kube-apiserver into .cache/ when that folder exists.
 
 SYSTEM_PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +18,7 @@ BIN := $(dir $(PY))
 PIP_EXTRAS ?= test,kvm,gcp,aws,hetzner,api
 APT_PACKAGES := $(shell grep -v '^\#' ci/apt-packages.txt)
 
-.PHONY: deps apt venv test unit lint demo bench
+.PHONY: deps apt venv test unit lint demo bench apiserver
 
 apt:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
@@ -36,6 +39,12 @@ lint:
 
 test: deps lint
 	$(PY) -m pytest -q -p no:cacheprovider
+
+KUBE_INSTALL ?= $(abspath ..)/shared/tools/kube-apiserver/install
+apiserver: deps
+	@[ -x "$(KUBE_INSTALL)" ] || { echo "make: no $(KUBE_INSTALL); set FLEET_TEST_KUBE_APISERVER to a kube-apiserver" >&2; exit 2; }
+	$(KUBE_INSTALL) $(CURDIR)/.cache/kube-apiserver
+	FLEET_TEST_KUBE_APISERVER=$(CURDIR)/.cache/kube-apiserver/kube-apiserver $(PY) -m pytest -q -p no:cacheprovider -m apiserver
 
 unit:
 	$(PY) -m pytest -q -m 'not integration'

@@ -147,11 +147,12 @@ def refused(provider: Any, op: str, why: str, error_class: str = INVALID) -> dic
 
 def instance_dict(i: Instance) -> dict[str, Any]:
     """An Instance as JSON: state by its value, createdAt as ISO 8601 or null,
-    installation as read back from the backend ("" when unmarked: GC's test
-    of "ours")."""
+    installation and namespace marks as read back from the backend ("" when
+    unmarked: GC's tests of "ours" and "in scope")."""
     created: datetime | None = i.created_at
     return {"id": i.id, "state": i.state.value, "ip": i.ip, "uid": i.uid,
-            "createdAt": created.isoformat() if created else None, "installation": i.installation}
+            "createdAt": created.isoformat() if created else None, "installation": i.installation,
+            "namespace": i.namespace}
 
 
 def message_problem(provider: Any, timeout: Any, attempt: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],

@@ -58,14 +58,16 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "egress-proxies-operator"
 LABEL_INSTALLATION = "fleet.crawl.example.com/installation"  # value: Settings.installation_id
 FIELD_MANAGER = "fleet-controller"
-RBAC_ROLE = "the ClusterRole fleet:<installation>:controller from `fleet render`"
+RBAC_ROLE = ("the ClusterRole fleet:<installation>:controller from `fleet render`, or its Role of that name in each "
+             "namespace of --proxy-namespaces")
 # publish outcomes besides a Skip's reason (UNCHANGED, or the feature's own)
 PATCHED, FOREIGN = "patched", "foreign"
 CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = 10.0
 CACHE_TTL = 3600.0  # seconds a cached object is trusted without a GET
 MAX_SECRET_VALUE = 64 * 1024  # bytes of one Secret key read_secret_key accepts (decoded)
-SECRETS_ROLE = "the ClusterRole fleet:<installation>:controller:secrets from `fleet render`"
+SECRETS_ROLE = ("the Role fleet:<installation>:controller that `fleet render` writes in each namespace of "
+                "--proxy-namespaces (with '*': the ClusterRole fleet:<installation>:controller:secrets)")
 
 # The SDK's client, for callers that hold one (fleet.kubewatch) without importing the SDK.
 ApiClient = client.ApiClient
@@ -251,28 +253,40 @@ def translate(exc: ApiException, verb: str, resource: Resource, name: str | None
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
 
 
-def list_page(api: client.ApiClient, resource: Resource, limit: int = 0, continue_token: str = "") -> dict[str, Any]:
-    """One page of every object of `resource` (across all namespaces): the
-    list as answered, with metadata.resourceVersion and .continue. Raises
-    Expired when the continue token is too old (list again from the start)."""
+def _list_call(api: client.ApiClient, resource: Resource, namespace: str | None, **kw: Any) -> Any:
+    """CustomObjectsApi's list, in `namespace` or across all namespaces (None)."""
+    objects = client.CustomObjectsApi(api)
+    if namespace:
+        return objects.list_namespaced_custom_object(resource.group, resource.version, namespace, resource.plural, **kw)
+    return objects.list_cluster_custom_object(resource.group, resource.version, resource.plural, **kw)
+
+
+def list_page(api: client.ApiClient, resource: Resource, limit: int = 0, continue_token: str = "",
+              namespace: str | None = None, field_selector: str = "") -> dict[str, Any]:
+    """One page of the objects of `resource` in `namespace` (None: across all
+    namespaces): the list as answered, with metadata.resourceVersion and
+    .continue. Raises Expired when the continue token is too old (list again
+    from the start)."""
     kw: dict[str, Any] = {"_request_timeout": REQUEST_TIMEOUT}
     if limit:
         kw["limit"] = limit
     if continue_token:
         kw["_continue"] = continue_token
+    if field_selector:
+        kw["field_selector"] = field_selector
     try:
-        out = client.CustomObjectsApi(api).list_cluster_custom_object(resource.group, resource.version, resource.plural, **kw)
+        out = _list_call(api, resource, namespace, **kw)
     except ApiException as exc:
-        raise translate(exc, "list", resource) from exc
+        raise translate(exc, "list", resource, namespace=namespace) from exc
     except CONNECTION_ERRORS as exc:
-        raise ApiUnavailable(f"list {resource.kind}: {exc}") from exc
+        raise ApiUnavailable(f"list {resource.kind}" + (f" in {namespace}" if namespace else "") + f": {exc}") from exc
     if not isinstance(out, dict):
         raise ApiUnavailable(f"list {resource.kind}: the answer is not an object")
     return out
 
 
 class WatchStream:
-    """One watch request of `resource` across all namespaces, from
+    """One watch request of `resource` in `namespace` (None: across all namespaces), from
     `resource_version`: iterate for (type, object) pairs, as the API server
     sent them (the caller validates the objects). Lines that are not a JSON
     object with a string `type` are logged (not their content) and skipped;
@@ -281,8 +295,8 @@ class WatchStream:
     any thread; a connection cut or a read timeout raises ApiUnavailable."""
 
     def __init__(self, api: client.ApiClient, resource: Resource, resource_version: str, *, timeout_seconds: int,
-                 bookmarks: bool = True, read_timeout: float | None = None) -> None:
-        self.api, self.resource, self.resource_version = api, resource, resource_version
+                 bookmarks: bool = True, read_timeout: float | None = None, namespace: str | None = None) -> None:
+        self.api, self.resource, self.resource_version, self.namespace = api, resource, resource_version, namespace
         self.timeout_seconds, self.bookmarks = timeout_seconds, bookmarks
         self.read_timeout = read_timeout if read_timeout is not None else timeout_seconds + 30.0
         self._lock = threading.Lock()
@@ -304,13 +318,13 @@ class WatchStream:
         r = self.resource
         resp: Any  # with _preload_content=False: the urllib3 response
         try:
-            resp = client.CustomObjectsApi(self.api).list_cluster_custom_object(
-                r.group, r.version, r.plural, watch=True, resource_version=self.resource_version or None,
+            resp = _list_call(
+                self.api, r, self.namespace, watch=True, resource_version=self.resource_version or None,
                 allow_watch_bookmarks=self.bookmarks, timeout_seconds=self.timeout_seconds, _preload_content=False,
                 _request_timeout=(REQUEST_TIMEOUT, self.read_timeout),
             )
         except ApiException as exc:
-            raise translate(exc, "watch", r) from exc
+            raise translate(exc, "watch", r, namespace=self.namespace) from exc
         except CONNECTION_ERRORS as exc:
             raise ApiUnavailable(f"watch {r.kind}: {exc}") from exc
         with self._lock:
@@ -570,6 +584,41 @@ class Writer:
         body = {"metadata": {"resourceVersion": resource_version, "finalizers": list(finalizers)}}
         return self._patch(resource, namespace, name, body, status=False)
 
+    # --- plain objects of a kind fleet owns by name (its namespace claims: Leases) -------------
+
+    def read(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when there is none (404)."""
+        _check_scope(resource, namespace)
+        try:
+            out = self._call("get", resource, namespace, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise translate(exc, "get", resource, name, namespace) from exc
+        except CONNECTION_ERRORS as exc:
+            raise ApiUnavailable(f"get {_what(resource, name, namespace)}: {exc}") from exc
+        return out if isinstance(out, dict) else None
+
+    def create(self, resource: Resource, namespace: str | None, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create `body` (its metadata names it); Conflict (409) when it exists already."""
+        _check_scope(resource, namespace)
+        name = str((body.get("metadata") or {}).get("name") or "")
+        try:
+            out = self._call("create", resource, namespace, dict(body), field_manager=FIELD_MANAGER)
+        except ApiException as exc:
+            raise translate(exc, "create", resource, name, namespace) from exc
+        except CONNECTION_ERRORS as exc:
+            raise ApiUnavailable(f"create {_what(resource, name, namespace)}: {exc}") from exc
+        if not isinstance(out, dict):
+            raise ApiUnavailable(f"create {_what(resource, name, namespace)}: the answer is not an object")
+        self.writes += 1
+        return out
+
+    def patch(self, resource: Resource, namespace: str | None, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the object (a metadata.resourceVersion in `body` makes
+        it conditional: Conflict on 409); NotFound when it is gone."""
+        return self._patch(resource, namespace, name, dict(body), status=False)
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str:
         """The UTF-8 text under `key` of Secret `namespace/name` (a Proxy's
         cloudInit.secretRef), at most MAX_SECRET_VALUE bytes. A missing Secret
@@ -588,7 +637,7 @@ class Writer:
                 raise ClusterAccessError(
                     f"cannot get {where}: {'forbidden' if status == 403 else 'credentials rejected'} ({status}). The "
                     f"controller's ServiceAccount needs verb 'get' on resource 'secrets' in API group '' in namespace "
-                    f"{namespace!r} ({SECRETS_ROLE}, or a RoleBinding of it there) (API server: {said})",
+                    f"{namespace!r} ({SECRETS_ROLE}) (API server: {said})",
                     "get", "secrets", status) from None
             raise ApiUnavailable(f"get {where}: the API server answered ({status})") from None
         except CONNECTION_ERRORS as exc:

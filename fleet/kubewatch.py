@@ -1,5 +1,5 @@
-"""List and watch every object of one custom resource kind, across all
-namespaces, and hand the changes to a consumer: the informer loop, without
+"""List and watch every object of one custom resource kind, in one namespace
+or across all of them, and hand the changes to a consumer: the informer loop, without
 a cache (the consumer keeps what it needs).
 
 `Watcher.run(stop)` loops until `stop` is set:
@@ -90,7 +90,8 @@ def _resource_version(obj: Any) -> str | None:
 
 
 class Watcher:
-    """List+watch of `resource` across all namespaces; see the module docstring.
+    """List+watch of `resource` in `namespace` (None: across all namespaces);
+    see the module docstring.
 
     `api`: an `ApiClient`, or a function building one (called at the start
     and again after the credentials were rejected, 401)."""
@@ -107,7 +108,9 @@ class Watcher:
         backoff: Backoff = Backoff(),
         page_size: int = PAGE_SIZE,
         read_timeout: float | None = None,
+        namespace: str | None = None,
     ) -> None:
+        self.namespace = namespace
         self._api, self._client = api, api if isinstance(api, ApiClient) else None
         self.resource, self.on_event, self.on_synced = resource, on_event, on_synced
         self.bookmark, self.timeout_seconds, self.backoff = bookmark, timeout_seconds, backoff
@@ -123,7 +126,8 @@ class Watcher:
 
     def run(self, stop: threading.Event) -> None:
         """List, then watch, until `stop` is set (see the module docstring)."""
-        closer = threading.Thread(target=self._close_on, args=(stop,), name=f"kubewatch-{self.resource.plural}-stop",
+        closer = threading.Thread(target=self._close_on, args=(stop,),
+                                  name=f"kubewatch-{self.resource.plural}-{self.namespace or 'all'}-stop",
                                   daemon=True)
         closer.start()
         attempt = 0
@@ -148,7 +152,8 @@ class Watcher:
                     self._client = None  # credentials rejected: build the client again
                 level = logging.ERROR if isinstance(exc, kube.ClusterAccessError) else logging.WARNING
                 log.log(level, "list/watch failed, retrying", extra={"fields": {
-                    "kind": self.resource.kind, "error": str(exc), "retry_in": round(delay, 2), "attempt": attempt}})
+                    "kind": self.resource.kind, "namespace": self.namespace or "*", "error": str(exc),
+                    "retry_in": round(delay, 2), "attempt": attempt}})
                 stop.wait(delay)
         log.debug("watcher stopped", extra={"fields": {"kind": self.resource.kind}})
 
@@ -175,7 +180,7 @@ class Watcher:
             token, rv = "", ""
             try:
                 while True:
-                    page = kube.list_page(self._api_client(), self.resource, self.page_size, token)
+                    page = kube.list_page(self._api_client(), self.resource, self.page_size, token, namespace=self.namespace)
                     found = page.get("metadata")
                     meta: dict[str, Any] = found if isinstance(found, dict) else {}
                     rv = rv or str(meta.get("resourceVersion") or "")
@@ -219,7 +224,8 @@ class Watcher:
         """One watch request, from resource_version, until the server ends it
         or `stop`. True when it delivered anything or ended cleanly."""
         stream = kube.WatchStream(self._api_client(), self.resource, self.resource_version,
-                                  timeout_seconds=self.timeout_seconds, bookmarks=self.bookmark, read_timeout=self.read_timeout)
+                                  timeout_seconds=self.timeout_seconds, bookmarks=self.bookmark, read_timeout=self.read_timeout,
+                                  namespace=self.namespace)
         with self._lock:
             self._stream = stream
         if stop.is_set():  # set before the closer could see this stream

@@ -22,6 +22,9 @@ MIN_INTERVAL = 10.0
 DEFAULT_TIMEOUT = 15.0
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_INSTALLATION = "default"
+DEFAULT_NAMESPACE = "default"  # the installation's namespace outside a cluster (no pod namespace)
+ALL_NAMESPACES = "*"  # --proxy-namespaces: every namespace (the widest grant)
+MAX_PROXY_NAMESPACES = 100
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -203,6 +206,12 @@ OPTIONS: tuple[Option, ...] = (
         "Standalone mode (no cluster): a Proxy manifest file or directory of them, re-read on change; their status "
         "lives in Redis (`fleet get px`). Without it, the controller watches Proxy objects when it has a cluster.",
     ),
+    Option(
+        "proxy-namespaces",
+        "Cluster mode: the namespaces whose Proxies this installation lists, watches, reconciles and garbage-collects, "
+        "a comma list of DNS-1123 labels; '*' for every namespace (the widest grant: a cluster-wide Secret read). "
+        "Default: the installation's own namespace (the pod's; 'default' outside a cluster).",
+    ),
     Option("secrets-dir", "Standalone mode: where cloudInit.secretRef is read, as <dir>/<namespace>/<name>/<key> "
                           "(the layout of mounted Secrets). Default: none (secretRef Proxies wait)."),
     Option("max-provider-calls", "Provider calls in flight at once per provider, from the Proxy reconciler. Default 3.", "int"),
@@ -263,6 +272,7 @@ class Settings:
     kube_context: str | None = None
     installation: str | None = None
     proxies: str | None = None
+    proxy_namespaces: str | None = None
     secrets_dir: str | None = None
     max_provider_calls: int = 3
     proxy_poll_interval: float = 10.0
@@ -301,6 +311,15 @@ class Settings:
     def installation_id(self) -> str:
         """The installation label's value: the flag, else the namespace this pod runs in."""
         return self.installation or current_namespace() or DEFAULT_INSTALLATION
+
+    @property
+    def proxy_scope(self) -> tuple[str, ...]:
+        """The namespaces whose Proxies this installation serves (cluster
+        mode): --proxy-namespaces, else the installation's own namespace
+        (the pod's, else 'default'); ('*',) for every namespace."""
+        if self.proxy_namespaces is not None:
+            return parse_namespaces(self.proxy_namespaces)
+        return (current_namespace() or DEFAULT_NAMESPACE,)
 
     @property
     def gc_enabled(self) -> bool:
@@ -375,6 +394,8 @@ class Settings:
             raise SettingsError(
                 f"--installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {show(self.installation)}"
             )
+        if self.proxy_namespaces is not None:
+            parse_namespaces(self.proxy_namespaces)
         why = broker_problem(self.broker)
         if why:
             raise SettingsError(f"--broker {why}, got {show(redact_url(self.broker), 200)}")
@@ -431,6 +452,30 @@ class Settings:
                             ("--secrets-dir", self.secrets_dir), ("--api-token-file", self.api_token_file)):
             if value is not None and (len(value) > 4096 or not value.isprintable()):
                 raise SettingsError(f"{what} must be printable and at most 4096 characters, got {show(value)}")
+
+
+def parse_namespaces(text: str, flag: str = "--proxy-namespaces") -> tuple[str, ...]:
+    """`a,b` → ("a", "b") (order kept, repeats dropped); `*` → ("*",).
+    Raises SettingsError naming the flag and the first bad entry."""
+    if len(text) > 64 * MAX_PROXY_NAMESPACES:
+        raise SettingsError(f"{flag} must list at most {MAX_PROXY_NAMESPACES} namespaces, got {show(text)}")
+    items = [item.strip() for item in text.split(",")]
+    if items == [ALL_NAMESPACES]:
+        return (ALL_NAMESPACES,)
+    out: list[str] = []
+    for i, item in enumerate(items):
+        if item == ALL_NAMESPACES:
+            raise SettingsError(f"{flag}: '*' (every namespace) cannot be combined with names, got {show(text)}")
+        if not item:
+            raise SettingsError(f"{flag} must be a comma list of namespaces or '*', entry {i + 1} is empty (got {show(text)})")
+        if not _DNS1123_LABEL.fullmatch(item):
+            raise SettingsError(f"{flag}: {show(item)} is not a namespace name (a DNS-1123 label: lowercase letters, "
+                                f"digits, '-'; at most 63)")
+        if item not in out:
+            out.append(item)
+    if len(out) > MAX_PROXY_NAMESPACES:
+        raise SettingsError(f"{flag} must list at most {MAX_PROXY_NAMESPACES} namespaces, got {len(out)}")
+    return tuple(out)
 
 
 def current_namespace() -> str | None:

@@ -40,6 +40,10 @@ LABEL_UID = "proxy-operator-uid"
 # instance: GC deletes only its own installation's orphans, so two fleets
 # sharing a project, hypervisor, cluster or host never collect each other's.
 LABEL_INSTALLATION = "proxy-operator-installation"
+# The namespace of the Proxy the instance was created for: GC collects only
+# instances of the namespaces whose Proxies it listed (--proxy-namespaces), so
+# an instance of a namespace it does not watch is never taken for an orphan.
+LABEL_NAMESPACE = "proxy-operator-namespace"
 # What an installation id is (fleet.settings validates --installation the
 # same way): a DNS-1123 label, so it fits a pod label, a GCE label value
 # ([a-z0-9_-], at most 63), domain metadata and a state record alike.
@@ -52,6 +56,12 @@ def installation_problem(installation: str) -> str | None:
     if installation == "" or _INSTALLATION.fullmatch(installation):
         return None
     return f"installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {installation[:80]!r}"
+
+
+def namespace_mark(request: CreateRequest) -> str:
+    """The LABEL_NAMESPACE value a create writes: the Proxy's namespace when it
+    is a DNS-1123 label (every Kubernetes namespace is), else "" (no mark)."""
+    return request.namespace if _INSTALLATION.fullmatch(request.namespace) else ""
 
 # --- Shared check reasons ----------------------------------------------------
 # Providers add their own only for failures an admin would fix differently.
@@ -150,6 +160,8 @@ class Instance:
     # The installation mark read back from the backend, never from memory;
     # "" when the instance carries none (created before marks, or by hand).
     installation: str = ""
+    # The Proxy's namespace mark read back from the backend; "" when none.
+    namespace: str = ""
 
 
 @dataclass(frozen=True)

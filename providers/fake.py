@@ -156,13 +156,15 @@ def plan(cfg: FakeConfig, name: str, round_no: int, _flappers: dict[str, int] | 
 
 def _to_json(i: Instance) -> dict[str, object]:
     return {"id": i.id, "state": i.state.value, "ip": i.ip, "uid": i.uid,
-            "createdAt": i.created_at.isoformat() if i.created_at else None, "installation": i.installation}
+            "createdAt": i.created_at.isoformat() if i.created_at else None, "installation": i.installation,
+            "namespace": i.namespace}
 
 
 def _from_json(d: dict[str, object]) -> Instance:
     created = d.get("createdAt")
     return Instance(str(d["id"]), State(str(d["state"])), str(d.get("ip") or ""), str(d.get("uid") or ""),
-                    datetime.fromisoformat(created) if isinstance(created, str) else None, str(d.get("installation") or ""))
+                    datetime.fromisoformat(created) if isinstance(created, str) else None, str(d.get("installation") or ""),
+                    str(d.get("namespace") or ""))
 
 
 class Table:
@@ -261,7 +263,8 @@ class FakeProvider:
                 pid = f"{pid}-{n}"
             if pid not in table:
                 # The table is this backend: the mark lives in it, as a label would.
-                table[pid] = Instance(pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC), request.installation)
+                table[pid] = Instance(pid, State.RUNNING, "127.0.0.1", request.uid, datetime.now(UTC), request.installation,
+                                      base.namespace_mark(request))
         return pid
 
     def get(self, provider_id: str, deadline: Deadline) -> Instance:

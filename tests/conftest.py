@@ -1,5 +1,6 @@
 import pytest
 
+from tests import kubeserver
 from tests.fakes.kubeapi import FakeKubeAPI, Server
 
 
@@ -11,6 +12,25 @@ def kubeapi(tmp_path):
         api.server = server
         api.kubeconfig_path = server.kubeconfig(str(tmp_path / "kubeconfig"))
         yield api
+
+
+@pytest.fixture(scope="session")
+def kube_server():
+    """A real kube-apiserver + etcd on loopback for the whole session
+    (tests/kubeserver.py), the shipped CRDs installed; skipped, saying why,
+    unless FLEET_TEST_KUBE_APISERVER names the binary."""
+    path, why = kubeserver.configured()
+    if path is None:
+        pytest.skip(why)
+    server = kubeserver.KubeServer(path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kube_ns(kube_server):
+    """A namespace of the real API server for this test alone."""
+    return kube_server.namespace()
 
 
 _EXPORTER = None

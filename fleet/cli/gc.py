@@ -79,7 +79,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             raise cli.Unreachable(f"the live Proxy UIDs cannot be vouched for ({mode}): {exc}") from None
     finally:
         store.close()
-    report = decide(listed, uids, settings.installation_id, settings.gc_min_age, time.time())
+    report = decide(listed, uids, settings.installation_id, settings.gc_min_age, time.time(), live.scope(settings))
     print(render(report, args.output, settings.installation_id, settings.gc_min_age, len(uids)))
     return cli.EXIT_NOT_READY if any(r["skipped"] for r in report["providers"]) else cli.EXIT_OK
 
@@ -99,7 +99,7 @@ def list_one(pc: ProviderConfig, timeout: float) -> tuple[str, ListAnswer]:
 
 
 def decide(listed: Sequence[tuple[str, ListAnswer]], live: frozenset[str], installation: str, min_age: float,
-           now: float) -> dict[str, Any]:
+           now: float, namespaces: tuple[str, ...] = ("*",)) -> dict[str, Any]:
     """The dry run's report (pure): per provider whether it would be swept, and every instance's verdict."""
     from fleet.gc.decide import decide_all
 
@@ -111,14 +111,15 @@ def decide(listed: Sequence[tuple[str, ListAnswer]], live: frozenset[str], insta
                           "listed": len(answer.instances), "malformed": answer.malformed})
         if skipped:
             continue
-        instances.extend(_row(name, v) for v in decide_all(answer.instances, live, installation, min_age, now))
+        instances.extend(_row(name, v) for v in decide_all(answer.instances, live, installation, min_age, now,
+                                                                  namespaces=namespaces))
     return {"providers": providers, "instances": instances}
 
 
 def _row(provider: str, v: Verdict) -> dict[str, Any]:
     i = v.instance
     return {"provider": provider, "instance": i.id, "uid": i.uid, "installation": i.installation,
-            "ageSeconds": None if v.age is None else round(v.age, 1), "verdict": v.verdict, "why": v.why}
+            "namespace": i.namespace, "ageSeconds": None if v.age is None else round(v.age, 1), "verdict": v.verdict, "why": v.why}
 
 
 def render(report: dict[str, Any], fmt: str, installation: str, min_age: float, live: int) -> str:

@@ -8,11 +8,15 @@ It prints, for one installation (default: the namespace):
   with any secret field (a block's `secret_fields`, e.g. kvm `vendorData`)
   moved out into a Secret `fleet-<provider>-secrets` mounted by that
   provider's worker only, and the field replaced by its `<field>File` path;
-- the controller: ServiceAccount, a ClusterRole on ProviderHealth and
-  Proxy and its binding, a second ClusterRole with `get` on Secrets (a
-  Proxy's cloudInit.secretRef; see CONTROLLER_SECRET_RULES for narrowing it
-  to namespaces) and its binding, the Deployment and the
-  `fleet-controller-metrics` Service;
+- the controller: ServiceAccount, a ClusterRole on ProviderHealth (a
+  cluster-scoped kind) and its binding, and per namespace of
+  `--proxy-namespaces` (default: the installation's namespace) a Role and
+  RoleBinding on that namespace's Proxies, their status, `get` on its
+  Secrets (a Proxy's cloudInit.secretRef) and its claim Lease
+  (`fleet.proxies.claims`); with `*` those are ClusterRoles instead (the
+  widest grant: every namespace's Secrets). Then the Deployment (told its
+  namespaces in FLEET_PROXY_NAMESPACES) and the `fleet-controller-metrics`
+  Service;
 - beat: ServiceAccount (no token) and the Deployment;
 - the prober: ServiceAccount (no token, no RBAC: it needs Redis only), the
   Deployment running `fleet prober` and the `fleet-prober` Service (:8081);
@@ -47,6 +51,8 @@ import yaml
 from fleet import routing
 from fleet.cli import commands
 from fleet.config import ProviderConfig, ProvidersConfig
+from fleet.proxies.claims import CLAIM_NAME, LEASE
+from fleet.settings import ALL_NAMESPACES
 from providers.blocks import Block, Runtime
 
 NAMESPACE = "fleet-system"
@@ -78,27 +84,35 @@ RBAC_API = "rbac.authorization.k8s.io"
 RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
-# The controller's rights on fleet's own kinds. ProviderHealth: uncached
-# get, create when missing, list (with the managed-by label) and delete at
-# start-up cleanup, status merge-patch; never watched. Proxy (users create
-# them): list and watch across namespaces (fleet.kubewatch), get, patch and
-# update of the object for its finalizer, and of its status. It never
-# creates or deletes a Proxy: users do.
+# The controller's rights on fleet's own kinds. ProviderHealth (cluster-
+# scoped, so a ClusterRole whatever the Proxy scope): uncached get, create
+# when missing, list (with the managed-by label) and delete at start-up
+# cleanup, status merge-patch; never watched.
 CONTROLLER_RULES = (
     {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths"], "verbs": ["create", "delete", "get", "list"]},
     {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths/status"], "verbs": ["get", "patch"]},
+)
+# Proxy (users create them): list and watch in each namespace of the scope
+# (fleet.kubewatch), get, patch and update of the object for its finalizer,
+# and of its status. It never creates or deletes a Proxy: users do. Its
+# claim on the namespace (fleet.proxies.claims): create the Lease, get and
+# patch only that one by name (RBAC cannot name the object of a create).
+CONTROLLER_PROXY_RULES = (
     {"apiGroups": ["crawl.example.com"], "resources": ["proxies"], "verbs": ["get", "list", "patch", "update", "watch"]},
     {"apiGroups": ["crawl.example.com"], "resources": ["proxies/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "verbs": ["create"]},
+    {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "resourceNames": [CLAIM_NAME], "verbs": ["get", "patch"]},
 )
+# With `*` the controller also lists every namespace's claim at start, to
+# refuse when another installation serves one.
+CONTROLLER_ALL_NAMESPACES_RULES = ({"apiGroups": [LEASE.group], "resources": [LEASE.plural], "verbs": ["list"]},)
 # A Proxy's cloudInit.secretRef names a Secret in the Proxy's own namespace,
 # which the controller reads (`fleet.kube.Writer.read_secret_key`) when it
 # creates the instance. Only `get`: without list or watch it can read a
 # Secret only by a name some Proxy gives, never enumerate them, and it never
-# writes one. Proxies may live in any namespace, so this is a ClusterRole
-# bound cluster-wide -- kept apart from CONTROLLER_RULES so that an
-# operator can narrow it: delete the ClusterRoleBinding
-# `fleet:<installation>:controller:secrets` and bind the same ClusterRole
-# with a RoleBinding in each namespace whose Proxies use a secretRef.
+# writes one. In the scope's namespaces only (the same Role as the Proxy
+# rules); a cluster-wide ClusterRole `fleet:<installation>:controller:secrets`
+# only with `--proxy-namespaces '*'`.
 CONTROLLER_SECRET_RULES = ({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},)
 
 
@@ -114,6 +128,11 @@ class Target:
     installation: str = NAMESPACE
     image: str = IMAGE
     config_hash: str = ""
+    proxy_namespaces: tuple[str, ...] = (NAMESPACE,)  # whose Proxies the controller serves; ("*",): every namespace
+
+    @property
+    def every_namespace(self) -> bool:
+        return self.proxy_namespaces == (ALL_NAMESPACES,)
 
 
 def worker_name(provider: str) -> str:
@@ -270,7 +289,8 @@ def controller(t: Target) -> list[dict[str, Any]]:
         "name": "controller",
         "image": t.image,
         "command": ["fleet", "controller"],
-        "env": base_env(t.installation) + [{"name": "FLEET_METRICS_BIND_ADDRESS", "value": f":{METRICS_PORT}"}],
+        "env": base_env(t.installation) + [{"name": "FLEET_METRICS_BIND_ADDRESS", "value": f":{METRICS_PORT}"},
+                                           {"name": "FLEET_PROXY_NAMESPACES", "value": ",".join(t.proxy_namespaces)}],
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
         "readinessProbe": http_probe("/readyz", "metrics", 15, 5, 2),
         "livenessProbe": http_probe("/livez", "metrics", 30, 5, 3),
@@ -294,12 +314,28 @@ def controller(t: Target) -> list[dict[str, Any]]:
     }
     return [
         service_account(CONTROLLER, t, "controller", token=True),
-        *binding_pair("ClusterRole", rbac_name(t.installation, "controller"), CONTROLLER_RULES, CONTROLLER, t, "controller"),
-        *binding_pair("ClusterRole", rbac_name(t.installation, "controller", "secrets"), CONTROLLER_SECRET_RULES, CONTROLLER, t,
-                      "controller"),
+        *controller_rbac(t),
         deployment(CONTROLLER, t, "controller", pod_spec),
         service,
     ]
+
+
+def controller_rbac(t: Target) -> list[dict[str, Any]]:
+    """ProviderHealth cluster-wide; Proxies, their Secrets and claims per
+    namespace of the scope (Roles), or everywhere with `*` (ClusterRoles)."""
+    name = rbac_name(t.installation, "controller")
+    if t.every_namespace:
+        return [
+            *binding_pair("ClusterRole", name, CONTROLLER_RULES + CONTROLLER_PROXY_RULES + CONTROLLER_ALL_NAMESPACES_RULES,
+                          CONTROLLER, t, "controller"),
+            *binding_pair("ClusterRole", rbac_name(t.installation, "controller", "secrets"), CONTROLLER_SECRET_RULES,
+                          CONTROLLER, t, "controller"),
+        ]
+    out = binding_pair("ClusterRole", name, CONTROLLER_RULES, CONTROLLER, t, "controller")
+    for ns in t.proxy_namespaces:
+        out += binding_pair("Role", name, CONTROLLER_PROXY_RULES + CONTROLLER_SECRET_RULES, CONTROLLER, t, "controller",
+                            namespace=ns)
+    return out
 
 
 def beat(t: Target) -> list[dict[str, Any]]:
@@ -552,16 +588,22 @@ def secret(provider: str, values: dict[str, str], t: Target) -> dict[str, Any]:
 
 
 def render(
-    config: ProvidersConfig, text: str, image: str = IMAGE, namespace: str = NAMESPACE, installation: str | None = None
+    config: ProvidersConfig, text: str, image: str = IMAGE, namespace: str = NAMESPACE, installation: str | None = None,
+    proxy_namespaces: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """The ConfigMap, the controller, beat, the prober, then per provider its
     ServiceAccount, secrets, RBAC and worker. `installation` defaults to
-    the namespace."""
+    the namespace, `proxy_namespaces` (as `fleet.settings.parse_namespaces`
+    reads them) to that namespace."""
     for what, value in (("namespace", namespace), ("installation", installation or namespace)):
         if not DNS1123_LABEL.match(value):
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
+    scope = proxy_namespaces or (namespace,)
+    for ns in scope:
+        if ns != ALL_NAMESPACES and not DNS1123_LABEL.match(ns):
+            raise RenderError(f"--proxy-namespaces: {ns!r} is not a namespace name (a DNS-1123 label)")
     copy, moved = split_secrets(config, text)
-    t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest())
+    t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope)
     out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()

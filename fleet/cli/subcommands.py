@@ -33,7 +33,7 @@ from fleet.cli import commands, supervise, tables
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
 from fleet.health.status import current_verdict, verdict
-from fleet.settings import OPTIONS, Option, Settings, SettingsError, env_name, redact_url, show
+from fleet.settings import OPTIONS, Option, Settings, SettingsError, env_name, parse_namespaces, redact_url, show
 
 if TYPE_CHECKING:
     from fleet.config import ProviderConfig
@@ -370,6 +370,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         objects = rendering.render(
             config, text, image=args.image or rendering.IMAGE, namespace=args.namespace or rendering.NAMESPACE,
             installation=settings.installation,  # default: the namespace
+            proxy_namespaces=parse_namespaces(settings.proxy_namespaces) if settings.proxy_namespaces else None,
         )
     except rendering.RenderError as exc:
         raise BadInput(str(exc)) from None

@@ -63,8 +63,9 @@ def instance(raw: Any) -> Listed | None:
     state = _text(raw.get("state", ""), MAX_STATE)
     ip = _text(raw.get("ip", ""), MAX_IP)
     installation = _text(raw.get("installation", ""), MAX_INSTALLATION)
+    namespace = _text(raw.get("namespace", ""), MAX_INSTALLATION)
     created_raw = raw.get("createdAt")
-    if pid is None or uid is None or state is None or ip is None or installation is None:
+    if pid is None or uid is None or state is None or ip is None or installation is None or namespace is None:
         return None
     if created_raw is None:
         created = None
@@ -72,7 +73,8 @@ def instance(raw: Any) -> Listed | None:
         created = parse_created(created_raw)  # unparsable: unknown, counts as very old
     else:
         return None
-    return Listed(id=pid, uid=uid, state=state, ip=ip, created_at=created, installation=installation)
+    return Listed(id=pid, uid=uid, state=state, ip=ip, created_at=created, installation=installation,
+                  namespace=namespace)
 
 
 def parse(outcome: Any, provider: str, max_instances: int = MAX_INSTANCES) -> ListAnswer:

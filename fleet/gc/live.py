@@ -3,8 +3,10 @@
 - standalone (`--proxies`): the Proxy objects in Redis (`fleet:px:objects`,
   JSON, `metadata.uid`), every one of them, deleting ones included (their
   instance is the reconciler's to delete);
-- cluster: a paged LIST of proxies.crawl.example.com across all namespaces
-  (`fleet.kube.list_page`), never a watch cache that may not have synced;
+- cluster: a paged LIST of proxies.crawl.example.com in each namespace of
+  `--proxy-namespaces` (across all of them for `*`; `fleet.kube.list_page`),
+  never a watch cache that may not have synced; `scope` says which
+  namespaces that covers, for the namespace guard (`fleet.gc.decide`, rule 4);
 - neither: there is nothing to vouch for the set with (`NoSource`).
 
 Anything that keeps the set from being complete (Redis or the API server
@@ -23,7 +25,7 @@ from typing import Any
 
 from fleet import kube
 from fleet.resources import PROXY
-from fleet.settings import Settings
+from fleet.settings import ALL_NAMESPACES, Settings
 from fleet.store import Store, StoreError
 
 PAGE = 500
@@ -82,28 +84,43 @@ def standalone(objects: Callable[[], Mapping[str, bytes | str]], synced_at: Call
     return from_documents(docs.values())
 
 
-def cluster(api: Any, page: int = PAGE) -> frozenset[str]:
-    """Every Proxy's UID through a paged LIST (one consistent snapshot:
-    continue tokens; an expired one is an error, not a restart)."""
+def cluster(api: Any, page: int = PAGE, namespaces: tuple[str, ...] = (ALL_NAMESPACES,)) -> frozenset[str]:
+    """The UIDs of every Proxy in `namespaces` (`*`: in all), through one
+    paged LIST per namespace (each a consistent snapshot: continue tokens;
+    an expired one is an error, not a restart)."""
+    out: set[str] = set()
+    for ns in (None,) if ALL_NAMESPACES in namespaces else namespaces:
+        out.update(_listed(api, page, ns))
+    return frozenset(out)
+
+
+def _listed(api: Any, page: int, namespace: str | None) -> set[str]:
     out: set[str] = set()
     token = ""
+    where = f" in {namespace}" if namespace else ""
     for _ in range(MAX_PAGES):
         try:
-            got = kube.list_page(api, PROXY, limit=page, continue_token=token)
+            got = kube.list_page(api, PROXY, limit=page, continue_token=token, namespace=namespace)
         except (kube.KubeError, kube.ClusterAccessError) as exc:
-            raise Unavailable(f"listing Proxies: {exc}") from None
+            raise Unavailable(f"listing Proxies{where}: {exc}") from None
         items = got.get("items")
         if not isinstance(items, list):
-            raise Unavailable("listing Proxies: the answer has no items")
+            raise Unavailable(f"listing Proxies{where}: the answer has no items")
         out.update(uid_of(item) for item in items)
         meta = got.get("metadata")
         nxt = meta.get("continue") if isinstance(meta, dict) else None
         if not nxt:
-            return frozenset(out)
+            return out
         if not isinstance(nxt, str):
-            raise Unavailable("listing Proxies: a malformed continue token")
+            raise Unavailable(f"listing Proxies{where}: a malformed continue token")
         token = nxt
-    raise Unavailable(f"listing Proxies: more than {MAX_PAGES} pages")
+    raise Unavailable(f"listing Proxies{where}: more than {MAX_PAGES} pages")
+
+
+def scope(settings: Settings) -> tuple[str, ...]:
+    """The namespaces the live set covers: every one standalone (the
+    manifests are the whole fleet), else --proxy-namespaces."""
+    return (ALL_NAMESPACES,) if settings.proxies else settings.proxy_scope
 
 
 def source(settings: Settings, store: Store) -> tuple[LiveUids, str]:
@@ -114,4 +131,6 @@ def source(settings: Settings, store: Store) -> tuple[LiveUids, str]:
     api, _ = kube.api_client(settings)
     if api is None:
         raise NoSource("no Proxies source: neither --proxies manifests nor a cluster is configured")
-    return (lambda: cluster(api)), "Proxies listed from the cluster"
+    namespaces = settings.proxy_scope
+    where = "every namespace" if namespaces == (ALL_NAMESPACES,) else ", ".join(namespaces)
+    return (lambda: cluster(api, namespaces=namespaces)), f"Proxies listed from the cluster ({where})"

@@ -38,7 +38,7 @@ def sweeper() -> Sweeper:
     except live.NoSource as exc:
         read, no_source = None, str(exc)
     policy = Policy(installation=s.installation_id, min_age=s.gc_min_age, call_timeout=s.provider_call_timeout,
-                    interval=s.gc_interval)
+                    interval=s.gc_interval, namespaces=live.scope(s))
     return Sweeper(store.gc, runtime.providers_config().names(), read, no_source, lambda: store.heartbeats.live(),
                    send, policy, counters())
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from fleet import routing
 from fleet.gc import answers, gauges
-from fleet.gc.decide import DEFAULT_MAX_DELETES, decide_all, short_duration
+from fleet.gc.decide import DEFAULT_MAX_DELETES, EVERY_NAMESPACE, decide_all, short_duration
 from fleet.gc.live import LiveUids
 from fleet.store import StoreError
 from fleet.store.gc import GcState
@@ -64,6 +64,7 @@ class Policy:
     call_timeout: float  # of each list and delete
     interval: float  # between sweeps (how long a sweep record is kept for the next one)
     max_deletes: int = DEFAULT_MAX_DELETES  # per provider and sweep
+    namespaces: tuple[str, ...] = EVERY_NAMESPACE  # whose Proxies the live set covers (rule 4, the namespace guard)
 
     @property
     def deadline_after(self) -> float:
@@ -162,7 +163,7 @@ class Sweeper:
         now = self.clock()
         p = self.policy
         with span("gc.sweep", **{"provider.name": provider, "gc.sweep": sweep}) as s:
-            verdicts = decide_all(answer.instances, live, p.installation, p.min_age, now, p.max_deletes)
+            verdicts = decide_all(answer.instances, live, p.installation, p.min_age, now, p.max_deletes, p.namespaces)
             deletes = [v for v in verdicts if v.delete]
             unsent = 0
             for v in deletes:

@@ -3,6 +3,12 @@
 `fleet.kube.Writer` (status and finalizers, each with the resourceVersion
 read, so two replicas can't interleave).
 
+It watches only the namespaces of `--proxy-namespaces` (one namespaced
+list+watch each; a cluster-wide one only for `*`), and serves a Proxy only
+while this installation holds its namespace's claim (`fleet.proxies.claims`):
+a Proxy of a namespace another installation serves is invisible here (`get`
+answers None, `keys` leaves it out), so nothing is ever written to it.
+
 Every replica watches and keeps its own cache; which replica reconciles a
 Proxy is settled in Redis (the reconciler's claim). A watch event makes a
 Proxy due only when something the reconciler reads changed: it is new, or
@@ -19,11 +25,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fleet import kube, kubewatch
+from fleet.proxies.claims import Claims
 from fleet.proxies.manifests import ManifestError, parse_proxy
 from fleet.proxies.model import Proxy, ProxyStatus
 from fleet.proxies.reconciler import CloudInitUnavailable, Conflict
 from fleet.resources import PROXY
-from fleet.settings import Settings
+from fleet.settings import ALL_NAMESPACES, Settings
 
 log = logging.getLogger("fleet.proxies")
 
@@ -40,9 +47,13 @@ def _relevant(old: Proxy | None, new: Proxy) -> bool:
 
 
 class Cluster:
-    def __init__(self, writer: kube.Writer, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, writer: kube.Writer, clock: Callable[[], float] = time.monotonic,
+                 namespaces: tuple[str, ...] = (ALL_NAMESPACES,), claims: Claims | None = None) -> None:
         self.writer = writer
         self.clock = clock
+        self.namespaces = namespaces
+        self.claims = claims  # None: every Proxy watched is served (tests of one installation)
+        self._synced_namespaces: set[str] = set()
         self._cache: dict[str, Proxy] = {}
         self._secrets: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._lock = threading.Lock()
@@ -54,7 +65,17 @@ class Cluster:
         writer, _ = kube.connect(settings)
         if writer is None:
             raise RuntimeError("no cluster configured")
-        return cls(writer)
+        scope = settings.proxy_scope
+        claims = Claims(writer, settings.installation_id, scope)
+        return cls(writer, namespaces=scope, claims=claims)
+
+    def claim(self) -> None:
+        """At start: claim this installation's namespaces (ScopeConflict when another serves one)."""
+        if self.claims is not None:
+            self.claims.acquire()
+
+    def _served(self, namespace: str) -> bool:
+        return self.claims is None or self.claims.allowed(namespace)
 
     # -- Objects --------------------------------------------------------------------
 
@@ -63,11 +84,21 @@ class Cluster:
 
     def get(self, key: str) -> Proxy | None:
         with self._lock:
-            return self._cache.get(key)
+            p = self._cache.get(key)
+        return p if p is not None and self._served(p.namespace) else None
 
     def keys(self) -> list[str]:
         with self._lock:
-            return sorted(self._cache)
+            keys = sorted(self._cache)
+        served: dict[str, bool] = {}
+        out = []
+        for k in keys:
+            ns = k.split("/", 1)[0]
+            if ns not in served:
+                served[ns] = self._served(ns)
+            if served[ns]:
+                out.append(k)
+        return out
 
     def write_status(self, p: Proxy, status: ProxyStatus) -> Proxy:
         return self._write(p, lambda: self.writer.patch_status(PROXY, p.namespace, p.name, p.resource_version,
@@ -118,6 +149,28 @@ class Cluster:
     # -- the watch ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event, on_change: Callable[[Iterable[str]], None]) -> None:
+        """One list+watch per namespace of the scope (one across all for `*`),
+        and the claims' renewal, until `stop`."""
+        if self.claims is not None:
+            def gained(ns: str) -> None:
+                with self._lock:
+                    keys = [k for k in self._cache if k.startswith(ns + "/")]
+                if keys:
+                    on_change(keys)
+
+            self.claims.on_gained = gained
+        watched = [None] if self.namespaces == (ALL_NAMESPACES,) else list(self.namespaces)
+        threads = [threading.Thread(target=self._watch, args=(stop, on_change, ns, len(watched)), daemon=True,
+                                    name=f"fleet-proxy-watch-{ns or 'all'}") for ns in watched]
+        if self.claims is not None:
+            threads.append(threading.Thread(target=self.claims.run, args=(stop,), daemon=True, name="fleet-proxy-claims"))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _watch(self, stop: threading.Event, on_change: Callable[[Iterable[str]], None], namespace: str | None,
+               watchers: int) -> None:
         def on_event(kind: str, obj: dict[str, Any]) -> None:
             p = self._parse(obj)
             if p is None:
@@ -134,14 +187,17 @@ class Cluster:
         def on_synced(objs: list[dict[str, Any]]) -> None:
             present = {f"{(o.get('metadata') or {}).get('namespace')}/{(o.get('metadata') or {}).get('name')}" for o in objs}
             with self._lock:
-                gone = [k for k in self._cache if k not in present]
+                gone = [k for k in self._cache if k not in present and (namespace is None or k.startswith(namespace + "/"))]
                 for k in gone:
                     del self._cache[k]
-            self._synced.set()
+                self._synced_namespaces.add(namespace or ALL_NAMESPACES)
+                synced = len(self._synced_namespaces) >= watchers
+            if synced:
+                self._synced.set()
             if gone:
                 on_change(gone)
 
-        kubewatch.Watcher(self.writer.api_client, PROXY, on_event, on_synced=on_synced).run(stop)
+        kubewatch.Watcher(self.writer.api_client, PROXY, on_event, on_synced=on_synced, namespace=namespace).run(stop)
 
     def _parse(self, obj: dict[str, Any]) -> Proxy | None:
         try:

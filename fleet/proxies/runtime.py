@@ -42,7 +42,8 @@ def mode() -> tuple[Objects | None, str]:
         return None, "Proxies: off (no --proxies manifests and no cluster)"
     from fleet.proxies.cluster import Cluster
 
-    return Cluster.connect(s), f"Proxies: watching proxies.crawl.example.com on {cfg.host}"
+    scope = ", ".join(s.proxy_scope) if s.proxy_scope != ("*",) else "every namespace"
+    return Cluster.connect(s), f"Proxies: watching proxies.crawl.example.com on {cfg.host} in {scope}"
 
 
 @functools.cache
@@ -90,6 +91,10 @@ def start(stop: threading.Event) -> list[threading.Thread]:
     rec = reconciler()
     if objects is None or rec is None:
         return []
+    from fleet.proxies.cluster import Cluster
+
+    if isinstance(objects, Cluster):
+        objects.claim()  # ScopeConflict when another installation serves one of its namespaces: start-up fails
 
     def changed(keys: Any) -> None:
         for key in keys:

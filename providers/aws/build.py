@@ -21,7 +21,6 @@ from providers.base import CreateRequest
 
 NAME_TAG = "Name"
 # Not contract marks: what a person looking at the console wants to see.
-TAG_NAMESPACE = "proxy-operator-namespace"
 TAG_PROXY = "proxy-operator-proxy"
 # A group has no creation time of its own: GC needs one (None is "very old").
 TAG_CREATED = "proxy-operator-created-at"
@@ -41,8 +40,8 @@ def marks(req: CreateRequest) -> dict[str, str]:
     tags = {NAME_TAG: req.name, base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid}
     if req.installation:
         tags[base.LABEL_INSTALLATION] = req.installation
-    if req.namespace:
-        tags[TAG_NAMESPACE] = req.namespace[:MAX_TAG_VALUE]
+    if base.namespace_mark(req):
+        tags[base.LABEL_NAMESPACE] = base.namespace_mark(req)  # the contract's mark (GC's namespace guard)
     if req.proxy_name:
         tags[TAG_PROXY] = req.proxy_name[:MAX_TAG_VALUE]
     return tags

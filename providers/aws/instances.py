@@ -78,6 +78,7 @@ def to_instance(ref: Ref, inst: Mapping[str, Any], internal: bool) -> Instance:
         uid=tags.get(base.LABEL_UID, ""),
         created_at=launch_time(inst.get("LaunchTime")),
         installation=tags.get(base.LABEL_INSTALLATION, ""),
+        namespace=tags.get(base.LABEL_NAMESPACE, ""),
     )
 
 
@@ -93,4 +94,5 @@ def group_instance(ref: Ref, group: Mapping[str, Any]) -> Instance:
         uid=tags.get(base.LABEL_UID, ""),
         created_at=parse_created(tags.get(TAG_CREATED, "")),
         installation=tags.get(base.LABEL_INSTALLATION, ""),
+        namespace=tags.get(base.LABEL_NAMESPACE, ""),
     )

@@ -33,10 +33,12 @@ def uid_problem(req: CreateRequest) -> str | None:
 
 def marks(req: CreateRequest) -> dict[str, str]:
     """The GC marks as instance labels: managed, the UID, and the
-    installation when the request names one."""
+    installation and the Proxy's namespace when the request names them."""
     labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid}
     if req.installation:
         labels[base.LABEL_INSTALLATION] = req.installation
+    if base.namespace_mark(req):
+        labels[base.LABEL_NAMESPACE] = base.namespace_mark(req)
     return labels
 
 

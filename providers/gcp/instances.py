@@ -65,4 +65,5 @@ def to_instance(provider_id: str, inst: compute_v1.Instance) -> Instance:
         uid=inst.labels.get(base.LABEL_UID, ""),
         created_at=parse_timestamp(inst.creation_timestamp),
         installation=inst.labels.get(base.LABEL_INSTALLATION, ""),
+        namespace=inst.labels.get(base.LABEL_NAMESPACE, ""),
     )

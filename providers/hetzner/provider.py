@@ -187,7 +187,7 @@ class HetznerProvider:
         if left is None:
             raise base.wrap(base.NotFound, "get", self.name, provider_id, "the server and its firewall are gone")
         return Instance(id=provider_id, state=base.State.TERMINATED, uid=left.uid, created_at=left.created_at,
-                        installation=left.installation)
+                        installation=left.installation, namespace=left.namespace)
 
     def delete(self, provider_id: str, deadline: Deadline) -> None:
         ref = self._parse("delete", provider_id)

@@ -13,7 +13,6 @@ from providers import base
 from providers.base import CreateRequest, Instance, State
 from providers.hetzner.ids import Ref
 
-LABEL_NAMESPACE = "proxy-operator-namespace"
 MANAGED_SELECTOR = f"{base.LABEL_MANAGED}={base.LABEL_MANAGED_YES}"
 # Label values: at most 63, alphanumeric at both ends, - _ . inside.
 _VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)$")
@@ -40,8 +39,8 @@ def labels(req: CreateRequest) -> dict[str, str]:
     out = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid}
     if req.installation:
         out[base.LABEL_INSTALLATION] = req.installation
-    if req.namespace and _VALUE.match(req.namespace):
-        out[LABEL_NAMESPACE] = req.namespace
+    if base.namespace_mark(req):
+        out[base.LABEL_NAMESPACE] = base.namespace_mark(req)
     return out
 
 
@@ -91,7 +90,8 @@ def to_instance(ref: Ref, server: Any, internal: bool) -> Instance:
     ip = address(server, internal)
     state = state_of(status, ip)
     return Instance(id=str(ref), state=state, ip=ip if state is State.RUNNING else "", uid=str(lbl.get(base.LABEL_UID, "")),
-                    created_at=created(server.created), installation=str(lbl.get(base.LABEL_INSTALLATION, "")))
+                    created_at=created(server.created), installation=str(lbl.get(base.LABEL_INSTALLATION, "")),
+                    namespace=str(lbl.get(base.LABEL_NAMESPACE, "")))
 
 
 def firewall_instance(ref: Ref, fw: Any) -> Instance:
@@ -99,4 +99,5 @@ def firewall_instance(ref: Ref, fw: Any) -> Instance:
         raise ValueError(f"the answer is about firewall {fw.id!r}, not {ref.firewall}")
     lbl = fw.labels or {}
     return Instance(id=str(ref), state=State.TERMINATED, uid=str(lbl.get(base.LABEL_UID, "")),
-                    created_at=created(fw.created), installation=str(lbl.get(base.LABEL_INSTALLATION, "")))
+                    created_at=created(fw.created), installation=str(lbl.get(base.LABEL_INSTALLATION, "")),
+                    namespace=str(lbl.get(base.LABEL_NAMESPACE, "")))

@@ -111,6 +111,8 @@ def marks(request: CreateRequest) -> dict[str, str]:
     labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid}
     if request.installation:
         labels[base.LABEL_INSTALLATION] = request.installation
+    if base.namespace_mark(request):
+        labels[base.LABEL_NAMESPACE] = base.namespace_mark(request)
     return labels
 
 

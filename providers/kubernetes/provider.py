@@ -174,7 +174,8 @@ def _instance(pid: str, pod: dict[str, Any]) -> Instance:
         created_at = None
     labels = meta.get("labels") or {}
     uid, installation = labels.get(base.LABEL_UID, ""), labels.get(base.LABEL_INSTALLATION, "")
-    return Instance(pid, state, ip if state is State.RUNNING else "", uid, created_at, installation)
+    return Instance(pid, state, ip if state is State.RUNNING else "", uid, created_at, installation,
+                    labels.get(base.LABEL_NAMESPACE, ""))
 
 
 def new(name: str, cfg: KubernetesConfig) -> KubernetesProvider:

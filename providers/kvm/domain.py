@@ -56,6 +56,7 @@ class Mark:
     uid: str
     created_at: datetime | None
     installation: str = ""  # "" on a domain defined before the mark existed
+    namespace: str = ""  # the Proxy's namespace ("" when none was written)
 
 
 def metadata_xml(uid: str, created_at: datetime, namespace: str = "", proxy: str = "", installation: str = "") -> str:
@@ -96,7 +97,7 @@ def read_mark(domain_xml: str) -> Mark:
         created = datetime.fromisoformat(text("createdAt").replace("Z", "+00:00"))
     except ValueError:
         created = None
-    return Mark(text("managed") == base.LABEL_MANAGED_YES, text("uid"), created, text("installation"))
+    return Mark(text("managed") == base.LABEL_MANAGED_YES, text("uid"), created, text("installation"), text("namespace"))
 
 
 def domain_type(uri: str) -> str:

@@ -158,7 +158,7 @@ class KvmProvider:
         base_vol = self._ensure_base(conn, pool, host, img, deadline)
         overlay = self._ensure_overlay(pool, req.name, base_vol)
         seed = self._rebuild_seed(conn, pool, req, vendor)
-        meta = domain.metadata_xml(req.uid, datetime.now(UTC), req.namespace, req.proxy_name, req.installation)
+        meta = domain.metadata_xml(req.uid, datetime.now(UTC), base.namespace_mark(req), req.proxy_name, req.installation)
         xml = domain.domain_xml(
             name=req.name,
             host=host,
@@ -244,7 +244,8 @@ class KvmProvider:
         state = dom.state()[0]
         ip = self._address(dom) if state in (domain.DOMAIN_RUNNING, domain.DOMAIN_BLOCKED) else ""
         mapped = domain.map_state(state, ip)
-        return Instance(pid, mapped, ip if mapped is State.RUNNING else "", mark.uid, mark.created_at, mark.installation)
+        return Instance(pid, mapped, ip if mapped is State.RUNNING else "", mark.uid, mark.created_at, mark.installation,
+                        mark.namespace)
 
     @staticmethod
     def _address(dom: Any) -> str:

@@ -189,7 +189,8 @@ class LocalProvider:
             state, ip = State.RUNNING, rec.bindAddress
         else:
             state = State.PROVISIONING
-        return Instance(provider_id(rec.name), state, ip, rec.uid, rec.created(), rec.installation)
+        return Instance(provider_id(rec.name), state, ip, rec.uid, rec.created(), rec.installation,
+                        rec.namespace_mark)
 
     # -- delete -------------------------------------------------------------------------
 

@@ -89,6 +89,12 @@ class Record:
         value = self.labels.get(base.LABEL_INSTALLATION, "")
         return value if isinstance(value, str) else ""
 
+    @property
+    def namespace_mark(self) -> str:
+        """The Proxy's namespace mark; "" on a record without one (or a mangled one)."""
+        value = self.labels.get(base.LABEL_NAMESPACE, "")
+        return value if isinstance(value, str) else ""
+
     def created(self) -> datetime | None:
         try:
             return datetime.fromisoformat(self.createdAt)
@@ -134,10 +140,12 @@ def new_record(request: base.CreateRequest, bind: str, service: str) -> Record:
 
 def marks(request: base.CreateRequest) -> dict[str, str]:
     """The GC marks in the record's `labels`: managed, the UID, and the
-    installation when the request names one."""
+    installation and the Proxy's namespace when the request names them."""
     labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid}
     if request.installation:
         labels[base.LABEL_INSTALLATION] = request.installation
+    if base.namespace_mark(request):
+        labels[base.LABEL_NAMESPACE] = base.namespace_mark(request)
     return labels
 
 

@@ -50,22 +50,28 @@ def merged(*installs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def _rule_allows(rule: dict[str, Any], verb: str, resource: str, group: str) -> bool:
+def _rule_allows(rule: dict[str, Any], verb: str, resource: str, group: str, name: str | None = None) -> bool:
+    """RBAC's match of one rule; a rule with resourceNames matches only a
+    request naming one of them (never a create, list or watch without a name)."""
+    names = rule.get("resourceNames")
     return (
         (group in rule.get("apiGroups", ()) or "*" in rule.get("apiGroups", ()))
         and (resource in rule.get("resources", ()) or "*" in rule.get("resources", ()))
         and (verb in rule.get("verbs", ()) or "*" in rule.get("verbs", ()))
+        and (not names or name in names)
     )
 
 
 def can(
-    objects: Iterable[dict[str, Any]], account: tuple[str, str], verb: str, resource: str, namespace: str | None, group: str = ""
+    objects: Iterable[dict[str, Any]], account: tuple[str, str], verb: str, resource: str, namespace: str | None, group: str = "",
+    name: str | None = None,
 ) -> bool:
     """May ServiceAccount `account` = (namespace, name) do `verb` on
     `resource` in `namespace` (None: across all namespaces, e.g. a
-    cluster-wide list)? RBAC's rules: a ClusterRoleBinding grants its
-    ClusterRole everywhere; a RoleBinding grants its Role (or ClusterRole)
-    in the binding's namespace only."""
+    cluster-wide list), on the object `name` when the request names one?
+    RBAC's rules: a ClusterRoleBinding grants its ClusterRole everywhere; a
+    RoleBinding grants its Role (or ClusterRole) in the binding's namespace
+    only; a rule with resourceNames only requests naming one of them."""
     objects = list(objects)
     roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects if o["kind"] in ("Role", "ClusterRole")}
     for b in objects:
@@ -78,7 +84,7 @@ def can(
             continue
         ref = b["roleRef"]
         role = roles.get((ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"]))
-        if role and any(_rule_allows(r, verb, resource, group) for r in role.get("rules", ())):
+        if role and any(_rule_allows(r, verb, resource, group, name) for r in role.get("rules", ())):
             return True
     return False
 

@@ -96,22 +96,59 @@ CONTROLLER = ("fleet-system", "fleet-controller")
 PROXY_GROUP = "crawl.example.com"
 
 
-def test_the_controller_lists_watches_and_patches_proxies_in_every_namespace(tmp_path):
+def test_by_default_the_controller_serves_the_proxies_of_its_own_namespace_only(tmp_path):
     objs = rendered(tmp_path)
-    for ns in (None, "crawl-team", "kube-system"):
-        for verb in ("get", "list", "watch", "patch", "update"):
-            assert cluster.can(objs, CONTROLLER, verb, "proxies", ns, group=PROXY_GROUP), (verb, ns)
-        for verb in ("get", "patch", "update"):
-            assert cluster.can(objs, CONTROLLER, verb, "proxies/status", ns, group=PROXY_GROUP), (verb, ns)
+    validate(objs)
+    for verb in ("get", "list", "watch", "patch", "update"):
+        assert cluster.can(objs, CONTROLLER, verb, "proxies", "fleet-system", group=PROXY_GROUP), verb
+        for ns in (None, "crawl-team", "kube-system"):
+            assert not cluster.can(objs, CONTROLLER, verb, "proxies", ns, group=PROXY_GROUP), (verb, ns)
+    for verb in ("get", "patch", "update"):
+        assert cluster.can(objs, CONTROLLER, verb, "proxies/status", "fleet-system", group=PROXY_GROUP), verb
+        assert not cluster.can(objs, CONTROLLER, verb, "proxies/status", "crawl-team", group=PROXY_GROUP), verb
     # people create and delete Proxies; the controller only finalizes them
     for verb in ("create", "delete", "deletecollection"):
-        assert not cluster.can(objs, CONTROLLER, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
-    # ProviderHealth stays unwatched
+        assert not cluster.can(objs, CONTROLLER, verb, "proxies", "fleet-system", group=PROXY_GROUP), verb
+    # ProviderHealth is cluster-scoped: a ClusterRole whatever the scope, and stays unwatched
+    assert cluster.can(objs, CONTROLLER, "patch", "providerhealths/status", None, group=PROXY_GROUP)
     assert not cluster.can(objs, CONTROLLER, "watch", "providerhealths", None, group=PROXY_GROUP)
+    (env,) = [c["env"] for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "fleet-controller"
+              for c in o["spec"]["template"]["spec"]["containers"]]
+    assert {"name": "FLEET_PROXY_NAMESPACES", "value": "fleet-system"} in env
+
+
+def test_listed_namespaces_get_a_role_each_and_nothing_elsewhere(tmp_path):
+    objs = rendered(tmp_path, proxy_namespaces=("crawl-team", "crawl-b"))
+    validate(objs)
+    roles = sorted((o["kind"], o["metadata"].get("namespace")) for o in objs
+                   if o["kind"] in ("Role", "RoleBinding") and "controller" in o["metadata"]["name"])
+    assert roles == [("Role", "crawl-b"), ("Role", "crawl-team"), ("RoleBinding", "crawl-b"), ("RoleBinding", "crawl-team")]
+    for ns in ("crawl-team", "crawl-b"):
+        assert cluster.can(objs, CONTROLLER, "watch", "proxies", ns, group=PROXY_GROUP)
+        assert cluster.can(objs, CONTROLLER, "get", "secrets", ns)
+    for ns in (None, "fleet-system", "kube-system", "other"):
+        assert not cluster.can(objs, CONTROLLER, "watch", "proxies", ns, group=PROXY_GROUP), ns
+        assert not cluster.can(objs, CONTROLLER, "get", "secrets", ns), ns
+
+
+def test_the_namespace_claim_is_one_named_lease(tmp_path):
+    objs = rendered(tmp_path, proxy_namespaces=("crawl-team",))
+    lease = ("coordination.k8s.io", "leases")
+    assert cluster.can(objs, CONTROLLER, "create", lease[1], "crawl-team", group=lease[0])
+    for verb in ("get", "patch"):
+        assert cluster.can(objs, CONTROLLER, verb, lease[1], "crawl-team", group=lease[0], name="fleet-proxies"), verb
+        assert not cluster.can(objs, CONTROLLER, verb, lease[1], "crawl-team", group=lease[0], name="kube-scheduler"), verb
+    for verb in ("list", "watch", "delete", "update"):
+        assert not cluster.can(objs, CONTROLLER, verb, lease[1], "crawl-team", group=lease[0], name="fleet-proxies"), verb
+    assert not cluster.can(objs, CONTROLLER, "create", lease[1], "kube-system", group=lease[0])
+    wide = rendered(tmp_path, proxy_namespaces=("*",))
+    assert cluster.can(wide, CONTROLLER, "list", lease[1], None, group=lease[0])  # `*` looks for others' claims at start
+    assert not cluster.can(wide, CONTROLLER, "patch", lease[1], "kube-system", group=lease[0], name="kube-scheduler")
 
 
 def test_the_controller_may_only_get_secrets_and_nobody_else_read_them(tmp_path):
-    objs = rendered(tmp_path, KUBE + "  - name: gce\n    type: gcp\n    gcp: {project: egress-proxies}\n")
+    objs = rendered(tmp_path, KUBE + "  - name: gce\n    type: gcp\n    gcp: {project: egress-proxies}\n",
+                    proxy_namespaces=("crawl-team",))
     assert cluster.can(objs, CONTROLLER, "get", "secrets", "crawl-team")  # a Proxy's cloudInit.secretRef
     for verb in ("list", "watch", "create", "update", "patch", "delete"):
         assert not cluster.can(objs, CONTROLLER, verb, "secrets", "crawl-team"), verb
@@ -122,22 +159,23 @@ def test_the_controller_may_only_get_secrets_and_nobody_else_read_them(tmp_path)
         for ns in ("proxies", "crawl-team", "fleet-system", None):
             assert not cluster.can(objs, account, "get", "secrets", ns), (account, ns)
             assert not cluster.can(objs, account, "list", "secrets", ns), (account, ns)
-        assert not cluster.can(objs, account, "patch", "proxies/status", None, group=PROXY_GROUP), account
+        assert not cluster.can(objs, account, "patch", "proxies/status", "crawl-team", group=PROXY_GROUP), account
 
 
-def test_the_secret_read_can_be_narrowed_to_namespaces(tmp_path):
-    """What CONTROLLER_SECRET_RULES' comment tells operators: drop the
-    ClusterRoleBinding, bind the same ClusterRole per namespace."""
+def test_no_cluster_wide_secret_read_unless_every_namespace_is_asked_for(tmp_path):
+    """Issue 18: `can-i get secrets -n kube-system` is no for every rendered
+    ServiceAccount by default; `*` is the widest grant and says so."""
     objs = rendered(tmp_path)
-    name = "fleet:fleet-system:controller:secrets"
-    (crb,) = [o for o in objs if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"] == name]
-    narrowed = [o for o in objs if o is not crb] + [{
-        "kind": "RoleBinding", "metadata": {"name": name, "namespace": "crawl-team"},
-        "roleRef": {"kind": "ClusterRole", "name": name}, "subjects": crb["subjects"],
-    }]
-    assert cluster.can(narrowed, CONTROLLER, "get", "secrets", "crawl-team")
-    assert not cluster.can(narrowed, CONTROLLER, "get", "secrets", "kube-system")
-    assert cluster.can(narrowed, CONTROLLER, "watch", "proxies", None, group=PROXY_GROUP)  # the rest stays
+    accounts = {("fleet-system", o["metadata"]["name"]) for o in objs if o["kind"] == "ServiceAccount"}
+    assert CONTROLLER in accounts and len(accounts) >= 6
+    for account in accounts:
+        assert not cluster.can(objs, account, "get", "secrets", "kube-system"), account
+    assert not any(o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith(":secrets") for o in objs)
+    wide = rendered(tmp_path, proxy_namespaces=("*",))
+    for ns in (None, "kube-system", "crawl-team"):
+        assert cluster.can(wide, CONTROLLER, "get", "secrets", ns), ns
+        assert cluster.can(wide, CONTROLLER, "watch", "proxies", ns, group=PROXY_GROUP), ns
+    assert not cluster.can(wide, CONTROLLER, "list", "secrets", None)
 
 
 def test_the_peoples_proxy_roles(rendered):
@@ -190,7 +228,7 @@ def test_two_installations_share_no_cluster_scoped_name_and_rebind_nothing(tmp_p
 def test_an_explicit_installation_names_the_rbac(tmp_path):
     objs = rendered(tmp_path, namespace="fleet-a", installation="eu-1")
     rbac = {o["metadata"]["name"] for o in objs if o["apiVersion"].startswith("rbac.")}
-    assert rbac == {"fleet:eu-1:controller", "fleet:eu-1:controller:secrets", "fleet:eu-1:worker:cluster"}
+    assert rbac == {"fleet:eu-1:controller", "fleet:eu-1:worker:cluster"}  # the Role in fleet-a shares the ClusterRole's name
 
 
 def test_the_cluster_model_sees_a_rebinding():

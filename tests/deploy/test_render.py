@@ -257,3 +257,15 @@ def test_aws_and_hetzner_workers_get_only_their_own_credentials(tmp_path):
         d = deployments[f"fleet-worker-{name}"]
         assert {v["secret"]["secretName"] for v in secret_volumes(d)} == {credentials_secret(name)}
     assert "CLOUDSDK_CONFIG" not in env("ec2") and "CLOUDSDK_CONFIG" not in env("hz")
+
+
+def test_cli_renders_a_role_per_proxy_namespace_and_refuses_a_bad_one(three_path, capsys, monkeypatch):
+    monkeypatch.delenv("FLEET_PROXY_NAMESPACES", raising=False)
+    assert cli.main(["render", "-c", str(three_path), "--namespace", "fleet-a", "--proxy-namespaces", "crawl,team-b"]) == 0
+    objs = list(yaml.safe_load_all(capsys.readouterr().out))
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Role"}
+    assert {("crawl", "fleet:fleet-a:controller"), ("team-b", "fleet:fleet-a:controller")} <= roles
+    controller = by_kind(objs, "Deployment")["fleet-controller"]
+    assert {"name": "FLEET_PROXY_NAMESPACES", "value": "crawl,team-b"} in pod(controller)["containers"][0]["env"]
+    assert cli.main(["render", "-c", str(three_path), "--proxy-namespaces", "Crawl"]) == cli.EXIT_BAD_INPUT
+    assert "--proxy-namespaces: 'Crawl' is not a namespace name" in capsys.readouterr().err

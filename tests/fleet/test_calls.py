@@ -58,7 +58,7 @@ def test_outcome_counter_histogram_span(spans, exc, attempt, error_class, step):
     assert out["ok"] is (exc is None) and out["provider"] == "edge" and out["op"] == "get" and out["attempt"] == attempt
     if exc is None:
         assert out["result"] == {"id": "fake/x", "state": "Running", "ip": "10.0.0.1", "uid": "u", "createdAt": None,
-                                 "installation": ""}
+                                 "installation": "", "namespace": ""}
     else:
         assert out["error_class"] == error_class and out["step"] == step and out["message"]
     assert sample(rec, "proxy_operator_provider_requests_total", provider="edge", op="get", result=result) == 1

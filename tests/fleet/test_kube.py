@@ -513,7 +513,7 @@ def test_read_secret_key_refused_names_the_role(api, kubeapi):
         Writer(api, "blue").read_secret_key("team-a", "ci", "user-data")
     e = err.value
     assert (e.verb, e.resource, e.status) == ("get", "secrets", 403)
-    assert "fleet:<installation>:controller:secrets" in str(e) and "namespace 'team-a'" in str(e)
+    assert "fleet:<installation>:controller" in str(e) and "--proxy-namespaces" in str(e) and "namespace 'team-a'" in str(e)
     assert 'cannot get resource "secrets"' in str(e)  # the API server's words
 
 

@@ -128,3 +128,45 @@ def test_new_settings_defaults_and_derived_values():
     assert (s.max_leases_per_proxy, s.lease_max_ttl, s.cooldown_errors, s.api_insecure) == (1, 3600, 3, False)
     for target in ("example.com:443", "http://127.0.0.1:8080/ip", "[::1]:80"):
         assert Settings.from_values({"probe_target": target}).probe_target == target
+
+
+# --proxy-namespaces (issue 18): a comma list of namespaces or '*'; default the installation's own.
+@pytest.mark.parametrize(("raw", "scope"), [
+    ("crawl", ("crawl",)),
+    ("crawl,team-b", ("crawl", "team-b")),
+    (" crawl , team-b ", ("crawl", "team-b")),
+    ("crawl,team-b,crawl", ("crawl", "team-b")),  # a repeat counts once
+    ("*", ("*",)),
+    (" * ", ("*",)),
+])
+def test_proxy_namespaces(raw, scope):
+    assert Settings.from_values({"proxy_namespaces": raw}).proxy_scope == scope
+    assert Settings.from_env({"FLEET_PROXY_NAMESPACES": raw}).proxy_scope == scope
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("crawl,,b", "--proxy-namespaces must be a comma list of namespaces or '*', entry 2 is empty"),
+    ("crawl,", "entry 2 is empty"),
+    ("Crawl", "--proxy-namespaces: 'Crawl' is not a namespace name (a DNS-1123 label"),
+    ("team_b", "'team_b' is not a namespace name"),
+    ("a" * 64, "is not a namespace name"),
+    ("-x", "'-x' is not a namespace name"),
+    ("*,crawl", "'*' (every namespace) cannot be combined with names"),
+    ("crawl,*", "'*' (every namespace) cannot be combined with names"),
+    (",".join(f"n{i}" for i in range(101)), "at most 100 namespaces"),
+])
+def test_bad_proxy_namespaces_are_refused_naming_the_flag_and_entry(raw, message):
+    with pytest.raises(SettingsError) as err:
+        Settings.from_values({"proxy_namespaces": raw})
+    assert message in str(err.value)
+
+
+def test_the_default_scope_is_the_installations_namespace(monkeypatch):
+    import fleet.settings as module
+
+    monkeypatch.setattr(module, "NAMESPACE_FILE", "/nonexistent")
+    monkeypatch.setenv("POD_NAMESPACE", "fleet-a")
+    assert Settings().proxy_scope == ("fleet-a",)  # in a cluster: the pod's namespace
+    monkeypatch.delenv("POD_NAMESPACE")
+    assert Settings().proxy_scope == ("default",)  # outside one
+    assert Settings(proxy_namespaces="x").to_env()["FLEET_PROXY_NAMESPACES"] == "x"

@@ -27,7 +27,8 @@ def phase(api, name: str) -> str:
 @pytest.fixture
 def cluster(redis_server, kubeapi, make_stack):  # kubeapi first: the processes stop before the fake API does
     stack = make_stack(redis_server.url, [{"name": "edge", "type": "fake"}], FLEET_KUBECONFIG=kubeapi.kubeconfig_path,
-                       FLEET_PROXY_POLL_INTERVAL="1s", FLEET_PROVIDER_CHECK_INTERVAL="0")
+                       FLEET_PROXY_POLL_INTERVAL="1s", FLEET_PROVIDER_CHECK_INTERVAL="0",
+                       FLEET_PROXY_NAMESPACES="crawl")
     stack.worker("edge")
     stack.controller()
     stack.wait_ready("worker:edge", "controller")

@@ -130,6 +130,16 @@ class ProviderConformance:
         listed = {i.id: i.installation for i in provider.list_by_tag(self.deadline())}
         assert (listed[pa], listed[pb]) == ("inst-a", "inst-b")
 
+    def test_the_namespace_mark_is_written_and_read_back(self, provider):
+        """GC's namespace guard (fleet/gc/decide.py, rule 4) reads the Proxy's
+        namespace back from the backend: every provider marks it at create."""
+        a = dataclasses.replace(self.make_request(str(uuid.uuid4())), namespace="team-a", installation="inst-a")
+        b = dataclasses.replace(self.make_request(str(uuid.uuid4())), namespace="team-b", installation="inst-a")
+        pa, pb = provider.create(a, self.deadline()), provider.create(b, self.deadline())
+        assert provider.get(pa, self.deadline()).namespace == "team-a"
+        listed = {i.id: i.namespace for i in provider.list_by_tag(self.deadline())}
+        assert (listed[pa], listed[pb]) == ("team-a", "team-b")
+
     @pytest.mark.parametrize("bad", ["Inst-A", "inst_a", "-inst", "x" * 64, "a/b", "inst a"])
     def test_malformed_installation_is_permanent(self, provider, bad):
         req = dataclasses.replace(self.make_request(str(uuid.uuid4())), installation=bad)

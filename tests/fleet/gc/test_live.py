@@ -23,8 +23,8 @@ def proxy(name: str, ns: str) -> dict:
 
 @pytest.fixture
 def read(kubeapi):
-    fn, mode = live.source(Settings(kubeconfig=kubeapi.kubeconfig_path), Store(fakeredis.FakeRedis()))
-    assert mode == "Proxies listed from the cluster"
+    fn, mode = live.source(Settings(kubeconfig=kubeapi.kubeconfig_path, proxy_namespaces="ns"), Store(fakeredis.FakeRedis()))
+    assert mode == "Proxies listed from the cluster (ns)"
     return fn
 
 
@@ -34,6 +34,18 @@ def test_every_namespace_every_page(kubeapi):
     assert live.cluster(api, page=2) == uids
     pages = [r for r in kubeapi.requests if r.path.endswith("/proxies")]
     assert len(pages) == 4 and "continue" in pages[-1].query
+
+
+def test_only_the_namespaces_of_the_scope_are_listed(kubeapi):
+    """The namespace guard's other half: the live set covers --proxy-namespaces, one namespaced LIST each."""
+    uids = {ns: kubeapi.add(proxy("px", ns), plural="proxies")["metadata"]["uid"] for ns in ("a", "b", "c")}
+    api, _ = kube.api_client(Settings(kubeconfig=kubeapi.kubeconfig_path))
+    assert live.cluster(api, namespaces=("a", "c")) == {uids["a"], uids["c"]}
+    paths = [r.path for r in kubeapi.requests if r.path.endswith("/proxies")]
+    assert paths == ["/apis/crawl.example.com/v1alpha1/namespaces/a/proxies", "/apis/crawl.example.com/v1alpha1/namespaces/c/proxies"]
+    assert live.cluster(api, namespaces=("*",)) == set(uids.values())
+    assert live.scope(Settings(proxy_namespaces="a,c")) == ("a", "c")
+    assert live.scope(Settings(proxy_namespaces="a", proxies="/etc/fleet/proxies")) == ("*",)  # standalone: every manifest
 
 
 def test_a_refused_list_is_unavailable(kubeapi, read):

@@ -70,7 +70,8 @@ def test_create_sends_one_insert_with_every_field(fake, provider):
     assert body["name"] == req.name
     assert body["machineType"] == f"zones/{ZONE}/machineTypes/e2-small"
     assert body["labels"] == {
-        "proxy-operator-managed": "true", "proxy-operator-uid": req.uid, "proxy-operator-installation": "blue"}
+        "proxy-operator-managed": "true", "proxy-operator-uid": req.uid, "proxy-operator-installation": "blue",
+        "proxy-operator-namespace": req.namespace}
     assert body["metadata"] == {"items": [{"key": "user-data", "value": req.cloud_init}]}
     assert body["tags"] == {"items": ["proxy-operator"]}
     assert body["networkInterfaces"] == [

@@ -124,4 +124,5 @@ def test_placement_and_cloud_init_are_ignored(kubeapi):
     (c,) = body["spec"]["containers"]
     assert c["image"] == "squid:test"
     assert "SECRET" not in repr(body)
-    assert body["metadata"]["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: "7c1e-uid"}  # no installation: no mark
+    assert body["metadata"]["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: "7c1e-uid",  # no installation: no mark
+                                          base.LABEL_NAMESPACE: "crawl"}

@@ -31,7 +31,8 @@ def test_create_labels_the_pod_and_ignores_cloud_init(kubeapi):
                                  installation="blue"), Deadline.after(5))
     assert pid == "crawl/proxy-abc"
     (pod,) = kubeapi.pods
-    assert pod["metadata"]["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: "u-1", base.LABEL_INSTALLATION: "blue"}
+    assert pod["metadata"]["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: "u-1", base.LABEL_INSTALLATION: "blue",
+                                         base.LABEL_NAMESPACE: "crawl"}
     (c,) = pod["spec"]["containers"]
     assert c["image"] == "squid:test" and c["ports"][0]["containerPort"] == 3129
     assert "SECRET" not in repr(pod)

@@ -74,7 +74,7 @@ def test_metadata_round_trip_and_unmarked_domain():
     created = datetime(2026, 9, 11, 15, 26, tzinfo=UTC)
     xml = f"<domain><name>x</name><metadata>{domain.metadata_xml('uid-1', created, 'ns', 'p')}</metadata></domain>"
     mark = domain.read_mark(xml)
-    assert mark == domain.Mark(True, "uid-1", created)
+    assert mark == domain.Mark(True, "uid-1", created, "", "ns")
     assert domain.read_mark("<domain><name>x</name></domain>") == domain.Mark(False, "", None)
     bad = xml.replace("2026-09-11T15:26:00Z", "yesterday")
     assert domain.read_mark(bad).created_at is None
@@ -87,7 +87,7 @@ def test_the_installation_mark_round_trips():
     root = ET.fromstring(meta)
     assert root.findtext(f"{{{domain.METADATA_NS}}}installation") == "blue"
     xml = f"<domain><name>x</name><metadata>{meta}</metadata></domain>"
-    assert domain.read_mark(xml) == domain.Mark(True, "uid-1", created, "blue")
+    assert domain.read_mark(xml) == domain.Mark(True, "uid-1", created, "blue", "ns")
 
 
 def test_domain_xml_parses_and_carries_the_mark():

@@ -24,7 +24,8 @@ def test_a_record_round_trips_and_carries_the_marks(tmp_path):
     s.write(r)
     back = s.read("proxy-abc")
     assert back == r and back.managed
-    assert back.labels == {base.LABEL_MANAGED: "true", base.LABEL_UID: "uid-1"}  # no installation asked: no mark
+    assert back.labels == {base.LABEL_MANAGED: "true", base.LABEL_UID: "uid-1",  # no installation asked: no mark
+                           base.LABEL_NAMESPACE: "ns"}
     assert back.installation == ""
 
 
