@@ -75,12 +75,23 @@ def closed_port_url() -> str:
 class FaultProxy:
     """`with FaultProxy(upstream_url, error_body) as proxy: proxy.url`
 
-    `error_body(status)` is the body the backend answers that status with.
+    `error_body(status)` is the body the backend answers that status with
+    (a JSON value; with `encode`, whatever `encode` turns into bytes). A backend
+    that speaks another wire (EC2's XML: tests/providers/aws/ec2faults.py) gives
+    its `content_type`, its own `malformed` and `wrong_shape` bodies, and
+    `extra` faults of its own: name → (status, body).
     """
 
-    def __init__(self, upstream: str, error_body: Callable[[int], Any]) -> None:
+    def __init__(self, upstream: str, error_body: Callable[[int], Any], *,
+                 encode: Callable[[Any], bytes] = lambda v: json.dumps(v).encode(),
+                 content_type: str = "application/json", malformed: bytes = MALFORMED_BODY,
+                 wrong_shape: bytes = json.dumps(WRONG_SHAPE_BODY).encode(),
+                 extra: dict[str, tuple[int, bytes]] | None = None) -> None:
         self.upstream = urlsplit(upstream)
         self.error_body = error_body
+        self.encode, self.content_type = encode, content_type
+        self.malformed, self.wrong_shape, self.extra = malformed, wrong_shape, dict(extra or {})
+        self.requests = 0  # every request seen, faulted or forwarded
         self._lock = threading.Lock()
         self._fault: str | None = None
         self._nth = -1  # -1: every request
@@ -116,15 +127,11 @@ class FaultProxy:
                     data = resp.read()
                 finally:
                     conn.close()
-                self.send_response(resp.status)
-                self.send_header("Content-Type", resp.getheader("Content-Type") or "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self._answer(resp.status, data, ctype=resp.getheader("Content-Type"))
 
-            def _answer(self, status: int, data: bytes, length: int | None = None) -> None:
+            def _answer(self, status: int, data: bytes, length: int | None = None, ctype: str | None = None) -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", ctype or proxy.content_type)
                 self.send_header("Content-Length", str(len(data) if length is None else length))
                 self.end_headers()
                 self.wfile.write(data)
@@ -132,13 +139,15 @@ class FaultProxy:
             def _fail(self, fault: str) -> None:
                 status = status_of(fault)
                 if status is not None:
-                    self._answer(status, json.dumps(proxy.error_body(status)).encode())
+                    self._answer(status, proxy.encode(proxy.error_body(status)))
+                elif fault in proxy.extra:
+                    self._answer(*proxy.extra[fault])
                 elif fault == MALFORMED:
-                    self._answer(200, MALFORMED_BODY)
+                    self._answer(200, proxy.malformed)
                 elif fault == WRONG_SHAPE:
-                    self._answer(200, json.dumps(WRONG_SHAPE_BODY).encode())
+                    self._answer(200, proxy.wrong_shape)
                 elif fault == TRUNCATED:
-                    self._answer(200, MALFORMED_BODY, length=4096)
+                    self._answer(200, proxy.malformed, length=4096)
                     self._drop()
                 elif fault == RESET:
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -184,6 +193,7 @@ class FaultProxy:
 
     def _take(self) -> str | None:
         with self._lock:
+            self.requests += 1
             index, self._seen = self._seen, self._seen + 1
             if self._fault is None or (self._nth >= 0 and index != self._nth):
                 return None
