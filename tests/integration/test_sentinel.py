@@ -59,4 +59,7 @@ def test_a_failover_is_followed_by_every_process_without_a_restart(sentinels, ma
     for role in ("controller", "worker:edge"):
         wait_for(lambda role=role: "Redis master changed" in stack.log(role), 15, f"{role} to log the master change")
         assert stack.log(role).count("Redis master changed") == 1
-        assert "Traceback" not in stack.log(role), stack.log(role)[-3000:]
+        # kombu may log one traceback while Celery's consumer closes the channel of the dead master
+        # (celery.bootsteps 'Error on stopping', then it reconnects): any other one is a failure
+        others = [t for t in stack.log(role).split("Traceback")[1:] if "celery/bootsteps.py" not in t]
+        assert others == [], stack.log(role)[-3000:]
