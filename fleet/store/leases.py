@@ -690,6 +690,14 @@ class Leases:
         return out
 
 
+def online_replicas(info: dict[str, Any]) -> int:
+    """The replicas of INFO replication that stream (state online): one still in its first sync
+    (wait_bgsave, send_bulk) would make every WAIT run to its timeout."""
+    if info.get("role") != "master":
+        return 0
+    return sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online")
+
+
 class AsyncLeases:
     """The same scripts on a `redis.asyncio` client (the API's event loop)."""
 
@@ -746,12 +754,12 @@ class AsyncLeases:
         return _split(await self._check(keys=_KEYS7, args=guard.args(now)))[0]
 
     async def replicas(self) -> int:
-        """Replicas connected to the master now (INFO replication); 0 when Redis cannot say."""
+        """Replicas online on the master now (INFO replication); 0 when Redis cannot say."""
         try:
             info: Any = await self._redis.info("replication")
         except redis.ResponseError:  # a server (or a fake) without INFO
             return 0
-        return int(info.get("connected_slaves", 0)) if info.get("role") == "master" else 0
+        return online_replicas(info)
 
     async def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
         return plain(await self._release(keys=_KEYS7, args=[lease_id, repr(now), _ms(keep)]))

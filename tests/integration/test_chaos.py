@@ -45,7 +45,7 @@ pytestmark = pytest.mark.integration
 
 PROVIDERS = 50
 CLIENTS = 20
-CHECK_INTERVAL = 5.0
+CHECK_INTERVAL = 10.0  # the shortest fleet allows
 MANIFEST = """
 apiVersion: crawl.example.com/v1alpha1
 kind: Proxy
@@ -74,6 +74,7 @@ class ConnectProxy:
         asyncio.run_coroutine_threadsafe(self.proxy.close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
     @property
     def port(self) -> int:
@@ -191,7 +192,7 @@ def test_a_master_killed_under_load_loses_nothing(sentinels, make_stack, tmp_pat
         stack = make_stack(sentinels.url, providers(tmp_path), FLEET_PROXIES=str(manifests),
                            FLEET_PROXY_POLL_INTERVAL="1s", FLEET_PROXY_RESYNC_INTERVAL="5s",
                            FLEET_PROVIDER_CALL_TIMEOUT="5s", FLEET_PROVIDER_CHECK_INTERVAL=f"{int(CHECK_INTERVAL)}s",
-                           FLEET_PROVIDER_CHECK_TIMEOUT="2s", FLEET_GC_INTERVAL="0",
+                           FLEET_PROVIDER_CHECK_TIMEOUT="3s", FLEET_GC_INTERVAL="0",
                            FLEET_PROBE_TARGET="origin.example:443", FLEET_PROBE_INTERVAL="1s",
                            FLEET_PROBER_METRICS_BIND_ADDRESS="0")
         for i in range(PROVIDERS):

@@ -26,6 +26,7 @@ from fleet.store.leases import (
     NotRenewed,
     RenewCall,
     Renewed,
+    online_replicas,
 )
 from tests.fleet.leases.test_app import AUTH, TOKEN, call
 
@@ -168,6 +169,15 @@ def test_the_view_of_the_epoch(view, got, want_seq, want_grace, why):
     assert view.observe(got) == why
     assert (view.epoch, view.seq, view.grace_until) == (got.id, want_seq, want_grace)
     assert view.in_grace(NOW) == (want_grace > NOW)
+
+
+@pytest.mark.parametrize("info, want", [
+    ({"role": "master", "connected_slaves": 2, "slave0": {"state": "online"}, "slave1": {"state": "wait_bgsave"}}, 1),
+    ({"role": "master", "connected_slaves": 0}, 0),
+    ({"role": "slave", "slave0": {"state": "online"}}, 0),
+])
+def test_only_streaming_replicas_count(info, want):
+    assert online_replicas(info) == want
 
 
 @pytest.mark.parametrize("replicas, wait_ms, want", [(0, 100, 0), (1, 100, 100), (2, 0, 0), (1, 50, 50)])
