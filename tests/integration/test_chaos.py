@@ -23,6 +23,7 @@ answers the old lease ids."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import threading
@@ -154,9 +155,9 @@ class Clients:
             time.sleep(rnd.uniform(0.2, 1.0))
             body = {"proxy": lease["proxy"], "target": "example.com", "ip": lease["ip"], "port": lease["port"], "ttl": 6}
             try:
-                status, renewed, _ = api.request("POST", f"/v1/leases/{lease['lease']}/renew", body)
+                status = api.request("POST", f"/v1/leases/{lease['lease']}/renew", body)[0]
             except OSError:
-                status, renewed = 0, {}
+                status = 0
             self._count(self.renewals, status)
             sent = time.time()
             if status == 200:
@@ -165,10 +166,8 @@ class Clients:
             end = min(time.time(), expires)
             with self.lock:
                 self.held.append((lease["proxy"], start, end, lease["lease"]))
-            try:
+            with contextlib.suppress(OSError):
                 api.release(lease["lease"])
-            except OSError:
-                pass
 
 
 def overlaps(held: list[tuple[str, float, float, str]]) -> list[tuple]:
@@ -179,9 +178,12 @@ def overlaps(held: list[tuple[str, float, float, str]]) -> list[tuple]:
     bad = []
     for proxy, spans in by.items():
         spans.sort()
-        for (s1, e1, l1), (s2, e2, l2) in zip(spans, spans[1:], strict=False):
-            if s2 < e1:
-                bad.append((proxy, l1, s1, e1, l2, s2, e2))
+        longest = spans[0]  # the span reaching furthest so far
+        for span in spans[1:]:
+            if span[0] < longest[1]:
+                bad.append((proxy, longest, span))
+            if span[1] > longest[1]:
+                longest = span
     return bad
 
 
