@@ -187,6 +187,16 @@ def overlaps(held: list[tuple[str, float, float, str]]) -> list[tuple]:
     return bad
 
 
+# Celery's consumer logs this one with a traceback when the broker goes away under its gossip step (kombu's
+# ignore_errors on a connection already None) and then reconnects; it is no crash of ours.
+CELERY_GOSSIP = 'msg="Error on restarting Gossip'
+
+
+def crashes(log: str) -> list[str]:
+    """Log lines holding a traceback, but Celery's gossip restart (above)."""
+    return [line for line in log.splitlines() if "Traceback" in line and CELERY_GOSSIP not in line]
+
+
 def test_a_master_killed_under_load_loses_nothing(sentinels, make_stack, tmp_path):  # noqa: F811
     manifests = tmp_path / "proxies"
     manifests.mkdir()
@@ -251,7 +261,7 @@ def test_a_master_killed_under_load_loses_nothing(sentinels, make_stack, tmp_pat
         held = instances(tmp_path)
         assert len(held) == PROVIDERS + 1 and all(len(ids) == 1 for ids in held.values()), held
         for role in ("controller", "worker:a", "worker:b", "beat", "prober"):
-            assert "Traceback" not in stack.log(role), (role, stack.log(role)[-3000:])
+            assert not crashes(stack.log(role)), (role, crashes(stack.log(role))[:2])
         for api in apis:
             assert "Traceback" not in api.log(), api.log()[-3000:]
 
