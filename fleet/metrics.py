@@ -55,6 +55,9 @@ HTTP_CONNECTIONS = "proxy_operator_http_connections"  # open connections of this
 HTTP_CONNECTIONS_CLOSED = "proxy_operator_http_connections_closed_total"  # {reason}: idle, header_timeout, … (fleet.httpguard)
 COOLDOWNS_ACTIVE = "proxy_operator_cooldowns_active"  # {scope}: target, global; read from Redis at scrape time
 REPORTS = "proxy_operator_reports_total"  # {outcome}: ok, blocked, error
+LEASE_RENEWALS = "proxy_operator_lease_renewals_total"  # {result}: renewed, recreated, revoked, unknown, lost, …
+LEASE_UNREPLICATED = "proxy_operator_lease_unreplicated_total"  # grants/renewals answered before a replica had them
+LEASE_RECOVERING = "proxy_operator_lease_recovering"  # 1 while this API process grants nothing after a data loss
 
 # Why a check result was dropped before it was stored or written (the
 # `reason` label); `fleet.messages` decides the last three.

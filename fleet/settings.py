@@ -237,6 +237,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("insecure-no-auth", "true: serve the API without a token (it warns at start and on /healthz). Default false."),
     Option("max-leases-per-proxy", "Leases one proxy may hold at once. Default 1.", "int"),
     Option("lease-max-ttl", "The longest lease a client may ask for. Default 1h.", "duration"),
+    Option("lease-grace", "After the API sees that Redis lost lease data, how long it grants nothing new (renewals "
+                          "re-create lost leases meanwhile): at least the longest time a crawler goes without renewing. "
+                          "Default 0: --lease-max-ttl.", "duration"),
+    Option("lease-replica-wait", "How long a grant or renewal waits for a replica to have it (Redis WAIT) when one is "
+                                 "connected; then it is answered anyway and counted. 0: never wait. Default 100ms.",
+           "duration"),
     Option("cooldown-blocked", "How long a proxy is not leased for a target after a `blocked` report. Default 10m.", "duration"),
     Option("cooldown-errors", "Error reports in a row that put a proxy in a global cooldown. Default 3.", "int"),
     Option("cooldown-global", "How long that global cooldown lasts. Default 5m.", "duration"),
@@ -292,6 +298,8 @@ class Settings:
     insecure_no_auth: str = "false"
     max_leases_per_proxy: int = 1
     lease_max_ttl: float = 3600.0
+    lease_grace: float = 0.0  # 0: lease_max_ttl
+    lease_replica_wait: float = 0.1
     cooldown_blocked: float = 600.0
     cooldown_errors: int = 3
     cooldown_global: float = 300.0
@@ -428,6 +436,12 @@ class Settings:
                                 f"({self.api_max_connections}), got {self.api_max_connections_per_client}")
         if not 1 <= self.cooldown_errors <= 1000:
             raise SettingsError(f"--cooldown-errors must be from 1 to 1000, got {self.cooldown_errors}")
+        if self.lease_grace and not 1.0 <= self.lease_grace <= 86400.0:
+            raise SettingsError(f"--lease-grace must be 0 (--lease-max-ttl) or from 1s to 24h, got "
+                                f"{format_duration(self.lease_grace)}")
+        if not 0.0 <= self.lease_replica_wait <= 5.0:
+            raise SettingsError(f"--lease-replica-wait must be from 0 (never) to 5s, got "
+                                f"{format_duration(self.lease_replica_wait)}")
         for flag, seconds, low, high in (("--lease-max-ttl", self.lease_max_ttl, 1.0, 86400.0),
                                          ("--cooldown-blocked", self.cooldown_blocked, 0.0, 86400.0),
                                          ("--cooldown-global", self.cooldown_global, 0.0, 86400.0),

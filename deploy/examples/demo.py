@@ -1,6 +1,7 @@
 """`make demo`: the whole local stack on an example config, then its results.
 
-Starts a throwaway redis-server, a local KVM lab (a real sshd + libvirtd
+Starts a throwaway redis-server (persistent as deployed: an append-only file
+fsynced every second, under the demo's state directory), a local KVM lab (a real sshd + libvirtd
 serving libvirt's test driver, when the Debian packages are installed), a
 local HTTP origin, and `fleet up` (a worker per provider, controller, beat)
 on deploy/examples/providers.yaml plus a kvm provider pointing at the lab
@@ -87,7 +88,7 @@ def fleet(env: dict, *args: str) -> str:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fleet-demo-") as tmp, contextlib.ExitStack() as stack:
         tmp_path = Path(tmp)
-        redis_srv = RedisServer(tmp_path)
+        redis_srv = RedisServer(tmp_path, persistent=True)  # AOF, fsynced every second, in the demo's state dir
         redis_srv.start()
         stack.callback(redis_srv.stop)
         config = yaml.safe_load((ROOT / "deploy/examples/providers.yaml").read_text())

@@ -4,7 +4,7 @@ bounded body, checks the token, hands the request to `fleet.leases.requests`
 (pure validation) and to one Lua script (`fleet.store.leases`), and turns
 the answer into JSON with `fleet.leases.rules` (pure).
 
-Six routes need no framework: a dict of paths and one prefix match cost
+Eight routes need no framework: a dict of paths and one prefix match cost
 less per request than a router, and reading the body ourselves is what
 bounds it (`Content-Length` over 64 KiB is refused before a byte is read; a
 chunked body is read only up to the bound).
@@ -31,11 +31,21 @@ from opentelemetry import propagate, trace
 
 from fleet import tracing
 from fleet.leases import openapi, rules
-from fleet.leases.requests import MAX_BODY, BadRequest, check_lease_id, parse_filters, parse_lease, parse_report
+from fleet.leases.guard import CHECK_EVERY, WHY, EpochView, should_wait
+from fleet.leases.requests import (
+    DEFAULT_TTL,
+    MAX_BODY,
+    BadRequest,
+    check_lease_id,
+    parse_filters,
+    parse_lease,
+    parse_renew,
+    parse_report,
+)
 from fleet.leases.series import ApiSeries
 from fleet.logs import kv
 from fleet.store import StoreError
-from fleet.store.leases import AsyncLeases, Busy, Granted, LeaseCall, ReportCall
+from fleet.store.leases import AsyncLeases, Busy, Epoch, Grace, Granted, LeaseCall, RenewCall, Renewed, ReportCall
 
 log = logging.getLogger("fleet.api")
 
@@ -59,6 +69,12 @@ class ApiConfig:
     cooldown_blocked: float = 600.0
     cooldown_errors: int = 3
     cooldown_global: float = 300.0
+    grace: float = 0.0  # after a loss of Redis data nothing new is leased for this long; 0: max_ttl
+    replica_wait: float = 0.1  # a grant or renewal waits this long for a replica to have it (0: never)
+
+    @property
+    def grace_period(self) -> float:
+        return self.grace or self.max_ttl
 
     @property
     def insecure(self) -> bool:
@@ -80,10 +96,13 @@ class Api:
         self.clock = clock
         self.rand = rand
         self.series = ApiSeries()
+        self.view = EpochView(config.grace_period)
+        self.replicas = 0  # connected to the master at the last check
+        self._wait_ms = int(config.replica_wait * 1000)
         self._expected = b"Bearer " + config.token if config.token is not None else None
         self._openapi = orjson.dumps(openapi.document(config.max_ttl, 300, config.max_per_proxy, config.insecure))
         self._tracer = tracing.tracer()
-        self._sync_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._routes: dict[str, tuple[bytes, Callable[[Scope, Receive, dict[bytes, bytes]], Awaitable[tuple[int, Any]]]]] = {
             "/v1/leases": (b"POST", self.lease),
             "/v1/reports": (b"POST", self.report),
@@ -104,13 +123,16 @@ class Api:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self._sync_task = asyncio.create_task(self._sync_loop(), name="lease-sync")
+                with contextlib.suppress(*_Unavailable):
+                    await self.check()  # the epoch before the first grant (the loop retries when Redis is away)
+                self._tasks = [asyncio.create_task(self._sync_loop(), name="lease-sync"),
+                               asyncio.create_task(self._guard_loop(), name="lease-epoch")]
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self._sync_task is not None:
-                    self._sync_task.cancel()
+                for task in self._tasks:
+                    task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
-                        await self._sync_task
+                        await task
                 await self.leases.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -130,6 +152,33 @@ class Api:
                     log.warning("cannot sync the lease load set with Redis", extra=kv(error=type(exc).__name__))
                 failing = True
             await asyncio.sleep(SYNC_EVERY)
+
+    async def check(self) -> None:
+        """The epoch check and the replica count (every CHECK_EVERY s, and at start)."""
+        now = self.clock()
+        self._observe(await self.leases.check(now, self.view.call()), now)
+        replicas = await self.leases.replicas()
+        if replicas != self.replicas:
+            log.info("replicas of the lease state", extra=kv(replicas=replicas, waits=bool(should_wait(replicas, self._wait_ms))))
+        self.replicas = replicas
+
+    async def _guard_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_EVERY)
+            with contextlib.suppress(*_Unavailable):
+                await self.check()
+
+    def _observe(self, epoch: Epoch, now: float) -> None:
+        was = self.view.in_grace(now)
+        why = self.view.observe(epoch)
+        self.series.recovering(self.view.in_grace(now))
+        if why and not was:
+            log.warning("Redis lost lease data: no new leases for the grace period, renewals re-create lost leases",
+                        extra=kv(why=WHY.get(why, why), until=rules.timestamp(self.view.grace_until), epoch=epoch.id))
+
+    def _waited(self, acked: int | None) -> None:
+        if acked is not None and acked < 1:
+            self.series.unreplicated()
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])
@@ -154,6 +203,8 @@ class Api:
             span.set_attribute("http.response.status_code", status)
             if path == "/v1/leases":
                 self.series.lease(_result(status, body))
+            elif route == "/v1/leases/{id}/renew":
+                self.series.renewal(_renewal(status, body))
             if isinstance(body, Raw):
                 await _send(send, status, body.data, body.content_type, body.headers)
             else:
@@ -165,6 +216,8 @@ class Api:
     def _route_name(path: str) -> str:
         if path.startswith("/v1/leases/") and path.endswith("/release"):
             return "/v1/leases/{id}/release"
+        if path.startswith("/v1/leases/") and path.endswith("/renew"):
+            return "/v1/leases/{id}/renew"
         if path in ("/v1/leases", "/v1/reports", "/v1/proxies", "/healthz", "/metrics", "/openapi.json"):
             return path
         return "unknown"
@@ -182,6 +235,11 @@ class Api:
             self._auth(scope, headers)
             await _read_body(headers, receive)  # nothing is read from it; still bounded
             return await self.release(path[len("/v1/leases/"):-len("/release")])
+        if path.startswith("/v1/leases/") and path.endswith("/renew"):
+            _allow(method, "POST")
+            self._auth(scope, headers)
+            lease_id = check_lease_id(path[len("/v1/leases/"):-len("/renew")])
+            return await self.renew(lease_id, await _read_body(headers, receive))
         found = self._routes.get(path)
         if found is None:
             return 404, {"error": f"no such path {path[:200]!r}", "field": None}
@@ -208,18 +266,40 @@ class Api:
     async def lease(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes]) -> tuple[int, Any]:
         req = parse_lease(await _read_body(headers, receive), self.config.max_ttl)
         now = self.clock()
+        if self.view.in_grace(now):
+            return rules.recovering(self.view.grace_until, now, self.view.lost)
         lease_id = uuid.uuid4().hex
         expires = now + req.ttl
         call = LeaseCall(lease_id, req.target, expires, self.config.max_per_proxy, req.sticky, req.ttl + STICKY_KEEP,
-                         req.filters.provider, req.filters.region, req.filters.zone)
-        got = await self.leases.lease(call, now, self.rand())
+                         req.filters.provider, req.filters.region, req.filters.zone, float(req.ttl))
+        got, epoch, acked = await self.leases.lease(call, now, self.rand(), self.view.call(),
+                                                    should_wait(self.replicas, self._wait_ms))
+        self._observe(epoch, now)
+        if isinstance(got, Grace):
+            return rules.recovering(self.view.grace_until, now, self.view.lost)
         if isinstance(got, Granted):
+            self._waited(acked)
             endpoint = rules.decode(got.endpoint) or {}
             return 200, rules.granted(lease_id, got.proxy, endpoint, expires, req.ttl, got.egress_ip)
         if isinstance(got, Busy):
             status, body, _ = rules.busy(got.free_at, now)
             return status, body
         return rules.no_proxy(req.filters)
+
+    async def renew(self, lease_id: str, body: bytes) -> tuple[int, Any]:
+        req = parse_renew(body, self.config.max_ttl)
+        now = self.clock()
+        call = RenewCall(lease_id, req.ttl, min(DEFAULT_TTL, int(self.config.max_ttl)), self.config.max_per_proxy,
+                         req.proxy, req.target, req.ip, req.port, STICKY_KEEP)
+        got, epoch, acked = await self.leases.renew(call, now, self.view.call(), should_wait(self.replicas, self._wait_ms))
+        self._observe(epoch, now)
+        if isinstance(got, Renewed):
+            self._waited(acked)
+            if got.recreated:
+                log.info("a lease Redis lost is re-created", extra=kv(lease=lease_id, proxy=got.proxy))
+            endpoint = rules.decode(got.endpoint) or {}
+            return 200, rules.renewed(lease_id, got.proxy, endpoint, got.expires, got.ttl, got.egress_ip, got.recreated)
+        return rules.not_renewed(lease_id, got.kind, got.reason)
 
     async def release(self, raw_id: str) -> tuple[int, Any]:
         lease_id = check_lease_id(raw_id)
@@ -247,6 +327,9 @@ class Api:
         body: dict[str, Any] = {"ok": True, "insecure": self.config.insecure}
         if self.config.insecure:
             body["warning"] = INSECURE_WARNING
+        if self.view.in_grace(self.clock()):
+            body["recovering"] = True
+            body["graceUntil"] = rules.timestamp(self.view.grace_until)
         try:
             await self.leases.ping()
         except _Unavailable as exc:
@@ -275,7 +358,24 @@ def _result(status: int, body: Any) -> str:
     if status == 409:
         return "none_free"
     if status == 503:
+        if isinstance(body, dict) and body.get("recovering"):
+            return "recovering"
         return "no_proxy" if isinstance(body, dict) and "freeAt" in body else "unavailable"
+    return "unauthorized" if status == 401 else "bad_request"
+
+
+def _renewal(status: int, body: Any) -> str:
+    """The `result` label of a POST /v1/leases/{id}/renew answer."""
+    if status == 200:
+        return "recreated" if isinstance(body, dict) and body.get("recreated") else "renewed"
+    if status == 410:
+        return "revoked"
+    if status == 409:
+        return "lost"
+    if status == 404:
+        return "unknown" if isinstance(body, dict) and body.get("field") == "id" else "bad_request"
+    if status == 503:
+        return "unavailable"
     return "unauthorized" if status == 401 else "bad_request"
 
 

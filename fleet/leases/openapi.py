@@ -65,7 +65,10 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
             "schemas": {
                 "Error": _error(),
                 "Unavailable": _error({"freeAt": {"type": "string", "format": "date-time", "nullable": True},
-                                       "retryAfter": {"type": "integer", "minimum": 1, "nullable": True}}),
+                                       "retryAfter": {"type": "integer", "minimum": 1, "nullable": True},
+                                       "recovering": {"type": "boolean", "description": (
+                                           "true: Redis lost lease data and nothing new is leased until freeAt "
+                                           "(the grace period); renewals go on")}}),
                 "Proxy": {"type": "object", "required": ["proxy", "ip", "port", "leases", "capacity"],
                           "properties": {"proxy": {"type": "string"}, **endpoint, "leases": {"type": "integer", "minimum": 0},
                                          "capacity": {"type": "integer", "minimum": 1},
@@ -86,6 +89,24 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                           "properties": {"lease": {"type": "string", "pattern": rq.LEASE_ID_PATTERN},
                                          "proxy": {"type": "string"}, **endpoint, "url": {"type": "string"},
                                          "ttl": {"type": "integer"}, "expiresAt": {"type": "string", "format": "date-time"}}},
+                "RenewRequest": {
+                    "type": "object", "additionalProperties": False,
+                    "description": "All optional (an empty body renews for the lease's own ttl). proxy and target "
+                                   "(with the lease's ip and port) re-create a lease Redis lost, while the grace "
+                                   "after that loss is in force and the proxy has room.",
+                    "properties": {
+                        "ttl": {"type": "integer", "minimum": 1, "maximum": high,
+                                "description": "Seconds from now; at most --lease-max-ttl. Default: the lease's."},
+                        "proxy": {"type": "string", "pattern": rq.PROXY_PATTERN, "maxLength": 317},
+                        "target": host,
+                        "ip": {"type": "string", "maxLength": 45, "description": "The lease's ip (IPv4 or IPv6)."},
+                        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                    },
+                },
+                "Renewed": {"allOf": [{"$ref": "#/components/schemas/Lease"}, {
+                    "type": "object", "required": ["recreated"],
+                    "properties": {"recreated": {"type": "boolean", "description": (
+                        "true: Redis had lost the lease; it was re-created from the request")}}}]},
                 "Released": {"type": "object", "required": ["lease", "status"],
                              "properties": {"lease": {"type": "string"},
                                             "status": {"type": "string", "enum": ["released", "revoked"]},
@@ -133,7 +154,8 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                     "409": _resp(f"Every matching proxy holds {max_per_proxy} lease(s) or is cooling down; `freeAt` "
                                  "and `Retry-After` say when one frees up.", {"$ref": "#/components/schemas/Unavailable"},
                                  {"Retry-After": {"schema": {"type": "integer"}}}),
-                    "503": _resp("No Running, healthy proxy matches (or Redis does not answer).",
+                    "503": _resp("No Running, healthy proxy matches, Redis lost lease data and the grace is in "
+                                 "force (`recovering`, `Retry-After`), or Redis does not answer.",
                                  {"$ref": "#/components/schemas/Unavailable"}),
                 },
             }},
@@ -147,6 +169,24 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                                            f"again (for {RELEASE_KEEP:.0f} s).", {"$ref": "#/components/schemas/Released"}),
                               "400": bad, "401": unauthorized, "404": _resp("Unknown or expired lease.", err),
                               "503": unavailable},
+            }},
+            "/v1/leases/{id}/renew": {"post": {
+                "summary": "Extend a lease to now + ttl. Answers like a release for what it cannot renew. After "
+                           "a loss of Redis data, a renewal naming its proxy and target re-creates the lease.",
+                "operationId": "renew", "security": security,
+                "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "requestBody": {"required": False, **_json({"$ref": "#/components/schemas/RenewRequest"})},
+                "responses": {"200": _resp("Renewed (or re-created).", {"$ref": "#/components/schemas/Renewed"}),
+                              "400": bad, "401": unauthorized,
+                              "404": _resp("Released, expired or unknown lease.", err),
+                              "409": _resp("Redis lost the lease and its proxy is leased to capacity now.",
+                                           {"$ref": "#/components/schemas/Unavailable"}),
+                              "410": _resp("Revoked: its proxy was deleted, replaced or turned unhealthy (`reason`).",
+                                           _error({"lease": {"type": "string"},
+                                                   "status": {"type": "string", "enum": ["revoked"]},
+                                                   "reason": {"type": "string",
+                                                              "enum": ["gone", "replaced", "unhealthy"]}})),
+                              "413": too_large, "503": unavailable},
             }},
             "/v1/reports": {"post": {
                 "summary": "Report how a fetch through a proxy went: blocked starts a cooldown for that target, "
@@ -165,7 +205,9 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
                 "operationId": "healthz", "security": [],
                 "responses": {
                     "200": _resp("Serving.", {"type": "object", "required": ["ok", "insecure"], "properties": {
-                        "ok": {"type": "boolean"}, "insecure": {"type": "boolean"}, "warning": {"type": "string"}}}),
+                        "ok": {"type": "boolean"}, "insecure": {"type": "boolean"}, "warning": {"type": "string"},
+                        "recovering": {"type": "boolean"},
+                        "graceUntil": {"type": "string", "format": "date-time"}}}),
                     "503": _resp("Redis does not answer.", {"type": "object", "properties": {
                         "ok": {"type": "boolean"}, "insecure": {"type": "boolean"}, "error": {"type": "string"}}}),
                 },

@@ -3,6 +3,8 @@ bodies of POST /v1/leases and POST /v1/reports, the filters of GET
 /v1/proxies and lease ids. Each refusal is a `BadRequest` naming the field;
 nothing is sent to Redis before a request passed here.
 
+POST /v1/leases/{id}/renew takes an empty body too (the lease's own ttl).
+
 The rules are the OpenAPI document's (`fleet.leases.openapi` builds its
 schemas from the same constants), so a client generated from it and this
 module agree on every field.
@@ -10,6 +12,7 @@ module agree on every field.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ _PROXY = re.compile(PROXY_PATTERN[1:-1], re.ASCII)
 FILTERS = ("provider", "region", "zone")
 LEASE_FIELDS = ("target", "ttl", "sticky", *FILTERS)
 REPORT_FIELDS = ("lease", "proxy", "target", "outcome")
+RENEW_FIELDS = ("ttl", "proxy", "target", "ip", "port")
 
 
 class BadRequest(Exception):
@@ -73,6 +77,15 @@ class LeaseRequest:
     ttl: int
     sticky: str = ""
     filters: Filters = Filters()
+
+
+@dataclass(frozen=True)
+class RenewRequest:
+    ttl: int | None = None  # None: the lease's own
+    proxy: str = ""  # with target (and ip, port): what re-creates a lease Redis lost
+    target: str = ""
+    ip: str = ""
+    port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,18 +160,55 @@ def parse_lease(body: bytes, max_ttl: float) -> LeaseRequest:
     doc = decode_object(body)
     _unknown(doc, LEASE_FIELDS)
     target = _target(doc, required=True)
+    ttl = _ttl(doc, max_ttl)
+    if ttl is None:
+        ttl = min(DEFAULT_TTL, int(max_ttl))
+    sticky = _string(doc, "sticky", _STICKY, "1 to 128 printable ASCII characters without spaces", 128)
+    return LeaseRequest(target, ttl, sticky, _filters(doc))
+
+
+def _ttl(doc: dict[str, Any], max_ttl: float) -> int | None:
     high = int(max_ttl)
     ttl = doc.get("ttl")
     if ttl is None:
-        ttl = min(DEFAULT_TTL, high)
-    elif isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or (isinstance(ttl, float) and (
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or (isinstance(ttl, float) and (
             not math.isfinite(ttl) or not ttl.is_integer())):
         raise BadRequest(f"ttl must be a whole number of seconds from 1 to {high}, got {show(ttl)}", "ttl")
-    ttl = int(ttl)
-    if not 1 <= ttl <= high:
+    if not 1 <= int(ttl) <= high:
         raise BadRequest(f"ttl must be from 1 to {high} seconds (--lease-max-ttl), got {show(ttl)}", "ttl")
-    sticky = _string(doc, "sticky", _STICKY, "1 to 128 printable ASCII characters without spaces", 128)
-    return LeaseRequest(target, ttl, sticky, _filters(doc))
+    return int(ttl)
+
+
+def parse_renew(body: bytes, max_ttl: float) -> RenewRequest:
+    """POST /v1/leases/{id}/renew: an empty body or an object of `ttl` (default: the lease's own) and, to
+    re-create a lease Redis lost, `proxy` and `target` (together) with the lease's `ip` and `port`."""
+    if not body.strip():
+        return RenewRequest()
+    doc = decode_object(body)
+    _unknown(doc, RENEW_FIELDS)
+    ttl = _ttl(doc, max_ttl)
+    proxy = _string(doc, "proxy", _PROXY, "a proxy key namespace/name", 317)
+    target = _target(doc, required=bool(proxy))
+    if target and not proxy:
+        raise BadRequest("target goes with proxy (both re-create a lost lease); give proxy too", "proxy")
+    ip = doc.get("ip")
+    if ip is not None:
+        if not proxy:
+            raise BadRequest("ip goes with proxy and target; give them too", "proxy")
+        try:
+            ip = ip if isinstance(ip, str) and len(ip) <= 45 and ipaddress.ip_address(ip) else None  # as answered
+        except ValueError:
+            ip = None
+        if ip is None:
+            raise BadRequest(f"ip must be an IPv4 or IPv6 address, got {show(doc.get('ip'))}", "ip")
+    port = doc.get("port")
+    if port is not None:
+        if not proxy:
+            raise BadRequest("port goes with proxy and target; give them too", "proxy")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise BadRequest(f"port must be a whole number from 1 to 65535, got {show(port)}", "port")
+    return RenewRequest(ttl, proxy, target, ip or "", port)
 
 
 def parse_report(body: bytes) -> ReportRequest:

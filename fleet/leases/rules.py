@@ -17,6 +17,13 @@ lease whose proxy is gone or another instance now (nothing recorded); 413 a
 body over 64 KiB; 503 no Running, healthy proxy matches at all (or Redis does
 not answer).
 
+A renewal (POST /v1/leases/{id}/renew) answers like a grant (200, plus
+`recreated`), or like a release for what it cannot renew: 410 revoked with
+the reason, 404 released, expired or unknown; 409 when Redis lost the lease
+and its proxy is full now. While the grace after a loss of Redis data is in
+force (`fleet.leases.guard`) a lease request is 503 with `recovering: true`
+and `Retry-After` until the grace ends.
+
 A release answers the same thing again while its answer is kept (5 minutes,
 `fleet.store.leases.RELEASE_KEEP`). `egressIP` (lease and list answers) is
 the prober's last egress address for the proxy's uid, `null` when unknown
@@ -119,6 +126,37 @@ def released(lease_id: str, got: list[str]) -> tuple[int, dict[str, Any]]:
     if kind == "revoked":
         why = got[1]
         return 200, {"lease": lease_id, "status": "revoked", "reason": why, "message": REVOKED.get(why, why)}
+    if kind == "expired":
+        return 404, {"error": f"lease {lease_id} had already expired", "field": "id"}
+    return 404, {"error": f"unknown lease {lease_id}", "field": "id"}
+
+
+def recovering(until: float, now: float, why: str) -> tuple[int, dict[str, Any]]:
+    """503 while the grace after a loss of Redis data is in force: nothing new is leased, renewals go on."""
+    wait = max(1, math.ceil(until - now))
+    return 503, {"error": f"Redis lost lease data ({why or 'seen by another API process'}): no new leases until "
+                          f"{timestamp(until)}, so that no proxy a crawler still holds is leased twice; holders keep "
+                          "theirs by renewing (with proxy, target, ip and port)", "field": None,
+                 "freeAt": timestamp(until), "retryAfter": wait, "recovering": True}
+
+
+def renewed(lease_id: str, proxy: str, endpoint: dict[str, Any], expires: float, ttl: float, egress_ip: str,
+            recreated: bool) -> dict[str, Any]:
+    """200 of POST /v1/leases/{id}/renew: the lease as a grant answers it, and whether it was re-created."""
+    return {**granted(lease_id, proxy, endpoint, expires, int(ttl), egress_ip), "recreated": recreated}
+
+
+def not_renewed(lease_id: str, kind: str, reason: str) -> tuple[int, dict[str, Any]]:
+    """A renewal that did not happen: revoked (410, with the reason), released, expired or unknown (404),
+    busy (409: Redis lost the lease and its proxy is full now)."""
+    if kind == "revoked":
+        return 410, {"error": f"lease {lease_id} is revoked: {REVOKED.get(reason, reason)}; release it and lease "
+                              "anew", "field": "id", "lease": lease_id, "status": "revoked", "reason": reason}
+    if kind == "busy":
+        return 409, {"error": f"lease {lease_id} was lost by Redis and its proxy is leased to capacity now: lease "
+                              "anew", "field": "id", "freeAt": None, "retryAfter": None}
+    if kind == "released":
+        return 404, {"error": f"lease {lease_id} was released", "field": "id"}
     if kind == "expired":
         return 404, {"error": f"lease {lease_id} had already expired", "field": "id"}
     return 404, {"error": f"unknown lease {lease_id}", "field": "id"}

@@ -68,7 +68,8 @@ def load_token(settings: Settings, environ: Mapping[str, str] | None = None) -> 
 def config_of(settings: Settings, token: bytes | None) -> ApiConfig:
     return ApiConfig(token=token, max_ttl=settings.lease_max_ttl, max_per_proxy=settings.max_leases_per_proxy,
                      cooldown_blocked=settings.cooldown_blocked, cooldown_errors=settings.cooldown_errors,
-                     cooldown_global=settings.cooldown_global)
+                     cooldown_global=settings.cooldown_global, grace=settings.lease_grace,
+                     replica_wait=settings.lease_replica_wait)
 
 
 def limits_of(settings: Settings) -> httpguard.Limits:

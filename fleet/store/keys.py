@@ -69,6 +69,7 @@ LEASE_COOL_TARGET = "fleet:lease:cool:target"  # sorted set: "<proxy>|<target>" 
 LEASE_COOL_GLOBAL = "fleet:lease:cool:global"  # sorted set: proxy key → end of the global cooldown
 LEASE_ERRORS = "fleet:lease:errors"  # hash: proxy key → error reports in a row
 LEASE_RELEASED = "fleet:lease:released:"  # + lease id: the first release's answer, with a TTL (a repeated release)
+LEASE_EPOCH = "fleet:lease:epoch"  # hash: id, created, seq, grace: the lease state's epoch (a data loss shows, issue 21)
 CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create: read once (GETDEL), TTL the call timeout
 
 # One installation per Redis database (fleet.store.installation): the installation id written at first start.

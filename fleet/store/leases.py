@@ -17,6 +17,20 @@ are the Proxy reconciler's `<namespace>/<name>` of `fleet:px:endpoints`):
 - `errors`    hash: proxy → `error` reports in a row
 - `released:<id>` string: the first release's answer ("released", "revoked:<why>", "expired"), kept
   RELEASE_KEEP seconds (Redis expires it), so a second release answers the same
+- `epoch`     hash: id (random, written when the first script finds none), created, seq (bumped by
+  every lease and renew), grace (until when nothing new is leased)
+
+The epoch guard (issue 21): every lease and renew script, and each API
+process's check every few seconds, is given the epoch id and the highest
+`seq` that process saw. The epoch gone (Redis restarted empty: a new one
+is written), another id (another process wrote that new one), or a `seq`
+not above what the process saw (a failover to a replica that was behind,
+an AOF that lost its last second) mean Redis lost lease data: the script
+sets `grace` to now + the grace period (never shortening it), and while it
+is in force the lease script grants nothing and the renew script re-creates
+the leases it no longer knows from what the client tells it (its proxy,
+target and address), within capacity. Every answer starts with the guard's
+header: seq, epoch id, why a loss was seen ('' none), grace end.
 
 Expired leases are swept (at most 100 per call) at the start of every lease,
 so a proxy's load never counts a lease past its expiry. A proxy is leasable
@@ -40,6 +54,7 @@ tests, the benchmark's set-up); `AsyncLeases` runs the same scripts on a
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +66,7 @@ from fleet.store import keys
 
 PREFIX, DOCS, EXPIRY, HELD, LOAD = keys.LEASE_PREFIX, keys.LEASE_DOCS, keys.LEASE_EXPIRY, keys.LEASE_HELD, keys.LEASE_LOAD
 STICKY, COOL_TARGET, COOL_GLOBAL, ERRORS = keys.LEASE_STICKY, keys.LEASE_COOL_TARGET, keys.LEASE_COOL_GLOBAL, keys.LEASE_ERRORS
-RELEASED = keys.LEASE_RELEASED
+RELEASED, EPOCH = keys.LEASE_RELEASED, keys.LEASE_EPOCH
 ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
 
 SWEEP_BATCH = 100  # expired leases swept per call
@@ -99,13 +114,52 @@ local function revoked(doc)
   if v and v['uid'] == doc['uid'] and v['healthy'] == false then return 'unhealthy' end
   return nil
 end
+-- The epoch guard: the last 5 ARGV are now, the epoch id this process saw ('' at its first call), the highest
+-- seq it saw, the grace period (s) and a fresh id (the new epoch when there is none). `bump`: a lease or renew.
+-- → {seq, epoch id, why a loss shows ('' none; vanished, changed, rolled-back), grace end}
+local function guard(bump)
+  local n = #ARGV
+  local now, want, last, grace = tonumber(ARGV[n - 4]), ARGV[n - 3], tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1])
+  local id = redis.call('hget', 'EPOCH_KEY', 'id')
+  local why = ''
+  if not id then
+    id = ARGV[n]
+    redis.call('hset', 'EPOCH_KEY', 'id', id, 'created', ARGV[n - 4], 'seq', '0')
+    if want ~= '' then why = 'vanished' end
+  elseif want ~= '' and id ~= want then
+    why = 'changed'
+  end
+  local seq
+  if bump then
+    seq = redis.call('hincrby', 'EPOCH_KEY', 'seq', 1)
+  else
+    seq = tonumber(redis.call('hget', 'EPOCH_KEY', 'seq') or '0')
+  end
+  if why == '' and want ~= '' and (seq < last or (bump and seq == last)) then why = 'rolled-back' end
+  local till = tonumber(redis.call('hget', 'EPOCH_KEY', 'grace') or '0')
+  if why ~= '' and till < now + grace then
+    till = now + grace
+    redis.call('hset', 'EPOCH_KEY', 'grace', tostring(till))
+  end
+  return {tostring(seq), id, why, tostring(till)}
+end
+-- The guard's header, then the answer of main(header).
+local function guarded(bump, main)
+  local hdr = guard(bump)
+  local out = main(hdr)
+  for _, v in ipairs(out) do hdr[#hdr + 1] = v end
+  return hdr
+end
 """
 
 # ARGV: 1 now, 2 lease id, 3 expires, 4 target, 5 max leases per proxy, 6 sticky ('' none),
-# 7 sticky TTL ms, 8 provider, 9 region, 10 zone ('' = any), 11 random in [0,1), 12 scan limit.
-# → {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
+# 7 sticky TTL ms, 8 provider, 9 region, 10 zone ('' = any), 11 random in [0,1), 12 scan limit, 13 ttl; the guard's 5.
+# → header + {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
+#   | {'grace'} (Redis lost lease data: nothing new until the header's grace end)
 _LEASE = _COMMON + """
+return guarded(true, function(hdr)
 local now = tonumber(ARGV[1])
+if tonumber(hdr[4]) > now then return {'grace'} end
 local max = tonumber(ARGV[5])
 local target = ARGV[4]
 local limit = tonumber(ARGV[12])
@@ -133,7 +187,7 @@ end
 local function grant(p, ep, raw)
   local doc = cjson.encode({proxy = p, uid = ep['uid'], instance = named(ep['instance']) and ep['instance'] or nil,
                             ip = ep['ip'], port = ep['port'], target = target, sticky = ARGV[6],
-                            expires = tonumber(ARGV[3]), granted = now})
+                            expires = tonumber(ARGV[3]), granted = now, ttl = tonumber(ARGV[13])})
   redis.call('hset', KEYS[1], ARGV[2], doc)
   redis.call('zadd', KEYS[2], ARGV[3], ARGV[2])
   redis.call('zadd', 'HELD_PREFIX' .. p, ARGV[3], ARGV[2])
@@ -219,6 +273,76 @@ for i = 1, #all, 2 do
 end
 if seen > 0 then return {'busy', tostring(free_at)} end
 return {'none'}
+end)
+"""
+
+# ARGV: 1 now, 2 lease id, 3 ttl ('' = the lease's own, else 4), 4 default ttl, 5 max leases per proxy,
+# 6 proxy, 7 target, 8 ip, 9 port ('' each: not told; re-creation needs proxy and target), 10 ms a sticky
+# binding outlives the lease; the guard's 5.
+# → header + {'ok', proxy, endpoint JSON, egress IP, expires, ttl, 'renewed' | 'recreated'} | {'revoked', why} |
+#   {'expired'} | {'released'} (the release record's answer) | {'unknown'} | {'busy'} (re-creation at capacity)
+_RENEW = _COMMON + """
+return guarded(true, function(hdr)
+local now = tonumber(ARGV[1])
+local id = ARGV[2]
+local function answer(doc, how)
+  local p = doc['proxy']
+  local raw = redis.call('hget', KEYS[4], p)
+  local ep = decode(raw) or {}
+  local v = decode(redis.call('hget', KEYS[5], p))
+  local egress = ''
+  if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end
+  return {'ok', p, raw, egress, tostring(doc['expires']), tostring(doc['ttl']), how}
+end
+local function store(doc)
+  redis.call('hset', KEYS[1], id, cjson.encode(doc))
+  redis.call('zadd', KEYS[2], doc['expires'], id)
+  redis.call('zadd', 'HELD_PREFIX' .. doc['proxy'], doc['expires'], id)
+  if named(doc['sticky']) then
+    redis.call('set', 'STICKY_PREFIX' .. doc['sticky'], doc['proxy'], 'PX', math.floor(doc['ttl'] * 1000) + tonumber(ARGV[10]))
+  end
+end
+local doc = decode(redis.call('hget', KEYS[1], id))
+if doc then
+  if tonumber(doc['expires']) <= now then return {'expired'} end
+  local why = revoked(doc)
+  if why then return {'revoked', why} end
+  local ttl = tonumber(ARGV[3]) or tonumber(doc['ttl']) or tonumber(ARGV[4])
+  doc['ttl'] = ttl
+  doc['expires'] = now + ttl
+  store(doc)
+  return answer(doc, 'renewed')
+end
+local done = redis.call('get', 'RELEASED_PREFIX' .. id)
+if done then
+  local kind, why = string.match(done, '^([a-z]+):?(.*)$')
+  if kind == 'revoked' then return {kind, why} end
+  return {kind or 'unknown'}
+end
+if tonumber(hdr[4]) <= now or ARGV[6] == '' or ARGV[7] == '' then return {'unknown'} end
+-- Redis lost it (the grace is in force): re-create it from what the client says, if its proxy still is that one.
+local p = ARGV[6]
+local ep = decode(redis.call('hget', KEYS[4], p))
+if not ep then return {'revoked', 'gone'} end
+if (ARGV[8] ~= '' and ep['ip'] ~= ARGV[8]) or (ARGV[9] ~= '' and tostring(ep['port']) ~= ARGV[9]) then
+  return {'revoked', 'replaced'}
+end
+local v = decode(redis.call('hget', KEYS[5], p))
+if v and v['uid'] == ep['uid'] and v['healthy'] == false then return {'revoked', 'unhealthy'} end
+sweep(now)
+if tonumber(redis.call('zscore', KEYS[3], p) or '0') >= tonumber(ARGV[5]) then return {'busy'} end
+local ttl = tonumber(ARGV[3]) or tonumber(ARGV[4])
+doc = {proxy = p, uid = ep['uid'], instance = named(ep['instance']) and ep['instance'] or nil, ip = ep['ip'],
+       port = ep['port'], target = ARGV[7], sticky = '', expires = now + ttl, granted = now, ttl = ttl}
+store(doc)
+redis.call('zincrby', KEYS[3], 1, p)
+return answer(doc, 'recreated')
+end)
+"""
+
+# The guard alone (each API process every few seconds): ARGV = the guard's 5. → the header.
+_CHECK = _COMMON + """
+return guarded(false, function(hdr) return {} end)
 """
 
 # ARGV: 1 lease id, 2 now, 3 ms the answer is kept for a repeated release
@@ -317,12 +441,43 @@ return {joined, left}
 
 def _script(text: str) -> str:
     return (text.replace("HELD_PREFIX", HELD).replace("STICKY_PREFIX", STICKY).replace("RELEASED_PREFIX", RELEASED)
-            .replace("SWEEP_BATCH", str(SWEEP_BATCH)))
+            .replace("EPOCH_KEY", EPOCH).replace("SWEEP_BATCH", str(SWEEP_BATCH)))
 
 
-LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT, SYNC_SCRIPT = (_script(t) for t in (_LEASE, _RELEASE, _REPORT, _SYNC))
+LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT, SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SCRIPT = (
+    _script(t) for t in (_LEASE, _RELEASE, _REPORT, _SYNC, _RENEW, _CHECK))
 _KEYS7 = [DOCS, EXPIRY, LOAD, keys.PX_ENDPOINTS, keys.PROBE_VERDICTS, COOL_TARGET, COOL_GLOBAL]
 _REPORT_KEYS = [*_KEYS7, ERRORS]
+HEADER = 4  # the guard's header in front of every lease, renew and check answer
+
+
+@dataclass(frozen=True)
+class GuardCall:
+    """What one API process knows of the epoch: its id ('' before its first answer), the highest seq it saw,
+    and the grace period it applies when a loss shows."""
+
+    epoch: str = ""
+    seq: int = 0
+    grace: float = 3600.0
+
+    def args(self, now: float) -> list[Any]:
+        return [repr(now), self.epoch, self.seq, repr(self.grace), uuid.uuid4().hex]
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """The guard's header: the epoch's seq and id now, why a loss showed ('' none: vanished, changed,
+    rolled-back) and the grace end in Redis (0 none)."""
+
+    seq: int
+    id: str
+    lost: str
+    grace_until: float
+
+
+def _split(got: Sequence[Any]) -> tuple[Epoch, list[Any]]:
+    seq, epoch, why, till = (_text(v) for v in got[:HEADER])
+    return Epoch(int(seq), epoch, why, float(till)), list(got[HEADER:])
 
 
 @dataclass(frozen=True)
@@ -338,10 +493,33 @@ class LeaseCall:
     provider: str = ""
     region: str = ""
     zone: str = ""
+    ttl: float = 0.0  # the asked ttl (a renewal without one keeps it); 0: expires - now
 
     def args(self, now: float, rand: float) -> list[Any]:
         return [repr(now), self.lease_id, repr(self.expires), self.target, self.max_per_proxy, self.sticky,
-                max(1, int(self.sticky_ttl * 1000)), self.provider, self.region, self.zone, repr(rand), SCAN_LIMIT]
+                max(1, int(self.sticky_ttl * 1000)), self.provider, self.region, self.zone, repr(rand), SCAN_LIMIT,
+                repr(self.ttl or self.expires - now)]
+
+
+@dataclass(frozen=True)
+class RenewCall:
+    """One renewal as the script takes it: `proxy`, `target` (and `ip`, `port` when told) re-create a lease
+    Redis lost while the grace is in force."""
+
+    lease_id: str
+    ttl: float | None  # None: the lease's own
+    default_ttl: float
+    max_per_proxy: int
+    proxy: str = ""
+    target: str = ""
+    ip: str = ""
+    port: int | None = None
+    sticky_keep: float = 3600.0
+
+    def args(self, now: float) -> list[Any]:
+        return [repr(now), self.lease_id, "" if self.ttl is None else repr(self.ttl), repr(self.default_ttl),
+                self.max_per_proxy, self.proxy, self.target, self.ip, "" if self.port is None else str(self.port),
+                _ms(self.sticky_keep)]
 
 
 @dataclass(frozen=True)
@@ -361,7 +539,39 @@ class NoProxy:
     """No Running, healthy proxy matches at all."""
 
 
-LeaseAnswer = Granted | Busy | NoProxy
+@dataclass(frozen=True)
+class Grace:
+    """Redis lost lease data: nothing new is leased until the guard's grace end."""
+
+
+LeaseAnswer = Granted | Busy | NoProxy | Grace
+
+
+@dataclass(frozen=True)
+class Renewed:
+    proxy: str
+    endpoint: bytes | str
+    egress_ip: str
+    expires: float
+    ttl: float
+    recreated: bool  # Redis had lost it; re-created from what the client told
+
+
+@dataclass(frozen=True)
+class NotRenewed:
+    kind: str  # revoked | expired | released | unknown | busy
+    reason: str = ""  # revoked: gone, replaced, unhealthy
+
+
+RenewAnswer = Renewed | NotRenewed
+
+
+def renew_answer(got: Sequence[Any]) -> RenewAnswer:
+    kind = _text(got[0])
+    if kind == "ok":
+        return Renewed(_text(got[1]), got[2], _text(got[3]), float(_text(got[4])), float(_text(got[5])),
+                       _text(got[6]) == "recreated")
+    return NotRenewed(kind, _text(got[1]) if len(got) > 1 else "")
 
 
 def _text(v: Any) -> str:
@@ -374,6 +584,8 @@ def lease_answer(got: Sequence[Any]) -> LeaseAnswer:
         return Granted(_text(got[1]), got[2], _text(got[3]) if len(got) > 3 else "")
     if kind == "busy":
         return Busy(float(_text(got[1])))
+    if kind == "grace":
+        return Grace()
     return NoProxy()
 
 
@@ -422,9 +634,22 @@ class Leases:
         self._release = client.register_script(RELEASE_SCRIPT)
         self._report = client.register_script(REPORT_SCRIPT)
         self._sync = client.register_script(SYNC_SCRIPT)
+        self._renew = client.register_script(RENEW_SCRIPT)
+        self._check = client.register_script(CHECK_SCRIPT)
 
-    def lease(self, call: LeaseCall, now: float, rand: float) -> LeaseAnswer:
-        return lease_answer(self._lease(keys=_KEYS7, args=call.args(now, rand)))
+    def lease(self, call: LeaseCall, now: float, rand: float, guard: GuardCall = GuardCall()) -> LeaseAnswer:
+        return self.lease_guarded(call, now, rand, guard)[0]
+
+    def lease_guarded(self, call: LeaseCall, now: float, rand: float, guard: GuardCall) -> tuple[LeaseAnswer, Epoch]:
+        epoch, rest = _split(self._lease(keys=_KEYS7, args=call.args(now, rand) + guard.args(now)))
+        return lease_answer(rest), epoch
+
+    def renew(self, call: RenewCall, now: float, guard: GuardCall = GuardCall()) -> tuple[RenewAnswer, Epoch]:
+        epoch, rest = _split(self._renew(keys=_KEYS7, args=call.args(now) + guard.args(now)))
+        return renew_answer(rest), epoch
+
+    def check(self, now: float, guard: GuardCall) -> Epoch:
+        return _split(self._check(keys=_KEYS7, args=guard.args(now)))[0]
 
     def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
         return plain(self._release(keys=_KEYS7, args=[lease_id, repr(now), _ms(keep)]))
@@ -465,6 +690,14 @@ class Leases:
         return out
 
 
+def online_replicas(info: dict[str, Any]) -> int:
+    """The replicas of INFO replication that stream (state online): one still in its first sync
+    (wait_bgsave, send_bulk) would make every WAIT run to its timeout."""
+    if info.get("role") != "master":
+        return 0
+    return sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online")
+
+
 class AsyncLeases:
     """The same scripts on a `redis.asyncio` client (the API's event loop)."""
 
@@ -474,6 +707,8 @@ class AsyncLeases:
         self._release = client.register_script(RELEASE_SCRIPT)
         self._report = client.register_script(REPORT_SCRIPT)
         self._sync = client.register_script(SYNC_SCRIPT)
+        self._renew = client.register_script(RENEW_SCRIPT)
+        self._check = client.register_script(CHECK_SCRIPT)
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 5, connect_timeout: float = 5, max_connections: int = 128) -> AsyncLeases:
@@ -492,8 +727,39 @@ class AsyncLeases:
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
 
-    async def lease(self, call: LeaseCall, now: float, rand: float) -> LeaseAnswer:
-        return lease_answer(await self._lease(keys=_KEYS7, args=call.args(now, rand)))
+    async def _waited(self, script: Any, args: list[Any], wait_ms: int) -> tuple[Any, int | None]:
+        """The script's answer, and with `wait_ms` > 0 how many replicas had it within that time (Redis
+        WAIT on the same connection, in one round trip); None when not waited."""
+        if wait_ms <= 0:
+            return await script(keys=_KEYS7, args=args), None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            await script(keys=_KEYS7, args=args, client=pipe)
+            pipe.execute_command("WAIT", 1, wait_ms)
+            got, acked = await pipe.execute()
+        return got, int(acked)
+
+    async def lease(self, call: LeaseCall, now: float, rand: float, guard: GuardCall = GuardCall(),
+                    wait_ms: int = 0) -> tuple[LeaseAnswer, Epoch, int | None]:
+        got, acked = await self._waited(self._lease, call.args(now, rand) + guard.args(now), wait_ms)
+        epoch, rest = _split(got)
+        return lease_answer(rest), epoch, acked
+
+    async def renew(self, call: RenewCall, now: float, guard: GuardCall = GuardCall(),
+                    wait_ms: int = 0) -> tuple[RenewAnswer, Epoch, int | None]:
+        got, acked = await self._waited(self._renew, call.args(now) + guard.args(now), wait_ms)
+        epoch, rest = _split(got)
+        return renew_answer(rest), epoch, acked
+
+    async def check(self, now: float, guard: GuardCall) -> Epoch:
+        return _split(await self._check(keys=_KEYS7, args=guard.args(now)))[0]
+
+    async def replicas(self) -> int:
+        """Replicas online on the master now (INFO replication); 0 when Redis cannot say."""
+        try:
+            info: Any = await self._redis.info("replication")
+        except redis.ResponseError:  # a server (or a fake) without INFO
+            return 0
+        return online_replicas(info)
 
     async def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
         return plain(await self._release(keys=_KEYS7, args=[lease_id, repr(now), _ms(keep)]))

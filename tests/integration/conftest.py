@@ -47,7 +47,12 @@ def wait_for(cond: Callable[[], object], timeout: float = 30, what: str = "condi
 
 
 class RedisServer:
-    def __init__(self, workdir: Path) -> None:
+    """redis-server on a free loopback port: without persistence (the default), or `persistent` (AOF with
+    `--appendfsync everysec` in workdir/redis-data, as deploy/redis and the demo run it), which `restart`
+    SIGKILLs and starts again on the same port and directory."""
+
+    def __init__(self, workdir: Path, persistent: bool = False) -> None:
+        self.persistent = persistent
         self.binary = shutil.which("redis-server")
         if not self.binary:
             pytest.fail("redis-server is not installed: run `make test`, which installs it")
@@ -58,12 +63,24 @@ class RedisServer:
         self._clients: list[redis.Redis] = []
 
     def start(self) -> None:
+        data = self.workdir / "redis-data" if self.persistent else self.workdir
+        data.mkdir(exist_ok=True)
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)],
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence, "--dir", str(data)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
         )
         wait_for(self.ping, 10, "redis-server to answer")
+
+    def restart(self) -> None:
+        """SIGKILL (nothing flushed on the way out) and start again on the same port and data."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+        for c in self._clients:
+            c.close()
+        self._clients.clear()
+        self.start()
 
     def ping(self) -> bool:
         client = redis.Redis(port=self.port)
