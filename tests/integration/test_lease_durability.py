@@ -36,7 +36,7 @@ def test_a_redis_restarted_empty_grants_nothing_twice(redis_server, apis):  # no
     r = redis_server.client()
     for i in range(3):
         running(r, f"crawl/p{i}", uid=f"u{i}", port=3128 + i, instance=f"lab/i-{i}")
-    api = apis("api", FLEET_LEASE_MAX_TTL="8s")  # the grace: 8 s
+    api = apis("api", FLEET_LEASE_MAX_TTL="8s", FLEET_LEASE_GRACE="4s")  # renewed leases (8 s) outlive the grace (4 s)
     held = [api.lease(ttl=8)[1] for _ in range(3)]
     assert all("lease" in h for h in held) and api.lease()[0] == 409
     redis_server.stop()  # a Redis run with --save '' --appendonly no, restarted: everything is gone
