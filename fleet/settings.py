@@ -1,5 +1,11 @@
-"""Process settings: one table of flags, each also `FLEET_<FLAG>` in the
-environment (flags win), and the seed's schedule validation.
+"""Process settings: one table of flags (`OPTIONS`), each also `FLEET_<FLAG>`
+in the environment (flags win), and the seed's schedule validation.
+
+Each option's entry holds all its facts: group, type (str, duration, int,
+bool), default, bounds, choices and named check. `Settings`' field defaults,
+`Settings.validate`, the CLI's flags and help ("Default …") and README's
+settings table (`python -m fleet.settings --readme README.md`) are derived
+from it.
 
 The CLI turns this table into flags and exports the parsed values to the
 Celery processes it starts, which read them back with `Settings.from_env`.
@@ -161,155 +167,255 @@ class SettingsError(ValueError):
     """A process setting is invalid; the message names the flag and value."""
 
 
+GROUPS = ("process", "health", "proxies", "gc", "prober", "api")  # README's table lists them in this order
+KINDS = ("str", "duration", "int", "bool")
+TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
+MAX_PATH = 4096
+
+
 @dataclass(frozen=True)
 class Option:
+    """One setting: every fact about it, from which `Settings`' defaults,
+    `Settings.validate`, the CLI's flags and help and README's table come."""
+
     flag: str  # without the leading --
-    help: str
-    kind: str = "str"  # str | duration | int
+    group: str  # one of GROUPS
+    help: str  # what it is and does; its default and bounds are added from the fields below
+    kind: str = "str"  # one of KINDS: str as given, duration in seconds, int, bool
+    default: Any = None  # the typed value (seconds for a duration); None: unset
+    low: float | None = None  # bounds, both inclusive, checked by `validate`
+    high: float | None = None
+    zero: str | None = None  # 0 is allowed outside [low, high] and means this ("off")
+    shown_default: str | None = None  # the default in words, when not the value itself
+    shown_bounds: str | None = None  # the bounds in words, when a check other than low/high keeps them
+    choices: tuple[str, ...] = ()
+    any_case: bool = False  # choices compared case-insensitively
+    check: str | None = None  # a named check of `validate` (path, bind, label, namespaces, broker, probe-target)
+    short: str | None = None  # a one-letter alias (-c)
+    env_var: str | None = None  # when not FLEET_<FLAG>
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS or self.kind not in KINDS:
+            raise ValueError(f"--{self.flag}: group {self.group!r} or kind {self.kind!r} unknown")
 
     @property
     def env(self) -> str:
-        return "FLEET_" + self.flag.upper().replace("-", "_")
+        return self.env_var or "FLEET_" + self.flag.upper().replace("-", "_")
 
     @property
     def attr(self) -> str:
         return self.flag.replace("-", "_")
 
+    def shown(self, value: Any) -> str:
+        """A value of this option as a user writes it (1m, not 60)."""
+        if value is None:
+            return "none"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if self.kind == "duration":
+            return short_duration(value)
+        return str(value)
+
+    @property
+    def default_text(self) -> str:
+        return self.shown_default or self.shown(self.default)
+
+    @property
+    def bounds(self) -> str | None:
+        """The bounds in words, as the messages of `validate` say them."""
+        if self.shown_bounds:
+            return self.shown_bounds
+        if self.choices:
+            return _either(self.choices)
+        if self.high is None:
+            return None
+        high = self.shown(self.high)
+        if not self.low:
+            return f"from 0 ({self.zero}) to {high}" if self.zero else f"at most {high}"
+        text = f"from {self.shown(self.low)} to {high}"
+        return f"0 ({self.zero}) or {text}" if self.zero else text
+
+    @property
+    def help_text(self) -> str:
+        bounds = f"; {self.bounds}" if self.bounds else ""
+        return f"{self.help} Default {self.default_text}{bounds}."
+
+
+def short_duration(seconds: float) -> str:
+    """format_duration without the zero tails: 1m, 1h, 1m30s, 500ms, 0."""
+    text = format_duration(seconds)
+    if text == "0s":
+        return "0"
+    text = re.sub(r"(?<=[hm])0s$", "", text)
+    return re.sub(r"(?<=h)0m$", "", text)
+
+
+def _either(items: tuple[str, ...]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def _bind(flag: str, group: str, help: str, default: str) -> Option:
+    return Option(flag, group, help + "; 0 turns it off.", default=default, check="bind")
+
+
+def _path(flag: str, group: str, help: str, shown_default: str | None = None, short: str | None = None) -> Option:
+    return Option(flag, group, help, shown_default=shown_default, check="path", short=short)
+
 
 OPTIONS: tuple[Option, ...] = (
-    Option("providers-config", "Path of the providers YAML file."),
-    Option("broker", "Redis URL of the Celery broker, result backend and latest state.", "str"),
-    Option(
-        "provider-check-interval",
-        "Interval between provider health checks; 0 turns them off, otherwise at least 10s. Default 1m.",
-        "duration",
-    ),
-    Option(
-        "provider-check-timeout",
-        "Time limit of one provider check: 15s, or the interval when that is shorter. If set, at most the interval.",
-        "duration",
-    ),
-    Option("metrics-bind-address", "host:port of the controller's /metrics; 0 turns it off. Default :8080."),
-    Option(
-        "worker-metrics-bind-address",
-        "host:port of a provider worker's /metrics (its provider-call counters); 0 turns it off. Default 0.",
-    ),
-    Option("kubeconfig", "Kubeconfig for the controller's ProviderHealth writes (default: in-cluster, $KUBECONFIG, ~/.kube/config)."),
-    Option("kube-context", "Context in that kubeconfig."),
-    Option(
-        "installation",
-        "This fleet's identity, a DNS-1123 label carried as a label on everything it creates, so fleets sharing a cluster, "
-        "project or hypervisor never touch each other's. Default: the pod's namespace, else 'default'.",
-    ),
-    Option(
-        "proxies",
-        "Standalone mode (no cluster): a Proxy manifest file or directory of them, re-read on change; their status "
-        "lives in Redis (`fleet get px`). Without it, the controller watches Proxy objects when it has a cluster.",
-    ),
-    Option(
-        "proxy-namespaces",
-        "Cluster mode: the namespaces whose Proxies this installation lists, watches, reconciles and garbage-collects, "
-        "a comma list of DNS-1123 labels; '*' for every namespace (the widest grant: a cluster-wide Secret read). "
-        "Default: the installation's own namespace (the pod's; 'default' outside a cluster).",
-    ),
-    Option("secrets-dir", "Standalone mode: where cloudInit.secretRef is read, as <dir>/<namespace>/<name>/<key> "
-                          "(the layout of mounted Secrets). Default: none (secretRef Proxies wait)."),
-    Option("max-provider-calls", "Provider calls in flight at once per provider, from the Proxy reconciler. Default 3.", "int"),
-    Option("proxy-poll-interval", "How often a provisioning or deleting Proxy's instance is polled. Default 10s.", "duration"),
-    Option("proxy-resync-interval", "How often a Running Proxy's instance is looked at again. Default 1m.", "duration"),
-    Option("provider-call-timeout", "Time limit of one provider call (create, get, delete). Default 1m, at most 10m.",
-           "duration"),
-    Option("gc-interval", "How often beat schedules an orphan GC sweep; 0 turns GC off. Default 10m.", "duration"),
-    Option("gc-min-age", "An orphan younger than this is never collected (unknown age counts as very old). Default 10m.",
-           "duration"),
-    Option("probe-target", "What the prober reaches through every Running proxy: host:port (a CONNECT), or "
-                           "http://host:port/path (a CONNECT, then a GET in the tunnel; a body holding an IP is the "
-                           "proxy's egress address). Default: none (the prober idles and says so)."),
-    Option("probe-interval", "How often each Running proxy is probed. Default 1s.", "duration"),
-    Option("probe-timeout", "Time limit of one probe. Default: 5s, or 5 x --probe-interval when that is shorter.", "duration"),
-    Option("probe-failure-threshold", "Failed probes in a row before a proxy is Healthy=False. Default 3.", "int"),
-    Option("probe-success-threshold", "Good probes in a row before an unhealthy proxy is Healthy=True again. Default 1.",
-           "int"),
-    Option("trace-health-probes", "true: a span per probe (off by default: one per proxy per second)."),
-    Option("prober-metrics-bind-address", "host:port of the prober's /metrics; 0 turns it off. Default :8081."),
-    Option("api-bind-address", "host:port the discovery and lease API (`fleet api`) listens on. Default :8090."),
-    Option("api-token-file", "A file holding the API's bearer token (a mounted Secret); FLEET_API_TOKEN gives it directly."),
-    Option("insecure-no-auth", "true: serve the API without a token (it warns at start and on /healthz). Default false."),
-    Option("max-leases-per-proxy", "Leases one proxy may hold at once. Default 1.", "int"),
-    Option("lease-max-ttl", "The longest lease a client may ask for. Default 1h.", "duration"),
-    Option("lease-grace", "After the API sees that Redis lost lease data, how long it grants nothing new (renewals "
-                          "re-create lost leases meanwhile): at least the longest time a crawler goes without renewing. "
-                          "Default 0: --lease-max-ttl.", "duration"),
-    Option("lease-replica-wait", "How long a grant or renewal waits for a replica to have it (Redis WAIT) when one is "
-                                 "connected; then it is answered anyway and counted. 0: never wait. Default 100ms.",
-           "duration"),
-    Option("cooldown-blocked", "How long a proxy is not leased for a target after a `blocked` report. Default 10m.", "duration"),
-    Option("cooldown-errors", "Error reports in a row that put a proxy in a global cooldown. Default 3.", "int"),
-    Option("cooldown-global", "How long that global cooldown lasts. Default 5m.", "duration"),
-    Option("api-header-timeout", "Time from a request's first byte to the end of its headers (slow clients: 408). "
-                                 "Default 10s.", "duration"),
-    Option("api-idle-timeout", "How long a connection may hold no request in progress, before its first and between "
-                               "requests. Default 30s.", "duration"),
-    Option("api-body-timeout", "Time from a request's headers to the end of its body. Default 30s.", "duration"),
-    Option("api-max-connections", "Connections one API process holds; at the limit the longest-idle one makes room. "
-                                  "Default 16384 (the process raises its open-file limit to fit).", "int"),
-    Option("api-max-connections-per-client", "Connections one client address may hold. Default 1024.", "int"),
-    Option("log-format", "text (key=value) or json."),
-    Option("log-level", "debug, info, warning or error."),
+    _path("providers-config", "process", "Path of the providers YAML file.", short="c"),
+    Option("broker", "process", "Redis URL of the Celery broker, result backend and latest state (password and TLS "
+                                "via the URL: rediss://:pw@host:6380/0; Sentinel: "
+                                "sentinel://h1:26379;h2:26379/0?master_name=NAME).",
+           default=DEFAULT_BROKER, check="broker", env_var="FLEET_BROKER_URL"),
+    Option("provider-check-interval", "health", "Interval between provider health checks; 0 turns them off (and the "
+                                                "controller deletes its objects).",
+           "duration", 60.0, shown_bounds=f"0 (off) or at least {short_duration(MIN_INTERVAL)}"),
+    Option("provider-check-timeout", "health", "Time limit of one provider check.", "duration", 0.0,
+           shown_default="15s, or the interval when that is shorter", shown_bounds="if set, at most the interval"),
+    _bind("metrics-bind-address", "process", "host:port of the controller's /metrics", ":8080"),
+    _bind("worker-metrics-bind-address", "process",
+          "host:port of a provider worker's /metrics (its provider-call counters), e.g. :9090", "0"),
+    _path("kubeconfig", "process", "Kubeconfig for the controller's writes.",
+          "in-cluster, $KUBECONFIG, ~/.kube/config, else standalone"),
+    _path("kube-context", "process", "Context in that kubeconfig.", "its current context"),
+    Option("installation", "process", "This fleet's identity, a DNS-1123 label carried as a label on everything it "
+                                      "creates, so fleets sharing a cluster, project or hypervisor never touch each "
+                                      "other's.",
+           shown_default="the pod's namespace, else 'default'", check="label"),
+    _path("proxies", "proxies", "Standalone mode (no cluster): a Proxy manifest file or directory of them, re-read on "
+                                "change; their status lives in Redis (`fleet get px`). Without it, the controller "
+                                "watches Proxy objects when it has a cluster."),
+    Option("proxy-namespaces", "proxies", "Cluster mode: the namespaces whose Proxies this installation lists, "
+                                          "watches, reconciles and garbage-collects, a comma list of DNS-1123 labels; "
+                                          "'*' for every namespace (the widest grant: a cluster-wide Secret read).",
+           shown_default="the installation's own namespace (the pod's; 'default' outside a cluster)",
+           shown_bounds=f"at most {MAX_PROXY_NAMESPACES} namespaces", check="namespaces"),
+    _path("secrets-dir", "proxies", "Standalone mode: where cloudInit.secretRef is read, as "
+                                    "DIR/NAMESPACE/NAME/KEY (the layout of mounted Secrets).",
+          "none (secretRef Proxies wait)"),
+    Option("max-provider-calls", "proxies", "Provider calls in flight at once per provider, from the Proxy "
+                                            "reconciler.", "int", 3, 1, 1000),
+    Option("proxy-poll-interval", "proxies", "How often a provisioning, replacing or deleting Proxy's instance is "
+                                             "polled.", "duration", 10.0, 1.0, 3600.0),
+    Option("proxy-resync-interval", "proxies", "How often a Running Proxy's instance is looked at again (a Get, no "
+                                               "write).", "duration", 60.0, 1.0, 86400.0),
+    Option("provider-call-timeout", "proxies", "Time limit of one provider call (create, get, delete).", "duration",
+           60.0, 1.0, 600.0),
+    Option("gc-interval", "gc", "How often beat schedules an orphan GC sweep; 0 turns GC off.", "duration", 600.0,
+           60.0, 86400.0, zero="off"),
+    Option("gc-min-age", "gc", "An orphan younger than this is never collected (unknown age counts as very old).",
+           "duration", 600.0, 0.0, 86400.0),
+    Option("probe-target", "prober", "What the prober reaches through every Running proxy: host:port (a CONNECT), or "
+                                     "http://host:port/path (a CONNECT, then a GET in the tunnel; a body holding an "
+                                     "IP is the proxy's egress address).",
+           shown_default="none (the prober idles and says so)", check="probe-target"),
+    Option("probe-interval", "prober", "How often each Running proxy is probed.", "duration", 1.0, 0.1, 3600.0),
+    Option("probe-timeout", "prober", "Time limit of one probe.", "duration", 0.0, 0.05, 60.0, zero="derived",
+           shown_default="5s, or 5 x --probe-interval when that is shorter"),
+    Option("probe-failure-threshold", "prober", "Failed probes in a row before a proxy is Healthy=False.", "int",
+           3, 1, 100),
+    Option("probe-success-threshold", "prober", "Good probes in a row before an unhealthy proxy is Healthy=True "
+                                                "again.", "int", 1, 1, 100),
+    Option("trace-health-probes", "prober", "true: a span per probe (off by default: one per proxy per second).",
+           "bool", False),
+    _bind("prober-metrics-bind-address", "prober", "host:port of the prober's /metrics", ":8081"),
+    Option("api-bind-address", "api", "host:port the discovery and lease API (`fleet api`) listens on.",
+           default=":8090", check="bind"),
+    _path("api-token-file", "api", "A file holding the API's bearer token (a mounted Secret); FLEET_API_TOKEN gives "
+                                   "it directly."),
+    Option("insecure-no-auth", "api", "true: serve the API without a token (it warns at start and on /healthz).",
+           "bool", False),
+    Option("max-leases-per-proxy", "api", "Leases one proxy may hold at once.", "int", 1, 1, 10_000),
+    Option("lease-max-ttl", "api", "The longest lease a client may ask for.", "duration", 3600.0, 1.0, 86400.0),
+    Option("lease-grace", "api", "After the API sees that Redis lost lease data, how long it grants nothing new "
+                                 "(renewals re-create lost leases meanwhile): at least the longest time a crawler "
+                                 "goes without renewing.",
+           "duration", 0.0, 1.0, 86400.0, zero="--lease-max-ttl", shown_default="--lease-max-ttl"),
+    Option("lease-replica-wait", "api", "How long a grant or renewal waits for a replica to have it (Redis WAIT) when "
+                                        "one is connected; then it is answered anyway and counted.",
+           "duration", 0.1, 0.0, 5.0, zero="never"),
+    Option("cooldown-blocked", "api", "How long a proxy is not leased for a target after a `blocked` report.",
+           "duration", 600.0, 0.0, 86400.0),
+    Option("cooldown-errors", "api", "Error reports in a row that put a proxy in a global cooldown.", "int", 3, 1, 1000),
+    Option("cooldown-global", "api", "How long that global cooldown lasts.", "duration", 300.0, 0.0, 86400.0),
+    Option("api-header-timeout", "api", "Time from a request's first byte to the end of its headers (slow clients: "
+                                        "408).", "duration", 10.0, 0.1, 600.0),
+    Option("api-idle-timeout", "api", "How long a connection may hold no request in progress, before its first and "
+                                      "between requests.", "duration", 30.0, 0.1, 3600.0),
+    Option("api-body-timeout", "api", "Time from a request's headers to the end of its body.", "duration", 30.0, 0.1,
+           600.0),
+    Option("api-max-connections", "api", "Connections one API process holds; at the limit the longest-idle one makes "
+                                         "room (the process raises its open-file limit to fit).",
+           "int", 16_384, 16, 1_000_000),
+    Option("api-max-connections-per-client", "api", "Connections one client address may hold.", "int", 1024, 1,
+           shown_bounds="from 1 to --api-max-connections", check="per-client"),
+    Option("log-format", "process", "How log lines are written: text is key=value.", default="text", choices=("text", "json")),
+    Option("log-level", "process", "How much is logged.", default="info",
+           choices=("debug", "info", "warning", "error"), any_case=True),
 )
+OPTION = {o.flag: o for o in OPTIONS}
+_DEFAULTS = {o.attr: o.default for o in OPTIONS}
 
-# FLEET_BROKER_URL is the documented name of the broker setting.
-ENV_ALIASES = {"broker": "FLEET_BROKER_URL"}
+
+def _default(attr: str) -> Any:
+    return _DEFAULTS[attr]
 
 
-def env_name(opt: Option) -> str:
-    return ENV_ALIASES.get(opt.flag, opt.env)
+def parse_bool(raw: str, flag: str) -> bool:
+    text = raw.strip().lower()
+    if text in TRUE or text in FALSE:
+        return text in TRUE
+    raise SettingsError(f"--{flag} must be true or false, got {show(raw)}")
 
 
 @dataclass(frozen=True)
 class Settings:
-    providers_config: str | None = None
-    broker: str = DEFAULT_BROKER
-    provider_check_interval: float = 60.0
-    provider_check_timeout: float = 0.0  # 0: derived, see `check_timeout`
-    metrics_bind_address: str = ":8080"
-    worker_metrics_bind_address: str = "0"
-    kubeconfig: str | None = None
-    kube_context: str | None = None
-    installation: str | None = None
-    proxies: str | None = None
-    proxy_namespaces: str | None = None
-    secrets_dir: str | None = None
-    max_provider_calls: int = 3
-    proxy_poll_interval: float = 10.0
-    proxy_resync_interval: float = 60.0
-    provider_call_timeout: float = 60.0
-    gc_interval: float = 600.0
-    gc_min_age: float = 600.0
-    probe_target: str | None = None
-    probe_interval: float = 1.0
-    probe_timeout: float = 0.0  # 0: derived, see `probe_time_limit`
-    probe_failure_threshold: int = 3
-    probe_success_threshold: int = 1
-    trace_health_probes: str = "false"
-    prober_metrics_bind_address: str = ":8081"
-    api_bind_address: str = ":8090"
-    api_token_file: str | None = None
-    insecure_no_auth: str = "false"
-    max_leases_per_proxy: int = 1
-    lease_max_ttl: float = 3600.0
-    lease_grace: float = 0.0  # 0: lease_max_ttl
-    lease_replica_wait: float = 0.1
-    cooldown_blocked: float = 600.0
-    cooldown_errors: int = 3
-    cooldown_global: float = 300.0
-    api_header_timeout: float = 10.0
-    api_idle_timeout: float = 30.0
-    api_body_timeout: float = 30.0
-    api_max_connections: int = 16_384
-    api_max_connections_per_client: int = 1024
-    log_format: str = "text"
-    log_level: str = "info"
+    """The parsed settings; each field's default is its OPTIONS entry's
+    (`tests/fleet/test_settings.py` holds the two in step)."""
+
+    providers_config: str | None = _default("providers_config")
+    broker: str = _default("broker")
+    provider_check_interval: float = _default("provider_check_interval")
+    provider_check_timeout: float = _default("provider_check_timeout")  # 0: derived, see `check_timeout`
+    metrics_bind_address: str = _default("metrics_bind_address")
+    worker_metrics_bind_address: str = _default("worker_metrics_bind_address")
+    kubeconfig: str | None = _default("kubeconfig")
+    kube_context: str | None = _default("kube_context")
+    installation: str | None = _default("installation")
+    proxies: str | None = _default("proxies")
+    proxy_namespaces: str | None = _default("proxy_namespaces")
+    secrets_dir: str | None = _default("secrets_dir")
+    max_provider_calls: int = _default("max_provider_calls")
+    proxy_poll_interval: float = _default("proxy_poll_interval")
+    proxy_resync_interval: float = _default("proxy_resync_interval")
+    provider_call_timeout: float = _default("provider_call_timeout")
+    gc_interval: float = _default("gc_interval")
+    gc_min_age: float = _default("gc_min_age")
+    probe_target: str | None = _default("probe_target")
+    probe_interval: float = _default("probe_interval")
+    probe_timeout: float = _default("probe_timeout")  # 0: derived, see `probe_time_limit`
+    probe_failure_threshold: int = _default("probe_failure_threshold")
+    probe_success_threshold: int = _default("probe_success_threshold")
+    trace_health_probes: bool = _default("trace_health_probes")
+    prober_metrics_bind_address: str = _default("prober_metrics_bind_address")
+    api_bind_address: str = _default("api_bind_address")
+    api_token_file: str | None = _default("api_token_file")
+    insecure_no_auth: bool = _default("insecure_no_auth")
+    max_leases_per_proxy: int = _default("max_leases_per_proxy")
+    lease_max_ttl: float = _default("lease_max_ttl")
+    lease_grace: float = _default("lease_grace")  # 0: lease_max_ttl
+    lease_replica_wait: float = _default("lease_replica_wait")
+    cooldown_blocked: float = _default("cooldown_blocked")
+    cooldown_errors: int = _default("cooldown_errors")
+    cooldown_global: float = _default("cooldown_global")
+    api_header_timeout: float = _default("api_header_timeout")
+    api_idle_timeout: float = _default("api_idle_timeout")
+    api_body_timeout: float = _default("api_body_timeout")
+    api_max_connections: int = _default("api_max_connections")
+    api_max_connections_per_client: int = _default("api_max_connections_per_client")
+    log_format: str = _default("log_format")
+    log_level: str = _default("log_level")
 
     @property
     def check_timeout(self) -> float:
@@ -339,11 +445,11 @@ class Settings:
 
     @property
     def traces_probes(self) -> bool:
-        return self.trace_health_probes.lower() in ("true", "1", "yes")
+        return self.trace_health_probes is True
 
     @property
     def api_insecure(self) -> bool:
-        return self.insecure_no_auth.lower() in ("true", "1", "yes")
+        return self.insecure_no_auth is True
 
     @property
     def checks_enabled(self) -> bool:
@@ -371,6 +477,8 @@ class Settings:
                 if not re.fullmatch(r"[0-9]{1,6}", raw.strip()):
                     raise SettingsError(f"--{opt.flag} must be a whole number, got {show(raw)}")
                 kw[opt.attr] = int(raw)
+            elif opt.kind == "bool":
+                kw[opt.attr] = parse_bool(raw, opt.flag)
             else:
                 kw[opt.attr] = raw
         s = cls(**kw)  # type: ignore[arg-type]
@@ -380,7 +488,7 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
-        return cls.from_values({o.attr: env.get(env_name(o)) for o in OPTIONS})
+        return cls.from_values({o.attr: env.get(o.env) for o in OPTIONS})
 
     def to_env(self) -> dict[str, str]:
         """The FLEET_* variables that reproduce these settings in a child process."""
@@ -389,83 +497,47 @@ class Settings:
             v = getattr(self, opt.attr)
             if v is None:
                 continue
-            out[env_name(opt)] = format_duration(v) if opt.kind == "duration" else str(v)
+            out[opt.env] = format_duration(v) if opt.kind == "duration" else opt.shown(v)
         return out
 
     def validate(self) -> None:
+        """Each option's type, bounds, choices and named check, in the table's order; the messages name the flag."""
         validate_schedule(self.provider_check_interval, self.provider_check_timeout)
-        if self.log_format not in ("text", "json"):
-            raise SettingsError(f"--log-format must be text or json, got {show(self.log_format)}")
-        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
-            raise SettingsError(f"--log-level must be debug, info, warning or error, got {show(self.log_level)}")
-        if self.installation is not None and not _DNS1123_LABEL.fullmatch(self.installation):
-            raise SettingsError(
-                f"--installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {show(self.installation)}"
-            )
-        if self.proxy_namespaces is not None:
-            parse_namespaces(self.proxy_namespaces)
-        why = broker_problem(self.broker)
+        for opt in OPTIONS:
+            value = getattr(self, opt.attr)
+            if value is not None:
+                _check(opt, value, self)
+
+
+def _check(opt: Option, value: Any, settings: Settings) -> None:
+    flag = f"--{opt.flag}"
+    if opt.kind == "bool" and not isinstance(value, bool):
+        raise SettingsError(f"{flag} must be true or false, got {show(value)}")
+    if opt.choices and (value.lower() if opt.any_case else value) not in opt.choices:
+        raise SettingsError(f"{flag} must be {opt.bounds}, got {show(value)}")
+    if opt.high is not None:
+        low = opt.low or 0
+        if not (low <= value <= opt.high or (opt.zero and value == 0)):
+            raise SettingsError(f"{flag} must be {opt.bounds}, got {opt.shown(value) if opt.kind == 'int' else format_duration(value)}")
+    if opt.check == "path" and (len(value) > MAX_PATH or not value.isprintable()):
+        raise SettingsError(f"{flag} must be printable and at most {MAX_PATH} characters, got {show(value)}")
+    elif opt.check == "bind":
+        parse_bind_address(value, flag)
+    elif opt.check == "label" and not _DNS1123_LABEL.fullmatch(value):
+        raise SettingsError(f"{flag} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {show(value)}")
+    elif opt.check == "namespaces":
+        parse_namespaces(value, flag)
+    elif opt.check == "broker":
+        why = broker_problem(value)
         if why:
-            raise SettingsError(f"--broker {why}, got {show(redact_url(self.broker), 200)}")
-        parse_bind_address(self.metrics_bind_address)
-        parse_bind_address(self.worker_metrics_bind_address, "--worker-metrics-bind-address")
-        if self.gc_interval and not 60.0 <= self.gc_interval <= 86400.0:
-            raise SettingsError(f"--gc-interval must be 0 (off) or from 1m to 24h, got {format_duration(self.gc_interval)}")
-        if not 0.0 <= self.gc_min_age <= 86400.0:
-            raise SettingsError(f"--gc-min-age must be at most 24h, got {format_duration(self.gc_min_age)}")
-        if not 0.1 <= self.probe_interval <= 3600.0:
-            raise SettingsError(f"--probe-interval must be from 100ms to 1h, got {format_duration(self.probe_interval)}")
-        if self.probe_timeout and not 0.05 <= self.probe_timeout <= 60.0:
-            raise SettingsError(f"--probe-timeout must be from 50ms to 1m, got {format_duration(self.probe_timeout)}")
-        for flag, n in (("--probe-failure-threshold", self.probe_failure_threshold),
-                        ("--probe-success-threshold", self.probe_success_threshold)):
-            if not 1 <= n <= 100:
-                raise SettingsError(f"{flag} must be from 1 to 100, got {n}")
-        if self.trace_health_probes.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise SettingsError(f"--trace-health-probes must be true or false, got {show(self.trace_health_probes)}")
-        parse_bind_address(self.prober_metrics_bind_address, "--prober-metrics-bind-address")
-        parse_bind_address(self.api_bind_address, "--api-bind-address")
-        if self.insecure_no_auth.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise SettingsError(f"--insecure-no-auth must be true or false, got {show(self.insecure_no_auth)}")
-        if not 1 <= self.max_leases_per_proxy <= 10_000:
-            raise SettingsError(f"--max-leases-per-proxy must be from 1 to 10000, got {self.max_leases_per_proxy}")
-        if not 16 <= self.api_max_connections <= 1_000_000:
-            raise SettingsError(f"--api-max-connections must be from 16 to 1000000, got {self.api_max_connections}")
-        if not 1 <= self.api_max_connections_per_client <= self.api_max_connections:
-            raise SettingsError(f"--api-max-connections-per-client must be from 1 to --api-max-connections "
-                                f"({self.api_max_connections}), got {self.api_max_connections_per_client}")
-        if not 1 <= self.cooldown_errors <= 1000:
-            raise SettingsError(f"--cooldown-errors must be from 1 to 1000, got {self.cooldown_errors}")
-        if self.lease_grace and not 1.0 <= self.lease_grace <= 86400.0:
-            raise SettingsError(f"--lease-grace must be 0 (--lease-max-ttl) or from 1s to 24h, got "
-                                f"{format_duration(self.lease_grace)}")
-        if not 0.0 <= self.lease_replica_wait <= 5.0:
-            raise SettingsError(f"--lease-replica-wait must be from 0 (never) to 5s, got "
-                                f"{format_duration(self.lease_replica_wait)}")
-        for flag, seconds, low, high in (("--lease-max-ttl", self.lease_max_ttl, 1.0, 86400.0),
-                                         ("--cooldown-blocked", self.cooldown_blocked, 0.0, 86400.0),
-                                         ("--cooldown-global", self.cooldown_global, 0.0, 86400.0),
-                                         ("--api-header-timeout", self.api_header_timeout, 0.1, 600.0),
-                                         ("--api-idle-timeout", self.api_idle_timeout, 0.1, 3600.0),
-                                         ("--api-body-timeout", self.api_body_timeout, 0.1, 600.0)):
-            if not low <= seconds <= high:
-                raise SettingsError(f"{flag} must be from {format_duration(low)} to {format_duration(high)}, "
-                                    f"got {format_duration(seconds)}")
-        if self.probe_target is not None and probe_target_problem(self.probe_target):
-            raise SettingsError(f"--probe-target {probe_target_problem(self.probe_target)}, got {show(redact_url(self.probe_target))}")
-        if not 1 <= self.max_provider_calls <= 1000:
-            raise SettingsError(f"--max-provider-calls must be from 1 to 1000, got {self.max_provider_calls}")
-        for flag, seconds, low, high in (("--proxy-poll-interval", self.proxy_poll_interval, 1.0, 3600.0),
-                                       ("--proxy-resync-interval", self.proxy_resync_interval, 1.0, 86400.0),
-                                       ("--provider-call-timeout", self.provider_call_timeout, 1.0, 600.0)):
-            if not low <= seconds <= high:
-                raise SettingsError(f"{flag} must be from {format_duration(low)} to {format_duration(high)}, "
-                                    f"got {format_duration(seconds)}")
-        for what, value in (("--kubeconfig", self.kubeconfig), ("--kube-context", self.kube_context),
-                            ("--providers-config", self.providers_config), ("--proxies", self.proxies),
-                            ("--secrets-dir", self.secrets_dir), ("--api-token-file", self.api_token_file)):
-            if value is not None and (len(value) > 4096 or not value.isprintable()):
-                raise SettingsError(f"{what} must be printable and at most 4096 characters, got {show(value)}")
+            raise SettingsError(f"{flag} {why}, got {show(redact_url(value), 200)}")
+    elif opt.check == "probe-target":
+        why = probe_target_problem(value)
+        if why:
+            raise SettingsError(f"{flag} {why}, got {show(redact_url(value))}")
+    elif opt.check == "per-client" and not 1 <= value <= settings.api_max_connections:
+        raise SettingsError(f"{flag} must be from 1 to --api-max-connections ({settings.api_max_connections}), "
+                            f"got {value}")
 
 
 def parse_namespaces(text: str, flag: str = "--proxy-namespaces") -> tuple[str, ...]:
@@ -559,3 +631,55 @@ def validate_schedule(interval: float, timeout: float) -> None:
 
 def field_names() -> list[str]:
     return [f.name for f in fields(Settings)]
+
+
+# --- README's settings table ------------------------------------------------------
+
+README_BEGIN = "<!-- settings: generated from fleet/settings.py OPTIONS by `python -m fleet.settings --readme README.md` -->"
+README_END = "<!-- settings: end of the generated table -->"
+
+
+def markdown_table() -> str:
+    """README's table of every option, by group, from OPTIONS."""
+    rows = ["| group | flag | env | default | bounds | what |", "|---|---|---|---|---|---|"]
+    for group in GROUPS:
+        for o in (o for o in OPTIONS if o.group == group):
+            flag = f"`--{o.flag}`" + (f", `-{o.short}`" if o.short else "")
+            default = o.shown_default or ("—" if o.default is None else f"`{o.shown(o.default)}`")
+            rows.append(f"| {group} | {flag} | `{o.env}` | {default} | {o.bounds or ''} | {o.help} |")
+    return "\n".join(rows) + "\n"
+
+
+def with_readme_table(readme: str) -> str:
+    """`readme` with the text between README_BEGIN and README_END regenerated."""
+    head, sep, rest = readme.partition(README_BEGIN + "\n")
+    _, sep2, tail = rest.partition(README_END)
+    if not sep or not sep2:
+        raise ValueError(f"the README lacks the markers {README_BEGIN!r} … {README_END!r}")
+    return head + sep + markdown_table() + sep2 + tail
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m fleet.settings", description="Print README's settings table.")
+    p.add_argument("--readme", help="rewrite the table in this README in place")
+    p.add_argument("--check", action="store_true", help="with --readme: exit 1 if it is stale, change nothing")
+    args = p.parse_args(argv)
+    if not args.readme:
+        sys.stdout.write(markdown_table())
+        return 0
+    with open(args.readme, encoding="utf-8") as f:
+        old = f.read()
+    new = with_readme_table(old)
+    if args.check:
+        return 0 if new == old else 1
+    if new != old:
+        with open(args.readme, "w", encoding="utf-8") as f:
+            f.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -68,7 +68,7 @@ def cmd_lease(args: argparse.Namespace) -> int:
     except BadRequest as exc:
         raise subcommands.BadInput(f"--{exc.field}: {exc.message}" if exc.field else exc.message) from None
     try:
-        token = runtime.load_token(dataclasses.replace(settings, insecure_no_auth="true"))
+        token = runtime.load_token(dataclasses.replace(settings, insecure_no_auth=True))
     except runtime.TokenError as exc:
         raise subcommands.BadInput(str(exc)) from None
     try:

@@ -33,7 +33,7 @@ from fleet.cli import commands, supervise, tables
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
 from fleet.health.status import current_verdict, verdict
-from fleet.settings import OPTIONS, Option, Settings, SettingsError, env_name, parse_namespaces, redact_url, show
+from fleet.settings import OPTION, OPTIONS, Settings, SettingsError, parse_namespaces, redact_url, show
 
 if TYPE_CHECKING:
     from fleet.config import ProviderConfig
@@ -91,13 +91,13 @@ _concurrency = _int_in(1, MAX_CONCURRENCY)
 def _settings_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     for opt in OPTIONS:
-        names = [f"--{opt.flag}"] + (["-c"] if opt.flag == "providers-config" else [])
-        p.add_argument(*names, dest=opt.attr, default=None, help=f"{opt.help} [{env_name(opt)}]")
+        names = [f"--{opt.flag}"] + ([f"-{opt.short}"] if opt.short else [])
+        p.add_argument(*names, dest=opt.attr, default=None, help=f"{opt.help_text} [{opt.env}]")
     return p
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    values = {o.attr: getattr(args, o.attr, None) or os.environ.get(env_name(o)) for o in OPTIONS}
+    values = {o.attr: getattr(args, o.attr, None) or os.environ.get(o.env) for o in OPTIONS}
     try:
         return Settings.from_values(values)
     except SettingsError as exc:
@@ -383,7 +383,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     config = config_from(settings)
     assert config is not None
-    if not (args.metrics_bind_address or os.environ.get(env_name(_option("metrics-bind-address")))):
+    if not (args.metrics_bind_address or os.environ.get(OPTION["metrics-bind-address"].env)):
         env["FLEET_METRICS_BIND_ADDRESS"] = LOCAL_METRICS_BIND
     # Flower's credentials go to Flower only.
     base_env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
@@ -405,9 +405,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     supervise.run(children, stop, started)
     return EXIT_OK
-
-def _option(flag: str) -> Option:
-    return next(o for o in OPTIONS if o.flag == flag)
 
 
 # --- parser ---------------------------------------------------------------------

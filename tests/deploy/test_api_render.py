@@ -45,6 +45,6 @@ def test_fleet_up_runs_the_api_only_with_a_token_or_insecure(capsys):
     assert "lease API off" in capsys.readouterr().err
     (child,) = supervise.api(Settings(), {"FLEET_API_TOKEN": "t" * 32}, {})
     assert child.argv == commands.api_argv() and child.env["FLEET_API_BIND_ADDRESS"] == "127.0.0.1:8090"
-    (child,) = supervise.api(Settings(insecure_no_auth="true", api_bind_address="127.0.0.1:9999"), {},
+    (child,) = supervise.api(Settings(insecure_no_auth=True, api_bind_address="127.0.0.1:9999"), {},
                              {"FLEET_API_BIND_ADDRESS": "127.0.0.1:9999"})
     assert "FLEET_API_BIND_ADDRESS" not in child.env

@@ -209,7 +209,7 @@ def test_busy_and_no_proxy_bodies():
 
 
 def test_token_sources(tmp_path):
-    insecure = Settings(insecure_no_auth="true")
+    insecure = Settings(insecure_no_auth=True)
     with pytest.raises(TokenError, match="refusing to start"):
         load_token(Settings(), {})
     assert load_token(insecure, {}) is None
@@ -217,7 +217,7 @@ def test_token_sources(tmp_path):
     f = tmp_path / "token"
     f.write_text("from-file\n")
     assert load_token(Settings(api_token_file=str(f)), {"FLEET_API_TOKEN": "env"}) == b"from-file"
-    assert load_token(Settings(api_token_file=str(f), insecure_no_auth="true"), {}) == b"from-file"
+    assert load_token(Settings(api_token_file=str(f), insecure_no_auth=True), {}) == b"from-file"
     f.write_text("  \n")
     with pytest.raises(TokenError, match="empty"):
         load_token(Settings(api_token_file=str(f)), {})
