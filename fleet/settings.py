@@ -355,6 +355,9 @@ OPTIONS: tuple[Option, ...] = (
            choices=("debug", "info", "warning", "error"), any_case=True),
 )
 OPTION = {o.flag: o for o in OPTIONS}
+# Digits an int setting may have: enough for the largest bound (before the table, 6, and
+# --api-max-connections' documented 1000000 could not be written).
+INT_DIGITS = len(str(max(int(o.high or 0) for o in OPTIONS if o.kind == "int")))
 _DEFAULTS = {o.attr: o.default for o in OPTIONS}
 
 
@@ -474,7 +477,7 @@ class Settings:
                 except ValueError as exc:
                     raise SettingsError(f"--{opt.flag}: {exc}") from None
             elif opt.kind == "int":
-                if not re.fullmatch(r"[0-9]{1,6}", raw.strip()):
+                if not re.fullmatch(f"[0-9]{{1,{INT_DIGITS}}}", raw.strip()):
                     raise SettingsError(f"--{opt.flag} must be a whole number, got {show(raw)}")
                 kw[opt.attr] = int(raw)
             elif opt.kind == "bool":

@@ -101,7 +101,7 @@ def _rule_families() -> set[str]:
 
 
 def test_every_exported_family_is_served_by_exactly_one_process():
-    exported = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
+    exported = set(_exported().values())
     per_process = {p: _families(reg) for p, reg in _registries().items()}
     assert exported - set(SERVED_BY) == set(), "a family no process' registry serves (add its collector above?)"
     for a in per_process:
@@ -115,6 +115,34 @@ def test_readme_names_every_family_with_its_process():
     assert set(table) == set(SERVED_BY), (sorted(set(SERVED_BY) - set(table)), sorted(set(table) - set(SERVED_BY)))
     wrong = {f: (processes, SERVED_BY[f]) for f, (processes, _jobs) in table.items() if SERVED_BY[f] != processes}
     assert wrong == {}, "README names another process than the one serving the family"
+
+
+def _exported() -> dict[str, str]:
+    """fleet.metrics' metric names: constant → family."""
+    return {k: v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
+
+
+def test_every_metric_name_in_fleet_metrics_is_in_readmes_table_and_back():
+    """Issue 20: each name in fleet/metrics.py is pinned, one to one, by a row of README's metrics table."""
+    exported = _exported()
+    assert len(set(exported.values())) == len(exported), "two constants of fleet.metrics name one family"
+    table = set(_readme_table())
+    assert set(exported.values()) == table, (sorted(set(exported.values()) - table), sorted(table - set(exported.values())))
+
+
+def test_metric_names_are_written_in_fleet_metrics_only():
+    """A family's name is a string literal in fleet/metrics.py and nowhere else in the code (docstrings aside)."""
+    import ast
+
+    found: dict[str, list[str]] = {}
+    for folder in ("fleet", "tasks", "beat", "providers"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        re.fullmatch(r"proxy_operator_\w+", node.value):
+                    found.setdefault(str(path.relative_to(ROOT)), []).append(node.value)
+    assert set(found) == {"fleet/metrics.py"}, {k: v for k, v in found.items() if k != "fleet/metrics.py"}
+    assert sorted(found["fleet/metrics.py"]) == sorted(_exported().values())
 
 
 def test_the_alert_rules_name_served_families_only():
