@@ -68,6 +68,18 @@ class Field:
             node = node[key]
         return node
 
+    def bound(self, name: str) -> int:
+        """An integer bound the parsers take (`"max_length"`, `"minimum"` …);
+        a table without it is a programming error, raised at import."""
+        value = getattr(self, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"the schema field has no {name}")
+        return value
+
+    def names(self) -> tuple[str, ...]:
+        """Its properties' names, in the table's order."""
+        return tuple(self.properties or ())
+
     def openapi(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.additional is not None:
