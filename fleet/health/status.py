@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.durations import format_duration
+from fleet.health import schema
 from fleet.health.limits import LIMITS
 from fleet.health.results import CheckResult, Verdict, rfc3339
 from fleet.resources import UNCHANGED, Patch, Skip
@@ -30,7 +31,7 @@ REASON_CHECK_OVERDUE = "CheckOverdue"
 # Ours: `fleet get ph` for a configured provider never checked yet.
 REASON_NOT_CHECKED = "NotCheckedYet"
 
-MAX_MESSAGE = 1024
+MAX_MESSAGE = schema.MAX_MESSAGE  # the CRD's maxLength of a target's message
 
 
 def truncate(s: str, n: int = MAX_MESSAGE) -> str:

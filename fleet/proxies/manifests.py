@@ -12,12 +12,14 @@ raw dicts become values, for both modes.
 validates, strictly: apiVersion and kind; metadata.name a DNS-1123 subdomain
 (at most 253 characters, as Kubernetes allows for custom objects);
 metadata.namespace a DNS-1123 label ("default" when a manifest has none);
-spec.provider a DNS-1123 label; spec.placement's four optional strings (128
-characters, the image 512); spec.cloudInit exactly one of `inline` (at most
-32768 characters) or `secretRef` {name, key} (the name a DNS-1123 subdomain --
-stricter than the CRD's length rule, but no Secret is named otherwise -- the
-key Kubernetes' Secret key rule); spec.port an integer from 1 to 65535 (3128
-when absent; a boolean is no integer). Unknown keys in the object, spec,
+spec.provider a DNS-1123 label; spec.placement's four optional strings;
+spec.cloudInit exactly one of `inline` or `secretRef` {name, key} (the name a
+DNS-1123 subdomain -- stricter than the CRD's length rule, but no Secret is
+named otherwise -- the key Kubernetes' Secret key rule, which also refuses
+'.', '..' and a leading '..'); spec.port an integer in the CRD's range (its
+default when absent; a boolean is no integer). Every length, range, pattern
+and default of the spec is the CRD's, taken from its table
+(`fleet.proxies.schema`). Unknown keys in the object, spec,
 placement, cloudInit and secretRef are errors (their values are never shown:
 they may be a misspelt secret). A null optional field counts as absent, as
 the API server prunes it. Other metadata (labels, managedFields, ...) is
@@ -60,7 +62,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from fleet.files import FileProblem, read_bounded
-from fleet.proxies.model import API_VERSION, DEFAULT_PORT, KIND, CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
+from fleet.proxies import schema
+from fleet.proxies.model import API_VERSION, KIND, CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
 from fleet.settings import show
 from providers.base import Placement
 
@@ -68,11 +71,17 @@ LIST_KINDS = ("List", "ProxyList")  # `kubectl get -o yaml` writes List; the API
 DEFAULT_NAMESPACE = "default"
 SUFFIXES = (".yaml", ".yml", ".json")
 
-MAX_NAME = 253  # metadata.name: a DNS-1123 subdomain
-MAX_LABEL = 63  # namespace, provider: a DNS-1123 label
-MAX_STRING = 253  # uid, resourceVersion, finalizers, secretRef.key
-MAX_PLACEMENT = {"region": 128, "zone": 128, "machineType": 128, "image": 512}  # the CRD's maxLength
-MAX_INLINE = 32768  # spec.cloudInit.inline, in characters
+# The spec's limits are the CRD's, from its table (fleet.proxies.schema).
+MAX_NAME = schema.MAX_SUBDOMAIN  # metadata.name: a DNS-1123 subdomain
+MAX_LABEL = schema.MAX_LABEL  # namespace: a DNS-1123 label
+MAX_PROVIDER = schema.PROVIDER.bound("max_length")  # spec.provider: a DNS-1123 label
+MAX_STRING = 253  # uid, resourceVersion, finalizers
+MAX_PLACEMENT = {key: field.bound("max_length") for key, field in (schema.PLACEMENT.properties or {}).items()}
+MAX_INLINE = schema.CLOUD_INIT["inline"].bound("max_length")  # in characters
+MAX_SECRET_NAME = schema.SECRET_REF["name"].bound("max_length")
+MAX_SECRET_KEY = schema.SECRET_REF["key"].bound("max_length")
+MIN_PORT, MAX_PORT = schema.PORT.bound("minimum"), schema.PORT.bound("maximum")
+DEFAULT_PORT = schema.PORT.bound("default")
 MAX_FILE_BYTES = 1 << 20  # per file
 MAX_DOCUMENTS = 10_000  # per file, List items included
 MAX_FILES = 1_000  # per directory
@@ -80,17 +89,18 @@ MAX_NODES = 250_000  # per file, aliases counted as they expand; a full 1 MiB Li
 MAX_DEPTH = 32  # the deepest real path, items[0].status.conditions[0].type, is 6 levels
 MAX_PROBLEM = 160  # characters of a YAML parser's own message
 
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
+_LABEL = re.compile(schema.DNS1123_LABEL, re.ASCII)
+_PROVIDER = re.compile(schema.PROVIDER.pattern or "", re.ASCII)
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
-_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+", re.ASCII)
+_SECRET_KEY = re.compile(schema.SECRET_REF["key"].pattern or "", re.ASCII)
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
 _SIMPLE_KEY = re.compile(r"[A-Za-z_][-A-Za-z0-9_]{0,63}", re.ASCII)
 
-_TOP = ("apiVersion", "kind", "metadata", "spec", "status")
-_SPEC = ("provider", "placement", "cloudInit", "port")
-_PLACEMENT = {"region": "region", "zone": "zone", "machineType": "machine_type", "image": "image"}
-_CLOUD_INIT = ("inline", "secretRef")
-_SECRET_REF = ("name", "key")
+_TOP = schema.CRD.schema.names()
+_SPEC = schema.SPEC.names()
+_PLACEMENT = {key: re.sub("([A-Z])", lambda m: "_" + m[1].lower(), key) for key in schema.PLACEMENT.names()}  # -> Placement
+_CLOUD_INIT = schema.CLOUD_INIT.names()
+_SECRET_REF = schema.SECRET_REF.names()
 
 if TYPE_CHECKING:  # the stubs' CSafeLoader is no SafeLoader subclass; both build the same
     _BASE_LOADER = yaml.SafeLoader
@@ -167,7 +177,7 @@ def _spec(spec: Any) -> ProxySpec:
     if not isinstance(spec, Mapping):
         raise ManifestError("spec", f"is required and must be a mapping, got {show(spec)}")
     _no_unknown("spec", spec, _SPEC)
-    provider = _name(spec.get("provider"), "spec.provider", _LABEL, MAX_LABEL, "label")
+    provider = _name(spec.get("provider"), "spec.provider", _PROVIDER, MAX_PROVIDER, "label")
     return ProxySpec(
         provider=provider,
         placement=_placement(spec.get("placement")),
@@ -208,14 +218,14 @@ def _cloud_init(value: Any) -> CloudInit:
     if not isinstance(ref, Mapping):
         raise ManifestError(f"{at}.secretRef", f"must be a mapping with name and key, got {_type_of(ref)} (not shown)")
     _no_unknown(f"{at}.secretRef", ref, _SECRET_REF)
-    name = _name(ref.get("name"), f"{at}.secretRef.name", _SUBDOMAIN, MAX_NAME, "subdomain")
+    name = _name(ref.get("name"), f"{at}.secretRef.name", _SUBDOMAIN, MAX_SECRET_NAME, "subdomain")
     key = ref.get("key")
     if not isinstance(key, str) or not key:
         raise ManifestError(f"{at}.secretRef.key", f"is required and must be a string, got {show(key)}")
-    if len(key) > MAX_STRING or not _SECRET_KEY.fullmatch(key) or key in (".", "..") or key.startswith(".."):
+    if len(key) > MAX_SECRET_KEY or not _SECRET_KEY.fullmatch(key) or key in (".", "..") or key.startswith(".."):
         raise ManifestError(
             f"{at}.secretRef.key",
-            f"must be a Secret key: at most {MAX_STRING} letters, digits, '-', '_' or '.', not '.', '..' or "
+            f"must be a Secret key: at most {MAX_SECRET_KEY} letters, digits, '-', '_' or '.', not '.', '..' or "
             f"starting with '..' (as Kubernetes requires), got {show(key)}",
         )
     return CloudInit(secret=SecretRef(name=name, key=key))
@@ -224,8 +234,8 @@ def _cloud_init(value: Any) -> CloudInit:
 def _port(value: Any) -> int:
     if value is None:
         return DEFAULT_PORT
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise ManifestError("spec.port", f"must be an integer from 1 to 65535, got {show(value)}")
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PORT <= value <= MAX_PORT:
+        raise ManifestError("spec.port", f"must be an integer from {MIN_PORT} to {MAX_PORT}, got {show(value)}")
     return value
 
 

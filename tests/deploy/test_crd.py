@@ -245,3 +245,56 @@ def test_a_proxy_manifest_fits_the_spec_schema():
         check({"port": 3128}, PX_SPEC, "spec")
     with pytest.raises(AssertionError, match="not in the CRD schema"):
         check({"provider": "p", "cloudinit": {}}, PX_SPEC, "spec")
+
+
+# --- one source: the CRDs and README's tables of fields are generated (issue 20) ------
+
+
+def _generator():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fleet_crd_generate", ROOT / "deploy/crd/generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_crds_and_readme_tables_are_freshly_generated():
+    gen = _generator()
+    outputs = gen.outputs()
+    assert set(outputs) == {ROOT / "deploy/crd/crawl.example.com_proxies.yaml",
+                            ROOT / "deploy/crd/crawl.example.com_providerhealths.yaml", ROOT / "README.md"}
+    for path, text in outputs.items():
+        assert path.read_text() == text, f"{path.name} is stale: run python deploy/crd/generate.py"
+    assert gen.main(["--check"]) == 0
+
+
+def test_the_generator_check_fails_on_a_stale_file(tmp_path, monkeypatch, capsys):
+    gen = _generator()
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    readme.write_text(text.replace("| `spec.port` | integer | 1–65535 |", "| `spec.port` | integer | 1–65536 |"))
+    monkeypatch.setattr(gen, "README", readme)
+    assert gen.main(["--check"]) == 1
+    assert "README.md is stale" in capsys.readouterr().err
+    readme.write_text(text.replace("<!-- END fields -->", "", 1))
+    with pytest.raises(SystemExit, match="no '<!-- BEGIN fields of proxies"):
+        gen.outputs()
+
+
+def test_the_crds_are_the_tables_and_claim_no_generator_they_lack():
+    from fleet.health import schema as health_schema
+    from fleet.proxies import schema as proxy_schema
+
+    assert proxy_schema.CRD.document() == PX_CRD
+    assert health_schema.CRD.document() == CRD
+    assert "annotations" not in CRD["metadata"]  # no controller-gen wrote it
+
+
+def test_the_readme_tables_name_every_field_with_its_limits():
+    readme = (ROOT / "README.md").read_text()
+    assert "| `spec.provider` | string | 1–63 characters; `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`; provider is immutable" in readme
+    assert "| `spec.port` | integer | 1–65535 | `3128` |" in readme
+    assert "| `status.targets[].message` | string | at most 1024 characters |" in readme
+    assert "| `status.targets[].details` | map of string |" in readme

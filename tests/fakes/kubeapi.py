@@ -35,8 +35,11 @@ What a Proxy controller needs, as the API server behaves (issue 12):
   `drop_watches()`);
 - core v1 Secrets: GET by name, data base64-encoded (`add_secret`).
 Objects are keyed by `namespace/name` across plurals, so two kinds cannot
-hold the same key. Not done: PUT, CRD defaults and validation, label
-selectors on watch.
+hold the same key. Writes (create, patch of the object or its status) are
+pruned, defaulted and validated against the CRD schemas in deploy/crd/
+(`schemas`; tests/fakes/crdschema.py, which says what it leaves out): a
+write the real server would refuse answers 422 Invalid, a field it would
+drop is dropped. Not done: PUT, CEL rules, label selectors on watch.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fakes.crdschema import admit, served_schemas
 from tests.fakes.http import LoopbackServer
 from tests.fakes.kubeapi_watch import DEFAULT_TIMEOUT, Dropped, EventLog
 
@@ -147,6 +151,8 @@ class FakeKubeAPI:
     delay: float = 0.0  # seconds before answering (timeouts)
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # by `key(namespace, name)`
     kinds: dict[str, str] = field(default_factory=dict)  # plural -> kind, as created (for bookmarks)
+    # plural -> the openAPIV3Schema writes are pruned, defaulted and validated against (deploy/crd/)
+    schemas: dict[str, dict[str, Any]] = field(default_factory=served_schemas)
     _rv: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock)  # reentrant: tests call _store from scripts
 
@@ -176,9 +182,14 @@ class FakeKubeAPI:
 
     def add(self, obj: dict[str, Any], plural: str = "providerhealths") -> dict[str, Any]:
         """Put an object in place (namespaced when its metadata has a namespace),
-        as someone else's write: an ADDED or MODIFIED event. Returns a copy as stored."""
+        as someone else's write: an ADDED or MODIFIED event. Returns a copy as stored:
+        pruned and defaulted as the API server keeps it, but not validated (a
+        test may plant what an older CRD let in)."""
         with self._lock:
-            return copy.deepcopy(self._store(copy.deepcopy(obj), plural))
+            stored = copy.deepcopy(obj)
+            if plural in self.schemas:
+                stored, _ = admit(stored, self.schemas[plural])
+            return copy.deepcopy(self._store(stored, plural))
 
     def add_secret(self, namespace: str, name: str, data: Mapping[str, str | bytes], type_: str = "Opaque") -> None:
         """A Secret whose `data` values are given decoded (str as UTF-8)."""
@@ -388,6 +399,9 @@ class FakeKubeAPI:
                 obj.pop("status", None)  # status is ignored on create with the subresource
                 for f in SYSTEM_METADATA[2:]:
                     meta.pop(f, None)
+                obj, invalid = self._admit(obj, plural, group, n)
+                if invalid is not None:
+                    return invalid
                 self._manage(obj, req, "")
                 return 201, copy.deepcopy(self._store(obj, plural))
             return 405, status_body(405, "MethodNotAllowed", req.method)
@@ -414,12 +428,30 @@ class FakeKubeAPI:
             return self._patch(req, k, obj, plural, group, status)
         return 405, status_body(405, "MethodNotAllowed", req.method)
 
+    def _admit(self, obj: dict[str, Any], plural: str, group: str, name: str) -> tuple[dict[str, Any], tuple[int, Any] | None]:
+        """The object as the API server keeps it (pruned, defaulted), or its 422 answer."""
+        schema = self.schemas.get(plural)
+        if schema is None:
+            return obj, None
+        shaped, errors = admit(obj, schema)
+        if not errors:
+            return shaped, None
+        kind = self.kinds.get(plural) or obj.get("kind") or plural
+        body = status_body(422, "Invalid", f'{kind}.{group} "{name}" is invalid: ' + (
+            errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"))
+        body["details"] = {"name": name, "group": group, "kind": kind,
+                           "causes": [{"field": e.split(":", 1)[0], "message": e} for e in errors]}
+        return obj, (422, body)
+
     def _patch(self, req: Request, k: str, obj: dict[str, Any], plural: str, group: str, status: bool) -> tuple[int, Any]:
         """Merge-patch the status subresource (only .status changes) or the
         object (everything but .status and the system's metadata)."""
         new = copy.deepcopy(obj)
         if status:
             new["status"] = merge(obj.get("status") or {}, req.body.get("status") or {})
+            new, invalid = self._admit(new, plural, group, obj["metadata"]["name"])
+            if invalid is not None:
+                return invalid
         else:
             new = merge(copy.deepcopy(obj), {f: v for f, v in req.body.items() if f != "status"})
             meta, old = new["metadata"], obj["metadata"]
@@ -430,6 +462,10 @@ class FakeKubeAPI:
                     meta.pop(f, None)
             if not meta.get("finalizers"):  # [] is stored as absent
                 meta.pop("finalizers", None)
+            new, invalid = self._admit(new, plural, group, old["name"])
+            if invalid is not None:
+                return invalid
+            meta = new["metadata"]
             added = set(meta.get("finalizers") or ()) - set(old.get("finalizers") or ())
             if old.get("deletionTimestamp") and added:
                 return 422, status_body(422, "Invalid", f'{plural}.{group} "{old["name"]}" is invalid: metadata.finalizers: '

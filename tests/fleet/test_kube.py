@@ -367,7 +367,7 @@ def test_patch_status_writes_with_the_resource_version_and_returns_the_object(ap
     w = Writer(api, "blue")
     out = w.patch_status(PROXY, "team-a", "px1", rv, {"phase": "Running", "ip": "10.0.0.7", "message": None})
     assert out["status"] == {"phase": "Running", "ip": "10.0.0.7"} == kubeapi.objects["team-a/px1"]["status"]
-    assert out["spec"] == {"provider": "kvm-home"}  # the object, not only its status
+    assert out["spec"] == {"provider": "kvm-home", "port": 3128}  # the object (defaulted, as the server keeps it), not only its status
     req = kubeapi.requests[-1]
     assert (req.method, req.path) == ("PATCH", PROXIES.format(ns="team-a") + "/px1/status")
     assert req.content_type == "application/merge-patch+json" and req.field_manager == FIELD_MANAGER
