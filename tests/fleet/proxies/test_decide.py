@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
+from fleet.calls import instance_dict
 from fleet.proxies import decide as d
 from fleet.proxies.decide import CREATE, DELETE, GET, Call, Env, Outcome, decide
 from fleet.proxies.model import FINALIZER, SKIP_CLEANUP, Condition, Proxy, ProxySpec, ProxyStatus
-from providers.base import ErrorClass, Instance, Placement, State
+from providers.base import ErrorClass, Instance, Placement, State, Transient
 
 ENV = Env(now=1_000.0, configured=("p1",), spec_hash="h1")
 
@@ -296,3 +297,32 @@ def test_a_lifted_latch_starts_afresh_with_no_failed_conditions():
     assert s.call == Call(CREATE) and s.status is not None and (s.status.phase, s.status.message) == ("Pending", "")
     assert {c.reason for c in s.status.conditions} & {"PermanentError"} == set()
     assert {c.observed_generation for c in s.status.conditions} == {2}
+
+
+# --- reading an answer back (the reconciler's boundary) -----------------------------
+
+
+def test_an_answer_reads_back_typed():
+    from fleet import calls
+    from fleet.proxies.reconciler import outcome_of
+
+    got = outcome_of(calls.succeeded("p1", GET, 1, calls.instance_dict(RUNNING_INST)), spec_hash="h1")
+    assert got == Outcome(GET, True, RUNNING_INST, spec_hash="h1")
+    failed = outcome_of(calls.failed("p1", GET, 3, Transient("get", "p1", "x", "boom")))
+    assert (failed.error_class, failed.retry_after) == (ErrorClass.TRANSIENT, 4.0)
+
+
+@pytest.mark.parametrize("raw", [
+    {"ok": "yes", "op": GET},
+    {"ok": False, "provider": "p1", "op": GET, "attempt": 1, "error_class": "Gone", "message": "?"},
+    # a state the contract does not know: refused, never taken for Running
+    {"ok": True, "provider": "p1", "op": GET, "attempt": 1, "result": {**instance_dict(RUNNING_INST), "state": "running"}},
+])
+def test_an_unreadable_answer_is_a_transient_failure_saying_why(raw):
+    from fleet.proxies.reconciler import outcome_of
+
+    out = outcome_of(raw)
+    assert (out.ok, out.error_class, out.retry_after) == (False, ErrorClass.TRANSIENT, None)
+    assert out.message.startswith("an unreadable answer: ")
+    s = decide(px("Provisioning", "fake/x"), out, dataclasses.replace(ENV, failures=2))
+    assert (s.failures, s.requeue, s.status.phase if s.status else None) == (3, 4.0, "Provisioning")
