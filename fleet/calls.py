@@ -21,15 +21,22 @@ base, in this order:
 - counts it in `proxy_operator_provider_requests_total{provider,op,result}`
   (result: `providers.base.result_label`) and times it in
   `proxy_operator_provider_request_duration_seconds{provider,op}`;
-- returns an outcome, never raises for a provider's failure:
+- returns an outcome (`CallOutcome.to_message()`), never raises for a
+  provider's failure:
 
     {"ok": true,  "provider", "op", "attempt", "result": <JSON value>}
-    {"ok": false, "provider", "op", "attempt", "error_class": "not_found" |
-     "quota_exceeded" | "transient" | "permanent" | "invalid",
+    {"ok": false, "provider", "op", "attempt", "error_class": <ErrorClass>,
      "step": {"retry_after": s, "counts_as_error": b} | {"latch": reason} | {"gone": true},
      "message": str}
 
-  where `step` is `providers.retry.next_step(error, attempt)`. The caller
+  where `error_class` is a `providers.base.ErrorClass` value ("not_found",
+  "quota_exceeded", "transient", "permanent", or the base's own refusals
+  "invalid" and "not_configured") and `step` is
+  `providers.retry.next_step(error, attempt)`. A get's result is
+  `instance_dict(Instance)`, a list's a list of them. Whoever receives an
+  outcome reads it back with `CallOutcome.from_message` (and an instance with
+  `instance_from_dict`): it comes from a queue, so it is input, checked at
+  that boundary, never a promise. The caller
   (a `link`ed controller task) applies it, keeping due times in Redis: no
   `self.retry(countdown=…)`, whose message would wait in the broker for up
   to 5 minutes and be lost or doubled by a restart or the visibility
@@ -46,6 +53,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -55,8 +63,8 @@ from prometheus_client.registry import Collector
 
 from fleet import metrics, routing, runtime, tracing
 from providers import base
-from providers.base import Deadline, Instance, Provider
-from providers.retry import Gone, Latch, Retry, Step, next_step
+from providers.base import OPS, Deadline, ErrorClass, Instance, Provider, State
+from providers.retry import BACKOFF_MAX, QUOTA_RETRY, Gone, Latch, Retry, Step, next_step
 
 log = logging.getLogger("fleet.calls")
 
@@ -65,12 +73,17 @@ MAX_TIMEOUT = 600.0
 MAX_ATTEMPT = 1_000_000
 MAX_ARG = 1024  # characters of one string argument (an id, a name)
 MAX_MESSAGE = 1024  # characters of an outcome's message
-INVALID = "invalid"  # error_class of a message refused before any call
-NOT_CONFIGURED = "not_configured"  # error_class of a call refused because this worker's config lacks its provider
 LATCH_INVALID = "InvalidRequest"
+MAX_RETRY = max(BACKOFF_MAX, QUOTA_RETRY)  # seconds: the longest `retry_after` a step may say
 # Seconds: a get answers in milliseconds, a GCP insert waits on its operation for minutes.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
-RESULTS = ("ok", "not_found", "quota_exceeded", "transient", "permanent")
+# The `result` label's values (providers.base.result_label): a refused message is never counted.
+RESULTS = ("ok",) + tuple(cls.label.value for cls in base.ERROR_CLASSES)
+# Bounds of an instance read back from an outcome (`instance_from_dict`).
+MAX_UID = 253
+MAX_IP = 64
+MAX_CREATED = 64
+MAX_MARK = 63  # an installation or namespace mark: a DNS-1123 label
 
 
 class CallMetrics:
@@ -111,6 +124,10 @@ METRICS = CallMetrics()
 # --- outcomes (pure) -------------------------------------------------------------
 
 
+class OutcomeError(ValueError):
+    """An outcome (or an instance in one) that does not read as one; the message says why."""
+
+
 def step_dict(step: Step) -> dict[str, Any]:
     if isinstance(step, Retry):
         return {"retry_after": step.delay, "counts_as_error": step.counts_as_error}
@@ -121,38 +138,151 @@ def step_dict(step: Step) -> dict[str, Any]:
     raise TypeError(f"not a step: {step!r}")
 
 
+def step_from_dict(raw: Any) -> Step:
+    """`step_dict`'s inverse; OutcomeError when `raw` is none of its shapes."""
+    if isinstance(raw, Mapping):
+        delay, counts = raw.get("retry_after"), raw.get("counts_as_error", True)
+        if set(raw) <= {"retry_after", "counts_as_error"} and isinstance(delay, (int, float)) and _delay(delay) \
+                and isinstance(counts, bool):
+            return Retry(float(delay), counts)
+        if set(raw) == {"latch"} and isinstance(raw["latch"], str) and 0 < len(raw["latch"]) <= 64:
+            return Latch(raw["latch"])
+        if set(raw) == {"gone"} and raw["gone"] is True:
+            return Gone()
+    raise OutcomeError(f"step must be {{retry_after, counts_as_error}}, {{latch}} or {{gone: true}}, got {cut(repr(raw), 80)}")
+
+
+def _delay(v: float) -> bool:
+    return not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= MAX_RETRY
+
+
 def cut(text: str, limit: int = MAX_MESSAGE) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
+RESULT_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "create": (str, "a string (the id)"), "get": (Mapping, "a mapping (an instance)"),
+    "delete": (type(None), "null"), "list": (list, "a list (of instances)"),
+}
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """One provider call's answer (module docstring): `to_message()` is what
+    the task returns, `from_message()` reads one back, refusing what is not."""
+
+    ok: bool
+    provider: str
+    op: str  # create | get | delete | list
+    attempt: int  # 0: refused before any call
+    result: Any = None  # ok: create the id, get an instance dict, delete None, list a list of instance dicts
+    error_class: ErrorClass | None = None  # not ok
+    step: Step | None = None  # not ok; None: the answer says no step (the caller backs off as it would)
+    message: str = ""  # not ok
+
+    def to_message(self) -> dict[str, Any]:
+        head: dict[str, Any] = {"ok": self.ok, "provider": self.provider, "op": self.op, "attempt": self.attempt}
+        if self.ok:
+            return {**head, "result": self.result}
+        if self.error_class is None:
+            raise TypeError("a failed outcome needs an error_class")
+        step = {} if self.step is None else {"step": step_dict(self.step)}
+        return {**head, "error_class": self.error_class.value, **step, "message": self.message}
+
+    @classmethod
+    def from_message(cls, raw: Any) -> CallOutcome:
+        """The outcome in `raw` (a decoded message, or JSON kept in Redis); OutcomeError says what is wrong."""
+        if not isinstance(raw, Mapping):
+            raise OutcomeError(f"an outcome must be a mapping, got {type(raw).__name__}")
+        ok, provider, op, attempt = raw.get("ok"), raw.get("provider"), raw.get("op"), raw.get("attempt", 0)
+        if not isinstance(ok, bool):
+            raise OutcomeError("`ok` must be true or false")
+        if not isinstance(provider, str) or len(provider) > MAX_ARG:
+            raise OutcomeError(f"`provider` must be a string of at most {MAX_ARG} characters")
+        if op not in OPS:
+            raise OutcomeError(f"`op` must be one of {', '.join(OPS)}, got {cut(repr(op), 40)}")
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or not 0 <= attempt <= MAX_ATTEMPT:
+            raise OutcomeError(f"`attempt` must be an integer from 0 to {MAX_ATTEMPT}")
+        if ok:
+            result = raw.get("result")
+            want, noun = RESULT_TYPES[op]
+            if not isinstance(result, want):
+                raise OutcomeError(f"a {op}'s `result` must be {noun}, got {type(result).__name__}")
+            return cls(True, provider, op, attempt, result)
+        try:
+            error = ErrorClass(str(raw.get("error_class")))
+        except ValueError:
+            raise OutcomeError(f"`error_class` must be one of {', '.join(ErrorClass)}, "
+                               f"got {cut(repr(raw.get('error_class')), 40)}") from None
+        message = raw.get("message", "")
+        if not isinstance(message, str):
+            raise OutcomeError("`message` must be a string")
+        step = raw.get("step")
+        return cls(False, provider, op, attempt, error_class=error, step=None if step is None else step_from_dict(step),
+                   message=message[:MAX_MESSAGE + 64])  # room for `cut`'s "... (n characters)"
+
+
 def succeeded(provider: str, op: str, attempt: int, value: Any) -> dict[str, Any]:
-    return {"ok": True, "provider": provider, "op": op, "attempt": attempt, "result": value}
+    return CallOutcome(True, provider, op, attempt, value).to_message()
 
 
 def failed(provider: str, op: str, attempt: int, exc: BaseException) -> dict[str, Any]:
-    return {
-        "ok": False, "provider": provider, "op": op, "attempt": attempt,
-        "error_class": base.result_label(exc),
-        "step": step_dict(next_step(exc, attempt)),
-        "message": cut(str(exc) if isinstance(exc, base.ProviderError) else f"{type(exc).__name__}: {exc}"),
-    }
+    return CallOutcome(
+        False, provider, op, attempt, error_class=base.error_class(exc).label, step=next_step(exc, attempt),
+        message=cut(str(exc) if isinstance(exc, base.ProviderError) else f"{type(exc).__name__}: {exc}"),
+    ).to_message()
 
 
-def refused(provider: Any, op: str, why: str, error_class: str = INVALID) -> dict[str, Any]:
-    return {
-        "ok": False, "provider": cut(provider, 63) if isinstance(provider, str) else "", "op": op, "attempt": 0,
-        "error_class": error_class, "step": {"latch": LATCH_INVALID}, "message": cut(why),
-    }
+def refused(provider: Any, op: str, why: str, error_class: ErrorClass = ErrorClass.INVALID) -> dict[str, Any]:
+    return CallOutcome(False, cut(provider, 63) if isinstance(provider, str) else "", op, 0,
+                       error_class=error_class, step=Latch(LATCH_INVALID), message=cut(why)).to_message()
 
 
 def instance_dict(i: Instance) -> dict[str, Any]:
     """An Instance as JSON: state by its value, createdAt as ISO 8601 or null,
     installation and namespace marks as read back from the backend ("" when
-    unmarked: GC's tests of "ours" and "in scope")."""
+    unmarked: GC's tests of "ours" and "in scope"). `instance_from_dict` reads it back."""
     created: datetime | None = i.created_at
     return {"id": i.id, "state": i.state.value, "ip": i.ip, "uid": i.uid,
             "createdAt": created.isoformat() if created else None, "installation": i.installation,
             "namespace": i.namespace}
+
+
+def instance_from_dict(raw: Any) -> Instance:
+    """`instance_dict`'s inverse, each field type-checked and bounded (OutcomeError
+    says which is wrong). A createdAt that is no ISO 8601 time with a zone reads
+    as None: unknown (GC counts it as very old). Absent uid, ip and marks read as ""."""
+    if not isinstance(raw, Mapping):
+        raise OutcomeError(f"an instance must be a mapping, got {type(raw).__name__}")
+    pid = raw.get("id")
+    if not isinstance(pid, str) or not 0 < len(pid) <= MAX_ARG:
+        raise OutcomeError(f"an instance's `id` must be a non-empty string of at most {MAX_ARG} characters")
+    try:
+        state = State(raw.get("state"))
+    except ValueError:
+        raise OutcomeError(f"an instance's `state` must be one of {', '.join(s.value for s in State)}, "
+                           f"got {cut(repr(raw.get('state')), 40)}") from None
+    text = {}
+    for key, limit in (("uid", MAX_UID), ("ip", MAX_IP), ("installation", MAX_MARK), ("namespace", MAX_MARK)):
+        value = raw.get(key, "")
+        if not isinstance(value, str) or len(value) > limit:
+            raise OutcomeError(f"an instance's `{key}` must be a string of at most {limit} characters")
+        text[key] = value
+    created_raw = raw.get("createdAt")
+    if created_raw is not None and (not isinstance(created_raw, str) or len(created_raw) > MAX_CREATED):
+        raise OutcomeError(f"an instance's `createdAt` must be null or a string of at most {MAX_CREATED} characters")
+    return Instance(id=pid, state=state, ip=text["ip"], uid=text["uid"],
+                    created_at=created_from_iso(created_raw) if created_raw is not None else None,
+                    installation=text["installation"], namespace=text["namespace"])
+
+
+def created_from_iso(text: str) -> datetime | None:
+    """An ISO 8601 time with a zone ("Z" too); None when unparsable or without one."""
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return dt if dt.tzinfo is not None else None
 
 
 def message_problem(provider: Any, timeout: Any, attempt: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
@@ -230,10 +360,10 @@ class ProviderCallTask(_TaskBase):
         timeout = kwargs.pop("timeout", DEFAULT_TIMEOUT)
         attempt = kwargs.pop("attempt", 1)
         why = message_problem(provider, timeout, attempt, args, kwargs, self.run)
-        error_class = INVALID
+        error_class = ErrorClass.INVALID
         if why is None and provider not in runtime.providers_config().names():
             # a config rollout in progress (the controller has it, this worker not yet): retried, never latched
-            why, error_class = f"provider {provider!r} is not configured on this worker", NOT_CONFIGURED
+            why, error_class = f"provider {provider!r} is not configured on this worker", ErrorClass.NOT_CONFIGURED
         if why is None:
             why = self._placement_problem(provider)
         if why is not None:

@@ -60,12 +60,12 @@ LEASE_UNREPLICATED = "proxy_operator_lease_unreplicated_total"  # grants/renewal
 LEASE_RECOVERING = "proxy_operator_lease_recovering"  # 1 while this API process grants nothing after a data loss
 
 # Why a check result was dropped before it was stored or written (the
-# `reason` label); `fleet.messages` decides the last three.
+# `reason` label); `fleet.health.messages` decides the last three.
 DROP_UNCONFIGURED = "unconfigured"  # its provider is not in this controller's config
 DROP_CHECKS_OFF = "checks_off"  # configured, but --provider-check-interval=0
 DROP_INVALID = "invalid"  # wrong types, NaN/infinite numbers, absurd names, a checkedAt before 2020
 DROP_FUTURE = "future"  # checkedAt later than the controller's clock plus the skew allowance
-DROP_TOO_LARGE = "too_large"  # message bytes, targets or details over fleet.limits
+DROP_TOO_LARGE = "too_large"  # message bytes, targets or details over fleet.health.limits
 DROP_REASONS = (DROP_UNCONFIGURED, DROP_CHECKS_OFF, DROP_INVALID, DROP_FUTURE, DROP_TOO_LARGE)
 
 

@@ -23,7 +23,6 @@ PROVIDER_QUEUE_PREFIX = "provider."
 
 CHECK_PROVIDER = "fleet.check_provider"
 RECORD_CHECK = "fleet.record_check"
-SWEEP_OVERDUE = "fleet.sweep_overdue"
 CREATE_INSTANCE = "fleet.create_instance"
 GET_INSTANCE = "fleet.get_instance"
 DELETE_INSTANCE = "fleet.delete_instance"
@@ -42,7 +41,6 @@ class Placement(enum.Enum):
 PLACEMENT: Mapping[str, Placement] = MappingProxyType({
     CHECK_PROVIDER: Placement.PROVIDER,
     RECORD_CHECK: Placement.CONTROLLER,
-    SWEEP_OVERDUE: Placement.CONTROLLER,
     CREATE_INSTANCE: Placement.PROVIDER,
     GET_INSTANCE: Placement.PROVIDER,
     DELETE_INSTANCE: Placement.PROVIDER,

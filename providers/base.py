@@ -16,6 +16,14 @@ Error tree (one class per reaction the caller takes)::
 Each provider translates its SDK's errors at one boundary (its `classify`)
 and raises `wrap(cls, ...)` from the SDK exception. An error that was never
 classified counts as Transient (`error_class`).
+
+`ErrorClass` is how a failed call's class is spelled wherever it leaves the
+process (a call's outcome, the `result` label of metrics and spans): one
+member per class of the tree (`ProviderError.label`), and two that only the
+caller's task base answers, before any provider is called: `invalid` (a
+malformed message) and `not_configured` (this worker's config lacks the
+provider). It lives here, not in fleet, because `result_label` speaks it and
+providers import nothing from fleet.
 """
 
 from __future__ import annotations
@@ -243,10 +251,23 @@ class Checker(Protocol):
 OPS = ("create", "get", "delete", "list")
 
 
+class ErrorClass(enum.StrEnum):
+    """A failed call's class as it travels (module docstring); str-valued, so
+    JSON and metric labels carry the plain words."""
+
+    NOT_FOUND = "not_found"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    INVALID = "invalid"  # the task base refused the message: no call was made
+    NOT_CONFIGURED = "not_configured"  # the task base: this worker's config lacks the provider
+
+
 class ProviderError(Exception):
     """Base of the four classes; never raised itself."""
 
     kind: ClassVar[str] = "error"
+    label: ClassVar[ErrorClass]  # how the class travels
 
     def __init__(self, op: str, provider: str, id: str = "", cause: BaseException | str = "") -> None:
         self.op = op
@@ -267,18 +288,22 @@ class ProviderError(Exception):
 
 class NotFound(ProviderError):
     kind = "not found"
+    label = ErrorClass.NOT_FOUND
 
 
 class QuotaExceeded(ProviderError):
     kind = "quota exceeded"
+    label = ErrorClass.QUOTA_EXCEEDED
 
 
 class Transient(ProviderError):
     kind = "transient"
+    label = ErrorClass.TRANSIENT
 
 
 class Permanent(ProviderError):
     kind = "permanent"
+    label = ErrorClass.PERMANENT
 
 
 ERROR_CLASSES: tuple[type[ProviderError], ...] = (NotFound, QuotaExceeded, Transient, Permanent)
@@ -303,9 +328,7 @@ def result_label(exc: BaseException | None) -> str:
     """The `result` label of metrics and spans: ok, or the error class."""
     if exc is None:
         return "ok"
-    return {NotFound: "not_found", QuotaExceeded: "quota_exceeded", Transient: "transient", Permanent: "permanent"}[
-        error_class(exc)
-    ]
+    return error_class(exc).label.value
 
 
 # --- Naming ----------------------------------------------------------------------

@@ -5,7 +5,7 @@ Late acks: a controller that dies mid-message gets it redelivered, and
 `record` is idempotent (a result no newer than the stored one is dropped).
 So nothing a message holds may raise or exhaust memory here (issue 9): the
 body's size is checked before Celery decodes it (`bounded_strategy`), the
-decoded value by `fleet.messages`; a refused message is acked, counted and
+decoded value by `fleet.health.messages`; a refused message is acked, counted and
 logged, never retried.
 """
 
@@ -56,12 +56,6 @@ def record_check(*args: Any, **kwargs: Any) -> str:
         outcome = health.controller().record_message(args, kwargs)
         s.set_attribute("fleet.outcome", outcome)
     return outcome
-
-
-@app.task(name=routing.SWEEP_OVERDUE, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
-def sweep_overdue(*_args: Any, **_kwargs: Any) -> list[str]:
-    """Takes no arguments; any a message carries are ignored."""
-    return health.controller().sweep_overdue()
 
 
 @app.task(name=routing.RECORD_PROXY_CALL, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")

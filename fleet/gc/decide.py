@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from fleet.calls import created_from_iso
 from fleet.settings import ALL_NAMESPACES
 
 KEEP, DELETE = "keep", "delete"
@@ -141,11 +142,12 @@ def decide_all(instances: Iterable[Listed], live: Collection[str], installation:
 def parse_created(text: str) -> float | None:
     """An ISO 8601 creation time as Unix time; None when unparsable or without
     a time zone (both count as very old)."""
-    try:
-        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
+    return timestamp(created_from_iso(text))
+
+
+def timestamp(dt: datetime | None) -> float | None:
+    """`dt` as Unix time; None for None or a time out of range."""
+    if dt is None:
         return None
     try:
         return dt.timestamp()

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet import routing
+from fleet.calls import CallOutcome, OutcomeError
 from fleet.gc import answers, gauges
 from fleet.gc.decide import DEFAULT_MAX_DELETES, EVERY_NAMESPACE, decide_all, short_duration
 from fleet.gc.live import LiveUids
@@ -202,14 +203,18 @@ class Sweeper:
         if not isinstance(outcome, dict) or outcome.get("provider") != provider or outcome.get("op") != "delete":
             log.warning("GC: dropped a malformed delete answer", extra={"fields": {"provider": provider[:63]}})
             return "dropped"
-        if outcome.get("ok") is True:
+        try:
+            out = CallOutcome.from_message(outcome)
+            ok, message = out.ok, out.message
+        except OutcomeError as exc:  # ours, but unreadable: not a delete we can count as done
+            ok, message = False, f"an unreadable answer: {exc}"
+        if ok:
             self.counters.delete(provider)
             log.info("GC: deleted an orphan", extra={"fields": {"provider": provider, "instance": provider_id}})
             return "deleted"
-        message = outcome.get("message")
         self.counters.skip(provider, gauges.DELETE_FAILED)
         log.warning("GC: an orphan's delete failed (the next sweep tries again)", extra={"fields": {
-            "provider": provider, "instance": provider_id, "error": answers.cut(message if isinstance(message, str) else "")}})
+            "provider": provider, "instance": provider_id, "error": answers.cut(message)}})
         return "failed"
 
     # -- skips ---------------------------------------------------------------------------------

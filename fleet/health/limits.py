@@ -1,5 +1,5 @@
 """Bounds on what the controller accepts and emits (issue 9): one place for
-each number. The message validator (`fleet.messages`), the task boundary
+each number. The message validator (`fleet.health.messages`), the task boundary
 (`tasks.controller`), the store's compare-and-set and the /metrics collector
 all read them from here.
 

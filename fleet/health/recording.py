@@ -4,7 +4,7 @@ thread, not a beat message, so a dead beat is reported too); clean up at start.
 
 Stateless between messages (the previous verdict comes from Redis), so
 replicas and restarts behave the same. Status decisions are in
-`fleet.status`; which messages are accepted is `fleet.messages` (types,
+`fleet.health.status`; which messages are accepted is `fleet.health.messages` (types,
 sizes, a `checkedAt` not in the future) and `drop_reason`. Results of
 providers this controller does not track are dropped before they reach Redis
 or the cluster (a removed provider's worker that still runs must not

@@ -49,7 +49,6 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +69,7 @@ from fleet.proxies.model import (
     ProxySpec,
     ProxyStatus,
 )
+from providers.base import ErrorClass, Instance, State
 from providers.retry import BACKOFF_MAX, LATCH_PERMANENT, QUOTA_RETRY, backoff
 
 # Seconds (seed: ProvisioningPoll and DeletionPoll 10s, RequeueNow 1s, QuotaRetry 5m).
@@ -95,36 +95,25 @@ R_NOT_RUNNING = "NotRunning"  # Ready
 LATCHES = (R_NOT_CONFIGURED, R_INVALID_PLACEMENT, R_PERMANENT)
 
 CREATE, GET, DELETE = "create", "get", "delete"
-NOT_CONFIGURED = "not_configured"  # the worker's refusal: its config lacks the provider (fleet.calls.NOT_CONFIGURED)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A provider call's answer, as `fleet.calls` returns it, tied to the call."""
+    """A provider call's answer (`fleet.calls.CallOutcome`, read back by the
+    reconciler), tied to the call."""
 
     op: str
     ok: bool
-    result: Any = None  # create: the id; get: an instance dict; delete: None
-    error_class: str = ""  # not_found | quota_exceeded | transient | permanent | invalid | not_configured
+    result: str | Instance | None = None  # create: the id; get: the instance; delete: None
+    error_class: ErrorClass | None = None  # when not ok
     retry_after: float | None = None  # the call's own step, when it says retry
     message: str = ""
     spec_hash: str = ""  # create: the hash of what was created
     release_on_success: bool = False  # a Delete after a Permanent Get while deleting
 
-    @classmethod
-    def from_message(cls, out: Mapping[str, Any], spec_hash: str = "", release_on_success: bool = False) -> Outcome:
-        step = out.get("step") if isinstance(out.get("step"), Mapping) else {}
-        retry = step.get("retry_after") if isinstance(step, Mapping) else None
-        return cls(
-            op=str(out.get("op", "")), ok=out.get("ok") is True, result=out.get("result"),
-            error_class=str(out.get("error_class", "")),
-            retry_after=float(retry) if isinstance(retry, (int, float)) and not isinstance(retry, bool) else None,
-            message=str(out.get("message", ""))[:1024], spec_hash=spec_hash, release_on_success=release_on_success,
-        )
-
     @property
     def gone(self) -> bool:
-        return not self.ok and self.error_class == "not_found"
+        return not self.ok and self.error_class == ErrorClass.NOT_FOUND
 
 
 @dataclass(frozen=True)
@@ -277,15 +266,15 @@ def _deleting(p: Proxy, out: Outcome | None, env: Env) -> Step:
         return deleting(Call(DELETE, pid), None)
     if out.gone and out.op == GET:
         return Step(finalizer="remove")
-    if out.op == GET and out.error_class == "permanent":
+    if out.op == GET and out.error_class == ErrorClass.PERMANENT:
         # the id can never resolve (a host left the config, a malformed id): try Delete anyway
         return deleting(Call(DELETE, pid, release_on_success=True), None, out.message)
-    failures = env.failures if out.error_class == "quota_exceeded" else env.failures + 1
+    failures = env.failures if out.error_class == ErrorClass.QUOTA_EXCEEDED else env.failures + 1
     return deleting(None, retry_after(out, failures), out.message, failures)
 
 
 def retry_after(out: Outcome, failures: int) -> float:
-    if out.error_class == "quota_exceeded":
+    if out.error_class == ErrorClass.QUOTA_EXCEEDED:
         return QUOTA_RETRY
     return out.retry_after if out.retry_after is not None else min(BACKOFF_MAX, backoff(max(1, failures)))
 
@@ -350,7 +339,7 @@ def _absorb(p: Proxy, out: Outcome, env: Env) -> tuple[ProxyStatus, Step | None]
                 return st, None  # a stale answer for an instance this Proxy no longer tracks
             return with_phase(p, env, PROVISIONING, R_PROVISIONING, "", provider_id=out.result,
                               spec_hash=out.spec_hash or st.spec_hash), None
-        if out.op == GET and isinstance(out.result, Mapping):
+        if out.op == GET and isinstance(out.result, Instance):
             return _found(p, out.result, env)
         if out.op == DELETE:
             return st, Step(status=with_phase(p, env, st.phase or REPLACING, R_REPLACING, st.message), requeue=env.poll)
@@ -363,23 +352,23 @@ def _absorb(p: Proxy, out: Outcome, env: Env) -> tuple[ProxyStatus, Step | None]
             return dataclasses.replace(st, provider_id="", ip="", phase=phase, message=msg), None
         failures = env.failures + 1  # NotFound from create/delete: an error like any (seed), backed off
         return st, _failing(p, out, env, failures)
-    if out.error_class == NOT_CONFIGURED:  # the worker's config lacks it (a rollout in progress): not the spec's fault
+    if out.error_class == ErrorClass.NOT_CONFIGURED:  # the worker's config lacks it (a rollout in progress): not the spec's fault
         return st, _failing(p, out, env, env.failures + 1, R_NOT_CONFIGURED)
-    if out.error_class in ("permanent", "invalid"):
+    if out.error_class in (ErrorClass.PERMANENT, ErrorClass.INVALID):
         if out.op == GET and st.phase == RUNNING:
             # a resync answered 401/403 (credentials or RBAC rolling out): the instance is not in doubt, the answer is
             status = with_provisioned(with_phase(p, env, RUNNING, R_RUNNING, out.message), R_PERMANENT, out.message, p, env)
             failures = env.failures + 1
             return st, Step(status=status, requeue=min(BACKOFF_MAX, backoff(failures)), failures=failures)
         return st, Step(status=with_phase(p, env, FAILED, R_PERMANENT, out.message))
-    failures = env.failures if out.error_class == "quota_exceeded" else env.failures + 1
+    failures = env.failures if out.error_class == ErrorClass.QUOTA_EXCEEDED else env.failures + 1
     return st, _failing(p, out, env, failures)
 
 
 def _failing(p: Proxy, out: Outcome, env: Env, failures: int, reason: str = "") -> Step:
     """A retryable failure: a Running Proxy keeps its conditions (the instance
     may well be serving) and only shows the message; others show why."""
-    reason = reason or (R_QUOTA if out.error_class == "quota_exceeded" else R_PROVIDER_ERROR)
+    reason = reason or (R_QUOTA if out.error_class == ErrorClass.QUOTA_EXCEEDED else R_PROVIDER_ERROR)
     st = p.status
     if st.phase == RUNNING:
         status = dataclasses.replace(st, message=out.message)
@@ -388,17 +377,16 @@ def _failing(p: Proxy, out: Outcome, env: Env, failures: int, reason: str = "") 
     return Step(status=status, requeue=retry_after(out, failures), failures=failures)
 
 
-def _found(p: Proxy, inst: Mapping[str, Any], env: Env) -> tuple[ProxyStatus, Step | None]:
+def _found(p: Proxy, inst: Instance, env: Env) -> tuple[ProxyStatus, Step | None]:
     st = p.status
-    state, ip = inst.get("state"), inst.get("ip") or ""
     if st.phase == REPLACING:
         # still there while replacing: delete again (idempotent), poll until NotFound
         return st, Step(status=with_phase(p, env, REPLACING, R_REPLACING, st.message), call=Call(DELETE, st.provider_id))
-    if state == RUNNING and ip:
-        status = with_phase(p, env, RUNNING, R_RUNNING, "", ip=str(ip), port=p.spec.port)
+    if inst.state == State.RUNNING and inst.ip:  # the provider's State, not the Proxy phase of the same spelling
+        status = with_phase(p, env, RUNNING, R_RUNNING, "", ip=inst.ip, port=p.spec.port)
         return status, None
-    if state in ("Stopped", "Terminated"):
-        msg = f"the instance is {state}; replacing it"
+    if inst.state in (State.STOPPED, State.TERMINATED):
+        msg = f"the instance is {inst.state.value}; replacing it"
         return st, Step(status=with_phase(p, env, REPLACING, R_REPLACING, msg), call=Call(DELETE, st.provider_id))
     return with_phase(p, env, PROVISIONING, R_PROVISIONING, "", ip=""), None
 

@@ -36,13 +36,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fleet import routing
+from fleet.calls import CallOutcome, OutcomeError, instance_from_dict
 from fleet.config import ProvidersConfig
 from fleet.proxies import decide as rules
 from fleet.proxies.decide import Call, Env, Outcome, Probe, Step
 from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus
 from fleet.store import Proxies as ProxyStore
 from providers import registry
-from providers.base import name_from_uid
+from providers.base import ErrorClass, name_from_uid
+from providers.retry import Retry, backoff
 
 log = logging.getLogger("fleet.proxies")
 
@@ -189,8 +191,7 @@ class Reconciler:
         call, out = doc.get("call"), doc.get("outcome")
         if not isinstance(call, Mapping) or not isinstance(out, Mapping) or call.get("uid") != p.uid:
             return None  # not ours (a Proxy recreated under the same name) or unreadable: decide afresh
-        return Outcome.from_message(out, spec_hash=str(call.get("specHash", "")),
-                                    release_on_success=call.get("release") is True)
+        return outcome_of(out, spec_hash=str(call.get("specHash", "")), release_on_success=call.get("release") is True)
 
     def _apply(self, p: Proxy, step: Step, env: Env, cloud_init: str) -> str:
         key, now = p.key, self.clock()
@@ -265,8 +266,11 @@ class Reconciler:
         leave it due for the replica holding the Proxy)."""
         body = json.dumps(outcome, separators=(",", ":"))
         if len(body) > MAX_OUTCOME:
-            body = json.dumps({"ok": False, "op": outcome.get("op", ""), "error_class": "transient",
-                               "message": f"answer too large ({len(body)} bytes)"})
+            op, attempt = outcome.get("op"), outcome.get("attempt")
+            attempt = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0 else 1
+            body = json.dumps(CallOutcome(  # a Transient, backed off as the call's own would be
+                False, provider, op if isinstance(op, str) else "", attempt, error_class=ErrorClass.TRANSIENT,
+                step=Retry(backoff(attempt)), message=f"answer too large ({len(body)} bytes)").to_message())
         if not self.store.finish_call(key, call_id, provider, body, self.clock()):
             return "stale"
         return self.reconcile(key)
@@ -306,6 +310,24 @@ class Reconciler:
                 wait = 1.0
             if self.wake.wait(wait):
                 self.wake.clear()
+
+
+def outcome_of(raw: Mapping[str, Any], spec_hash: str = "", release_on_success: bool = False) -> Outcome:
+    """The decision's view of a call's answer (`CallOutcome.from_message`, a
+    get's instance by `instance_from_dict`). An answer that does not read as
+    one is a Transient failure saying why: backed off and asked again, like
+    any failure nobody classified."""
+    try:
+        out = CallOutcome.from_message(raw)
+        result = instance_from_dict(out.result) if out.ok and out.op == rules.GET else out.result
+    except OutcomeError as exc:
+        op = raw.get("op")
+        return Outcome(op=op if isinstance(op, str) else "", ok=False, error_class=ErrorClass.TRANSIENT,
+                       message=f"an unreadable answer: {exc}", spec_hash=spec_hash,
+                       release_on_success=release_on_success)
+    retry = out.step.delay if isinstance(out.step, Retry) else None
+    return Outcome(op=out.op, ok=out.ok, result=result, error_class=out.error_class, retry_after=retry,
+                   message=out.message, spec_hash=spec_hash, release_on_success=release_on_success)
 
 
 def phase_since(raw: bytes | str | None) -> tuple[str, float] | None:

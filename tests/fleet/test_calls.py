@@ -1,7 +1,9 @@
 """fleet.calls: the provider-call task base — outcomes, counter, histogram,
 span, refusals — without a broker (the tasks run in this process)."""
 
+import json
 import math
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -11,7 +13,7 @@ from prometheus_client import generate_latest
 from fleet import calls, exposition, runtime
 from providers import base
 from providers.base import Deadline, Instance, State
-from providers.retry import BACKOFF_FIRST, LATCH_PERMANENT, QUOTA_RETRY
+from providers.retry import BACKOFF_FIRST, LATCH_PERMANENT, QUOTA_RETRY, Gone, Latch, Retry
 
 SENTINEL = "CLOUD-INIT-SENTINEL-7f3a"
 
@@ -203,7 +205,88 @@ def test_worker_metrics_flag_is_validated(value, ok):
             Settings.from_env({"FLEET_WORKER_METRICS_BIND_ADDRESS": value})
 
 
-def test_the_not_configured_class_is_the_one_the_reconciler_reads():
-    from fleet.proxies import decide
+# --- the outcome document -------------------------------------------------------
 
-    assert calls.NOT_CONFIGURED == decide.NOT_CONFIGURED
+
+def test_error_classes_travel_as_their_plain_words():
+    assert [c.value for c in base.ErrorClass] == [
+        "not_found", "quota_exceeded", "transient", "permanent", "invalid", "not_configured"]
+    assert json.dumps({"c": base.ErrorClass.TRANSIENT}) == '{"c": "transient"}'
+    for cls in base.ERROR_CLASSES:
+        assert base.result_label(cls("get", "edge")) == cls.label.value
+    assert calls.RESULTS == ("ok", "not_found", "quota_exceeded", "transient", "permanent")
+
+
+@pytest.mark.parametrize("message", [
+    calls.succeeded("edge", "create", 1, "edge/x"),
+    calls.succeeded("edge", "get", 2, calls.instance_dict(Instance("edge/x", State.RUNNING, "10.0.0.1", "u"))),
+    calls.succeeded("edge", "delete", 1, None),
+    calls.succeeded("edge", "list", 1, []),
+    *(calls.failed("edge", "get", 3, cls("get", "edge", "x", "boom")) for cls in base.ERROR_CLASSES),
+    calls.failed("edge", "get", 1, RuntimeError("a provider bug")),
+    calls.refused("edge", "get", "why"),
+    calls.refused("edge", "create", "not here", base.ErrorClass.NOT_CONFIGURED),
+])
+def test_an_outcome_reads_back_as_it_was_sent(message):
+    assert calls.CallOutcome.from_message(json.loads(json.dumps(message))).to_message() == message
+
+
+GOOD_FAIL = {"ok": False, "provider": "edge", "op": "get", "attempt": 1, "error_class": "transient",
+             "step": {"retry_after": 1.0, "counts_as_error": True}, "message": "boom"}
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    (["ok"], "must be a mapping"),
+    ({**GOOD_FAIL, "ok": "false"}, "`ok` must be true or false"),
+    ({**GOOD_FAIL, "provider": 7}, "`provider` must be a string"),
+    ({**GOOD_FAIL, "op": "reboot"}, "`op` must be one of create, get, delete, list"),
+    ({**GOOD_FAIL, "attempt": True}, "`attempt` must be an integer"),
+    ({**GOOD_FAIL, "attempt": -1}, "`attempt` must be an integer"),
+    ({**GOOD_FAIL, "error_class": "Transient"}, "`error_class` must be one of not_found, "),
+    ({**GOOD_FAIL, "step": {"retry_after": math.inf, "counts_as_error": True}}, "step must be"),
+    ({**GOOD_FAIL, "step": {"retry_after": 1e9}}, "step must be"),
+    ({**GOOD_FAIL, "step": {"gone": 1}}, "step must be"),
+    ({**GOOD_FAIL, "step": None, "message": 3}, "`message` must be a string"),
+    ({**GOOD_FAIL, "message": None}, "`message` must be a string"),
+    ({"ok": True, "provider": "edge", "op": "create", "attempt": 1, "result": 5}, "a create's `result` must be a string"),
+    ({"ok": True, "provider": "edge", "op": "get", "attempt": 1, "result": "x"}, "a get's `result` must be a mapping"),
+    ({"ok": True, "provider": "edge", "op": "delete", "attempt": 1, "result": {}}, "a delete's `result` must be null"),
+    ({"ok": True, "provider": "edge", "op": "list", "attempt": 1, "result": {}}, "a list's `result` must be a list"),
+])
+def test_an_outcome_that_is_not_one_is_refused_saying_why(raw, why):
+    with pytest.raises(calls.OutcomeError) as e:
+        calls.CallOutcome.from_message(raw)
+    assert why in str(e.value)
+
+
+def test_an_outcome_reads_its_step_and_class_typed():
+    out = calls.CallOutcome.from_message(GOOD_FAIL)
+    assert out.error_class is base.ErrorClass.TRANSIENT and out.step == Retry(1.0, True)
+    assert calls.CallOutcome.from_message({**GOOD_FAIL, "step": {"gone": True}}).step == Gone()
+    assert calls.CallOutcome.from_message({**GOOD_FAIL, "step": {"latch": "X"}}).step == Latch("X")
+    assert calls.CallOutcome.from_message({k: v for k, v in GOOD_FAIL.items() if k != "step"}).step is None
+
+
+def test_an_instance_reads_back_as_it_was_sent():
+    born = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    inst = Instance("edge/x", State.STOPPED, "10.0.0.1", "u", born, "blue", "crawl")
+    assert calls.instance_from_dict(json.loads(json.dumps(calls.instance_dict(inst)))) == inst
+    assert calls.instance_from_dict({"id": "edge/y", "state": "Running"}) == Instance("edge/y", State.RUNNING)
+    assert calls.instance_from_dict({"id": "x", "state": "Running", "createdAt": "yesterday"}).created_at is None
+    assert calls.instance_from_dict({"id": "x", "state": "Running", "createdAt": "2026-01-02T03:04:05Z"}).created_at == \
+        datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    ("edge/x", "must be a mapping"),
+    ({"id": "", "state": "Running"}, "`id` must be a non-empty string"),
+    ({"id": "x", "state": "running"}, "`state` must be one of Provisioning, Running, Stopped, Terminated"),
+    ({"id": "x", "state": "Running", "ip": 7}, "`ip` must be a string"),
+    ({"id": "x", "state": "Running", "uid": "u" * 254}, "`uid` must be a string of at most 253"),
+    ({"id": "x", "state": "Running", "installation": "i" * 64}, "`installation` must be a string of at most 63"),
+    ({"id": "x", "state": "Running", "createdAt": 17}, "`createdAt` must be null or a string"),
+])
+def test_an_instance_that_is_not_one_is_refused_saying_why(raw, why):
+    with pytest.raises(calls.OutcomeError) as e:
+        calls.instance_from_dict(raw)
+    assert why in str(e.value)

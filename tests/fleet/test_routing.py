@@ -39,7 +39,7 @@ def sent(monkeypatch):
     [
         (routing.CHECK_PROVIDER, {"provider": "kvm-home", "timeout": 5}, "provider.kvm-home"),
         (routing.RECORD_CHECK, {}, "fleet.controller"),
-        (routing.SWEEP_OVERDUE, {}, "fleet.controller"),
+        (routing.RECORD_PROXY_CALL, {}, "fleet.controller"),
     ],
 )
 def test_placement(name, kwargs, queue):
@@ -66,7 +66,8 @@ def test_every_fleet_task_is_placed():
 
     app.loader.import_default_modules()
     registered = {n for n in app.tasks if not n.startswith("celery.")}
-    assert {routing.CHECK_PROVIDER, routing.RECORD_CHECK, routing.SWEEP_OVERDUE} <= registered
+    assert {routing.CHECK_PROVIDER, routing.RECORD_CHECK, routing.RECORD_PROXY_CALL} <= registered
+    assert "fleet.sweep_overdue" not in registered  # the controller sweeps on its own clock (Controller.run_sweeps)
     assert registered <= set(routing.PLACEMENT)
 
 

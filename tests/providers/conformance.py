@@ -171,7 +171,7 @@ FAILING_STATES = (UNREACHABLE, SERVER_ERROR, DROPPED, HANGS)
 
 CHECK_DEADLINE = 5.0
 HANG_DEADLINE = 0.5
-# How far past its deadline a check may return: fleet.checking.run_check
+# How far past its deadline a check may return: fleet.health.checking.run_check
 # abandons a checker at deadline + 2 s, so this stays well inside it.
 SLACK = 1.0
 

@@ -192,7 +192,7 @@ class Refusing:
             task, _, link = self.w.worker.sent.pop(0)
             op = task.removeprefix("fleet.").removesuffix("_instance")
             ran.append(op)
-            out = calls.refused("edge", op, "provider 'edge' is not configured on this worker", calls.NOT_CONFIGURED)
+            out = calls.refused("edge", op, "provider 'edge' is not configured on this worker", base.ErrorClass.NOT_CONFIGURED)
             rec.record(link["key"], link["call_id"], link["provider"], out)
         return ran
 

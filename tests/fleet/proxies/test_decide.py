@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
+from fleet.calls import instance_dict
 from fleet.proxies import decide as d
 from fleet.proxies.decide import CREATE, DELETE, GET, Call, Env, Outcome, decide
 from fleet.proxies.model import FINALIZER, SKIP_CLEANUP, Condition, Proxy, ProxySpec, ProxyStatus
-from providers.base import Placement
+from providers.base import ErrorClass, Instance, Placement, State, Transient
 
 ENV = Env(now=1_000.0, configured=("p1",), spec_hash="h1")
 
@@ -28,10 +29,10 @@ def ok(op: str, result=None, **kw) -> Outcome:
 
 
 def err(op: str, cls: str, retry_after: float | None = None, msg: str = "boom") -> Outcome:
-    return Outcome(op, False, None, cls, retry_after, msg)
+    return Outcome(op, False, None, ErrorClass(cls), retry_after, msg)
 
 
-RUNNING_INST = {"id": "fake/x", "state": "Running", "ip": "10.0.0.7", "uid": "uid-1", "createdAt": None}
+RUNNING_INST = Instance("fake/x", State.RUNNING, "10.0.0.7", "uid-1")
 
 
 def cond(status: ProxyStatus | None, t: str) -> tuple[str, str]:
@@ -132,7 +133,7 @@ def test_created_then_provisioning_then_running():
     assert created.requeue == d.POLL and created.call is None
     prov = dataclasses.replace(px(), status=created.status)
     assert decide(prov, None, ENV).call == Call(GET, "fake/x")
-    still = decide(prov, ok(GET, {**RUNNING_INST, "state": "Provisioning", "ip": ""}), ENV)
+    still = decide(prov, ok(GET, dataclasses.replace(RUNNING_INST, state=State.PROVISIONING, ip="")), ENV)
     assert (still.status, still.requeue, still.call) == (None, d.POLL, None)  # nothing new to write
     run = decide(prov, ok(GET, RUNNING_INST), ENV)
     assert run.status is not None and (run.status.phase, run.status.ip, run.status.port) == ("Running", "10.0.0.7", 3128)
@@ -157,7 +158,7 @@ def test_an_unhealthy_verdict_makes_a_running_proxy_not_ready():
 
 @pytest.mark.parametrize("state", ["Stopped", "Terminated"])
 def test_stopped_or_terminated_is_deleted_then_created(state):
-    s = decide(px("Running", "fake/x"), ok(GET, {**RUNNING_INST, "state": state}), ENV)
+    s = decide(px("Running", "fake/x"), ok(GET, dataclasses.replace(RUNNING_INST, state=State(state))), ENV)
     assert s.call == Call(DELETE, "fake/x") and s.status is not None and s.status.phase == "Replacing"
 
 
@@ -272,7 +273,7 @@ def test_a_due_retry_while_deleting_or_replacing_deletes_again_without_a_get_bet
 
 
 def test_a_worker_without_the_provider_is_retried_as_not_configured():
-    s = decide(px(), err(CREATE, d.NOT_CONFIGURED, msg="provider 'p1' is not configured on this worker"),
+    s = decide(px(), err(CREATE, ErrorClass.NOT_CONFIGURED, msg="provider 'p1' is not configured on this worker"),
                dataclasses.replace(ENV, failures=2))
     assert s.status is not None and s.status.phase == "Pending" and (s.requeue, s.failures) == (4.0, 3)
     assert cond(s.status, "Provisioned") == ("False", "ProviderNotConfigured")
@@ -296,3 +297,32 @@ def test_a_lifted_latch_starts_afresh_with_no_failed_conditions():
     assert s.call == Call(CREATE) and s.status is not None and (s.status.phase, s.status.message) == ("Pending", "")
     assert {c.reason for c in s.status.conditions} & {"PermanentError"} == set()
     assert {c.observed_generation for c in s.status.conditions} == {2}
+
+
+# --- reading an answer back (the reconciler's boundary) -----------------------------
+
+
+def test_an_answer_reads_back_typed():
+    from fleet import calls
+    from fleet.proxies.reconciler import outcome_of
+
+    got = outcome_of(calls.succeeded("p1", GET, 1, calls.instance_dict(RUNNING_INST)), spec_hash="h1")
+    assert got == Outcome(GET, True, RUNNING_INST, spec_hash="h1")
+    failed = outcome_of(calls.failed("p1", GET, 3, Transient("get", "p1", "x", "boom")))
+    assert (failed.error_class, failed.retry_after) == (ErrorClass.TRANSIENT, 4.0)
+
+
+@pytest.mark.parametrize("raw", [
+    {"ok": "yes", "op": GET},
+    {"ok": False, "provider": "p1", "op": GET, "attempt": 1, "error_class": "Gone", "message": "?"},
+    # a state the contract does not know: refused, never taken for Running
+    {"ok": True, "provider": "p1", "op": GET, "attempt": 1, "result": {**instance_dict(RUNNING_INST), "state": "running"}},
+])
+def test_an_unreadable_answer_is_a_transient_failure_saying_why(raw):
+    from fleet.proxies.reconciler import outcome_of
+
+    out = outcome_of(raw)
+    assert (out.ok, out.error_class, out.retry_after) == (False, ErrorClass.TRANSIENT, None)
+    assert out.message.startswith("an unreadable answer: ")
+    s = decide(px("Provisioning", "fake/x"), out, dataclasses.replace(ENV, failures=2))
+    assert (s.failures, s.requeue, s.status.phase if s.status else None) == (3, 4.0, "Provisioning")
