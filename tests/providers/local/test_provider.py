@@ -117,12 +117,13 @@ def test_the_record_holds_the_marks_and_the_process(provider, state_dir, ports):
     req = request(next(ports), installation="blue")
     pid = provider.create(req, d())
     rec = record(state_dir, req.name)
-    assert rec["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: req.uid, base.LABEL_INSTALLATION: "blue"}
+    assert rec["labels"] == {base.LABEL_MANAGED: "true", base.LABEL_UID: req.uid, base.LABEL_INSTALLATION: "blue",
+                             base.LABEL_NAMESPACE: "default"}
     assert (rec["name"], rec["uid"], rec["namespace"], rec["proxyName"]) == (req.name, req.uid, "default", "p")
     assert (rec["port"], rec["bindAddress"]) == (req.port, "127.0.0.1")
     assert process.alive(rec["pid"], rec["startTicks"])
     assert provider.get(pid, d()).created_at == Record(**{k: v for k, v in rec.items() if k != "format"}).created()
-    assert provider.get(pid, d()).installation == "blue"
+    assert provider.get(pid, d()).installation == "blue" and provider.get(pid, d()).namespace == "default"
 
 
 def test_get_reads_the_disk_not_memory(make_provider, ports):
