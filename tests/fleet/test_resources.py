@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet import resources
-from fleet.resources import KNOWN, PROVIDER_HEALTH, PROXY, Resource
+from fleet.kube import KNOWN, PROVIDER_HEALTH, PROXY, Resource, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 
