@@ -37,6 +37,8 @@ ApiClient = client.ApiClient
 
 # errors of the connection under the client: refused, reset, timed out, cut mid-response
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (urllib3.exceptions.HTTPError, OSError)
+# what the SDK raises decoding an answer that is not JSON (or not UTF-8)
+UNREADABLE: tuple[type[Exception], ...] = (json.JSONDecodeError, UnicodeDecodeError)
 
 
 def cluster_configuration(settings: Settings) -> tuple[client.Configuration | None, str]:
@@ -92,6 +94,9 @@ def guarded(verb: str, resource: Resource, name: str | None = None, namespace: s
                         str(exc.reason or "")) from exc
     except CONNECTION_ERRORS as exc:
         raise ApiUnavailable(f"{verb} {describe(resource, name, namespace, subresource)}: {exc}") from exc
+    except UNREADABLE as exc:  # the SDK decoding the answer
+        raise ApiUnavailable(f"{verb} {describe(resource, name, namespace, subresource)}: the answer is not JSON "
+                             f"({exc})") from exc
 
 
 def request(api: client.CustomObjectsApi, verb: str, resource: Resource, namespace: str | None, name: str | None = None,

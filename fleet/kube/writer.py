@@ -205,8 +205,7 @@ class Writer(UserPatches, Objects, Secrets):
                     self._forget(resource, name, namespace)
                 continue
             self.writes += 1
-            if isinstance(patched, dict):
-                self._remember(resource, name, namespace, patched)
+            self._remember(resource, name, namespace, _readable(patched, "patch", resource, name, namespace))
             return PATCHED
         where = f"{namespace}/{name}" if namespace else name
         raise WriteConflict(f"{resource.kind} {where}: still conflicting after {CONFLICT_RETRIES} attempts")
