@@ -82,7 +82,7 @@ def kubeapi(port_file: str, log: str, latency_ms: float, burn: bool) -> None:
 def kubewatch(kubeconfig: str, out: str) -> None:
     from kubernetes import client, config, watch
 
-    from fleet.resources import PROVIDER_HEALTH as R
+    from fleet.kube import PROVIDER_HEALTH as R
 
     config.load_kube_config(kubeconfig)
     api = client.CustomObjectsApi()

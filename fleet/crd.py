@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.resources import Resource
+from fleet.kube.resources import Resource
 
 
 @dataclass(frozen=True)

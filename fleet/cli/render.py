@@ -93,7 +93,7 @@ CONTROLLER_RULES = (
     {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths/status"], "verbs": ["get", "patch"]},
 )
 # Proxy (users create them): list and watch in each namespace of the scope
-# (fleet.kubewatch), get, patch and update of the object for its finalizer,
+# (fleet.kube.watch), get, patch and update of the object for its finalizer,
 # and of its status. It never creates or deletes a Proxy: users do. Its
 # claim on the namespace (fleet.proxies.claims): create the Lease, get and
 # patch only that one by name (RBAC cannot name the object of a create).

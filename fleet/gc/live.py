@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fleet import kube
-from fleet.resources import PROXY
 from fleet.settings import ALL_NAMESPACES, Settings
 from fleet.store import Store, StoreError
 
@@ -100,8 +99,8 @@ def _listed(api: Any, page: int, namespace: str | None) -> set[str]:
     where = f" in {namespace}" if namespace else ""
     for _ in range(MAX_PAGES):
         try:
-            got = kube.list_page(api, PROXY, limit=page, continue_token=token, namespace=namespace)
-        except (kube.KubeError, kube.ClusterAccessError) as exc:
+            got = kube.list_page(api, kube.PROXY, limit=page, continue_token=token, namespace=namespace)
+        except kube.KubeError as exc:
             raise Unavailable(f"listing Proxies{where}: {exc}") from None
         items = got.get("items")
         if not isinstance(items, list):

@@ -28,9 +28,7 @@ from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of, unpack_args, validate_message
 from fleet.health.results import CheckResult, Verdict
 from fleet.health.stored import StoredResults
-from fleet.kube import Writer
 from fleet.logs import kv
-from fleet.resources import PROVIDER_HEALTH
 from fleet.routing import provider_queue
 from fleet.settings import Settings
 from fleet.store import Store
@@ -51,7 +49,7 @@ def drop_reason(provider: str, configured: set[str], checks_enabled: bool) -> st
 
 class Controller:
     def __init__(
-        self, settings: Settings, config: ProvidersConfig, store: Store, writer: Writer | None, mode: str = ""
+        self, settings: Settings, config: ProvidersConfig, store: Store, writer: kube.Writer | None, mode: str = ""
     ) -> None:
         self.settings = settings
         self.config = config
@@ -59,7 +57,7 @@ class Controller:
         self.results = StoredResults(store)
         self.writer = writer
         self.mode = mode
-        self.counters = metrics.ControllerCounters(kinds=(PROVIDER_HEALTH.kind,))
+        self.counters = metrics.ControllerCounters(kinds=(kube.PROVIDER_HEALTH.kind,))
         self._configured = set(config.names())
         self._reported: set[tuple[str, str]] = set()  # (provider, reason) this process has logged at WARNING
         self._lock = threading.Lock()
@@ -85,7 +83,7 @@ class Controller:
         if gone:
             log.info("forgot results of unconfigured providers", extra=kv(providers=",".join(gone)))
         if self.writer is not None:
-            self.writer.cleanup(PROVIDER_HEALTH, keep, why="of an unconfigured provider")
+            self.writer.cleanup(kube.PROVIDER_HEALTH, keep, why="of an unconfigured provider")
 
     def reconfigure(self, config: ProvidersConfig) -> list[str]:
         """A reloaded providers config: track its providers from now on (an
@@ -99,7 +97,7 @@ class Controller:
         if gone:
             log.info("forgot results of providers no longer configured", extra=kv(providers=",".join(gone)))
         if self.writer is not None:
-            self.writer.cleanup(PROVIDER_HEALTH, keep, why="of an unconfigured provider")
+            self.writer.cleanup(kube.PROVIDER_HEALTH, keep, why="of an unconfigured provider")
         return list(gone)
 
     def _drop(self, provider: str, reason: str, field: str = "", detail: str = "") -> str:
@@ -135,10 +133,10 @@ class Controller:
         if self.writer is None:
             return "stored"
         outcome = self.writer.publish(
-            PROVIDER_HEALTH, name, None, lambda current: status.decide(current, build, checked_at, time.time())
+            kube.PROVIDER_HEALTH, name, None, lambda current: status.decide(current, build, checked_at, time.time())
         )
         if outcome == kube.FOREIGN:
-            self.counters.skipped_foreign(PROVIDER_HEALTH.kind)
+            self.counters.skipped_foreign(kube.PROVIDER_HEALTH.kind)
         return outcome
 
     def record(self, result: CheckResult) -> str:

@@ -9,7 +9,7 @@ target's message to `MAX_MESSAGE`).
 from __future__ import annotations
 
 from fleet.crd import Column, Crd, array, boolean, conditions, integer, obj, root, string
-from fleet.resources import PROVIDER_HEALTH
+from fleet.kube.resources import PROVIDER_HEALTH
 
 MAX_MESSAGE = 1024  # a target's message, in characters
 

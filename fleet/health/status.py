@@ -18,7 +18,7 @@ from fleet.durations import format_duration
 from fleet.health import schema
 from fleet.health.limits import LIMITS
 from fleet.health.results import CheckResult, Verdict, rfc3339
-from fleet.resources import UNCHANGED, Patch, Skip
+from fleet.kube import UNCHANGED, Patch, Skip
 from providers.base import TargetStatus
 
 CONDITION_READY = "Ready"

@@ -43,12 +43,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleet import kube
-from fleet.resources import Resource
 from fleet.settings import ALL_NAMESPACES
 
 log = logging.getLogger("fleet.proxies")
 
-LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+LEASE = kube.Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 CLAIM_NAME = "fleet-proxies"
 CLAIM_SECONDS = 60  # a claim not renewed for this long lapses
 RENEW_EVERY = 15.0  # seconds between renewals (at most: replicas of one installation share the renewal)
@@ -170,7 +169,7 @@ class Claims:
             return False
         try:
             return self._claim(namespace) is None
-        except (kube.KubeError, kube.ClusterAccessError) as exc:
+        except kube.KubeError as exc:
             log.warning("cannot claim a namespace's Proxies yet", extra={"fields": {"namespace": namespace, "error": str(exc)}})
             with self._lock:
                 self._refused[namespace] = (now, Judgement(HELD, "?"))
@@ -267,7 +266,7 @@ class Claims:
                 self.writer.patch(LEASE, namespace, CLAIM_NAME, {
                     "metadata": {"resourceVersion": (lease.get("metadata") or {}).get("resourceVersion")},
                     "spec": {"holderIdentity": None, "renewTime": None, "acquireTime": None}})
-        except (kube.KubeError, kube.ClusterAccessError) as exc:
+        except kube.KubeError as exc:
             log.debug("releasing a claim failed", extra={"fields": {"namespace": namespace, "error": str(exc)}})
 
     def _gain(self, namespace: str, renewed: float) -> None:
@@ -299,7 +298,7 @@ class Claims:
         for ns in sorted(names):
             try:
                 self._claim(ns)
-            except (kube.KubeError, kube.ClusterAccessError) as exc:
+            except kube.KubeError as exc:
                 log.warning("claim renewal failed", extra={"fields": {"namespace": ns, "error": str(exc)}})
 
     def run(self, stop: threading.Event) -> None:

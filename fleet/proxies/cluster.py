@@ -1,5 +1,5 @@
 """Cluster mode: the Proxy objects of the API server, read from a watch cache
-(`fleet.kubewatch`: list+watch, bookmarks, relist on 410) and written through
+(`fleet.kube.Watcher`: list+watch, bookmarks, relist on 410) and written through
 `fleet.kube.Writer` (status and finalizers, each with the resourceVersion
 read, so two replicas can't interleave).
 
@@ -24,12 +24,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fleet import kube, kubewatch
+from fleet import kube
 from fleet.proxies.claims import Claims
 from fleet.proxies.manifests import ManifestError, parse_proxy
 from fleet.proxies.model import Proxy, ProxyStatus
 from fleet.proxies.reconciler import CloudInitUnavailable, Conflict
-from fleet.resources import PROXY
 from fleet.settings import ALL_NAMESPACES, Settings
 
 log = logging.getLogger("fleet.proxies")
@@ -101,12 +100,12 @@ class Cluster:
         return out
 
     def write_status(self, p: Proxy, status: ProxyStatus) -> Proxy:
-        return self._write(p, lambda: self.writer.patch_status(PROXY, p.namespace, p.name, p.resource_version,
+        return self._write(p, lambda: self.writer.patch_status(kube.PROXY, p.namespace, p.name, p.resource_version,
                                                                status.to_dict()))
 
     def set_finalizers(self, p: Proxy, finalizers: tuple[str, ...]) -> Proxy | None:
         try:
-            return self._write(p, lambda: self.writer.patch_finalizers(PROXY, p.namespace, p.name, p.resource_version,
+            return self._write(p, lambda: self.writer.patch_finalizers(kube.PROXY, p.namespace, p.name, p.resource_version,
                                                                        list(finalizers)))
         except kube.NotFound:
             self._forget(p.key)
@@ -124,7 +123,7 @@ class Cluster:
             return hit[1]
         try:
             text = self.writer.read_secret_key(*where)
-        except (kube.KubeError, kube.ClusterAccessError) as exc:  # the message names the Secret and key, never the value
+        except kube.KubeError as exc:  # the message names the Secret and key, never the value
             raise CloudInitUnavailable(str(exc)) from None
         with self._lock:
             if len(self._secrets) > 10_000:
@@ -175,7 +174,7 @@ class Cluster:
             p = self._parse(obj)
             if p is None:
                 return
-            if kind == kubewatch.DELETED:
+            if kind == kube.DELETED:
                 self._forget(p.key)
                 on_change([p.key])
                 return
@@ -197,7 +196,7 @@ class Cluster:
             if gone:
                 on_change(gone)
 
-        kubewatch.Watcher(self.writer.api_client, PROXY, on_event, on_synced=on_synced, namespace=namespace).run(stop)
+        kube.Watcher(self.writer.api_client, kube.PROXY, on_event, on_synced=on_synced, namespace=namespace).run(stop)
 
     def _parse(self, obj: dict[str, Any]) -> Proxy | None:
         try:

@@ -12,8 +12,8 @@ Names users see (phases, the finalizer) stay in `fleet.proxies.model`.
 from __future__ import annotations
 
 from fleet.crd import Column, Crd, Rule, conditions, integer, obj, root, string
+from fleet.kube.resources import PROXY
 from fleet.proxies.model import DEFAULT_PORT, PHASES
-from fleet.resources import PROXY
 
 DNS1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MAX_LABEL = 63  # a DNS-1123 label

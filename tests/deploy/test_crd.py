@@ -8,7 +8,7 @@ import yaml
 
 from fleet.health import status
 from fleet.health.results import CheckResult
-from fleet.resources import PROVIDER_HEALTH
+from fleet.kube import PROVIDER_HEALTH
 from providers.base import TargetStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_both_crds_are_installed_by_kubectl_apply_k_deploy():
 
 
 def test_proxy_names_scope_and_subresource():
-    from fleet.resources import PROXY
+    from fleet.kube import PROXY
 
     spec = PX_CRD["spec"]
     assert PX_CRD["metadata"]["name"] == PROXY.crd_name == "proxies.crawl.example.com"

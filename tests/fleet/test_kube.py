@@ -10,8 +10,20 @@ import logging
 import pytest
 from kubernetes import client
 
-from fleet.kube import FIELD_MANAGER, FOREIGN, PATCHED, UNCHANGED, ClusterAccessError, WriteConflict, Writer, labels_for
-from fleet.resources import PROVIDER_HEALTH, Patch, Resource, Skip
+from fleet.kube import (
+    FIELD_MANAGER,
+    FOREIGN,
+    PATCHED,
+    PROVIDER_HEALTH,
+    UNCHANGED,
+    ClusterAccessError,
+    Patch,
+    Resource,
+    Skip,
+    WriteConflict,
+    Writer,
+    labels_for,
+)
 from providers.kubernetes.client import load_configuration
 
 # a namespaced kind for the tests only (fleet's own are pinned to deploy/crd/)
@@ -94,12 +106,12 @@ def test_a_conflict_rereads_and_decides_again(writer, kubeapi):
 
 
 def test_another_installations_object_is_left_alone(writer, kubeapi, caplog):
-    caplog.set_level(logging.DEBUG, logger="fleet.kube")
+    caplog.set_level(logging.DEBUG, logger="fleet.kube.writer")
     kubeapi.add(widget("w1", "ns1", installation="green"), plural="widgets")
     assert writer.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == FOREIGN
     assert writer.publish(WIDGET, "w1", "ns1", set_phase("Ready")) == FOREIGN
     assert kubeapi.writes() == []
-    first, again = [r for r in caplog.records if r.name == "fleet.kube"]
+    first, again = [r for r in caplog.records if r.name == "fleet.kube.writer"]
     assert (first.levelno, again.levelno) == (logging.WARNING, logging.DEBUG)
     assert first.getMessage() == "Widget not ours: left alone"
     assert first.fields == {"name": "w1", "namespace": "ns1", "owner": "installation 'green'", "installation": "blue"}
@@ -319,6 +331,7 @@ def test_with_the_cache_cleanup_drops_the_entries_of_what_it_deleted(cached, kub
 
 from fleet.kube import (  # noqa: E402
     MAX_SECRET_VALUE,
+    PROXY,
     ApiUnavailable,
     Conflict,
     Expired,
@@ -328,7 +341,6 @@ from fleet.kube import (  # noqa: E402
     list_page,
 )
 from fleet.proxies.model import FINALIZER  # noqa: E402
-from fleet.resources import PROXY  # noqa: E402
 
 PROXIES = "/apis/crawl.example.com/v1alpha1/namespaces/{ns}/proxies"
 

@@ -1,4 +1,4 @@
-"""`fleet.kubewatch.Watcher` (list + watch of one kind across namespaces)
+"""`fleet.kube.Watcher` (list + watch of one kind across namespaces)
 with the real kubernetes client against the HTTP-level fake API; and the
 fake's watch itself, as the client's own `Watch().stream` consumes it."""
 
@@ -14,11 +14,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from fleet import kubewatch
-from fleet.kube import Writer
-from fleet.kubewatch import Backoff, Watcher
+from fleet import kube
+from fleet.kube import PROXY, Backoff, Watcher, Writer
 from fleet.proxies.model import FINALIZER
-from fleet.resources import PROXY
 from providers.kubernetes.client import load_configuration
 from tests.fakes.kubeapi import FakeKubeAPI, Server, Stream, status_body
 
@@ -52,15 +50,15 @@ class Recorder:
 
     def on_event(self, type_: str, obj: dict[str, Any]) -> None:
         with self.lock:
-            self.events.append((type_, kubewatch.object_name(obj) or "", obj["metadata"].get("resourceVersion", "")))
+            self.events.append((type_, kube.object_name(obj) or "", obj["metadata"].get("resourceVersion", "")))
 
     def on_synced(self, objs: list[dict[str, Any]]) -> None:
         with self.lock:
-            self.synced.append(sorted(kubewatch.object_name(o) or "" for o in objs))
+            self.synced.append(sorted(kube.object_name(o) or "" for o in objs))
 
     def changes(self) -> list[tuple[str, str]]:
         with self.lock:
-            return [(t, n) for t, n, _ in self.events if t != kubewatch.SYNC]
+            return [(t, n) for t, n, _ in self.events if t != kube.SYNC]
 
 
 @pytest.fixture
@@ -105,7 +103,7 @@ def test_the_initial_list_is_delivered_then_synced(kubeapi, start):
     assert w.resource_version == str(kubeapi.resource_version) and w.lists == 1
     list_req = next(r for r in kubeapi.requests if r.path.endswith("/proxies"))
     assert list_req.path == f"/apis/{GROUP}/{VERSION}/proxies"  # across all namespaces
-    assert list_req.query["limit"] == [str(kubewatch.PAGE_SIZE)]
+    assert list_req.query["limit"] == [str(kube.watch.PAGE_SIZE)]
 
 
 def test_a_list_of_many_pages_is_delivered_whole(kubeapi, start):
@@ -276,14 +274,14 @@ def test_malformed_events_are_skipped_and_a_failing_consumer_does_not_stop_the_l
 
 
 def test_rbac_or_a_missing_crd_backs_off_and_recovers(kubeapi, start, caplog):
-    caplog.set_level(logging.WARNING, logger="fleet.kubewatch")
+    caplog.set_level(logging.WARNING, logger="fleet.kube.watch")
     kubeapi.remove_crd("proxies")
     kubeapi.add(proxy("px1"), plural="proxies")
     rec = Recorder()
     w, _, _ = start(rec)
     until(lambda: len([r for r in kubeapi.requests if r.path.endswith("/proxies")]) >= 3, what="retries")
     assert not w.synced.is_set()
-    errors = [r for r in caplog.records if r.name == "fleet.kubewatch"]
+    errors = [r for r in caplog.records if r.name == "fleet.kube.watch"]
     assert errors and all(r.levelno == logging.ERROR and "Is the Proxy CRD installed" in r.fields["error"] for r in errors)
     kubeapi.missing.clear()
     assert w.synced.wait(5) and rec.synced == [["team-a/px1"]]

@@ -4,13 +4,14 @@ CRD fails here (add the CRD first); the CRDs ship what the writer needs
 (the status subresource)."""
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from fleet import resources
-from fleet.resources import KNOWN, PROVIDER_HEALTH, PROXY, Resource
+from fleet.kube import KNOWN, PROVIDER_HEALTH, PROXY, Resource, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,3 +92,12 @@ def test_proxy():
     want = Resource("crawl.example.com", "v1alpha1", "proxies", "Proxy", namespaced=True, short_names=("px",))
     assert want == PROXY and PROXY in KNOWN
     assert (PROXY.api_version, PROXY.crd_name) == ("crawl.example.com/v1alpha1", "proxies.crawl.example.com")
+
+
+def test_the_kinds_and_errors_load_without_the_sdk():
+    """A pure module (and the `fleet` command's tables) may import the kinds and
+    the error tree without loading the kubernetes SDK; `kube.Writer` loads it."""
+    code = ("import sys; from fleet import kube; import fleet.health.status, fleet.cli.tables; "
+            "kube.PROXY, kube.KubeError; assert 'kubernetes' not in sys.modules, 'loaded early'; "
+            "kube.Writer; assert 'kubernetes' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

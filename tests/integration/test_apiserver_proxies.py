@@ -139,17 +139,17 @@ def test_a_proxy_goes_running_and_is_deleted_through_its_finalizer(kube_server, 
 
 class Recorder:
     """Every watch event on the Proxies of some namespaces, from the admin's
-    own watch (fleet.kubewatch on the real server), from before they exist."""
+    own watch (fleet.kube.Watcher on the real server), from before they exist."""
 
     def __init__(self, server, namespaces: list[str]) -> None:
-        from fleet import kube, kubewatch
-        from fleet.resources import PROXY
+        from fleet import kube
+        from fleet.kube import PROXY
         from fleet.settings import Settings
 
         api, _ = kube.api_client(Settings(kubeconfig=server.kubeconfig))
         self.events: list[tuple[str, str, str, str]] = []  # (type, key, phase, reason)
         self.stop = threading.Event()
-        self.watchers = [kubewatch.Watcher(api, PROXY, self._on, namespace=ns) for ns in namespaces]
+        self.watchers = [kube.Watcher(api, PROXY, self._on, namespace=ns) for ns in namespaces]
         self.threads = [threading.Thread(target=w.run, args=(self.stop,), daemon=True) for w in self.watchers]
         for t in self.threads:
             t.start()

@@ -11,7 +11,7 @@ import pytest
 
 from fleet import kube
 from fleet.gc import live
-from fleet.resources import PROXY
+from fleet.kube import PROXY
 from fleet.settings import Settings
 from fleet.store import Store
 

@@ -6,7 +6,7 @@ import pytest
 
 from fleet.health import status
 from fleet.health.results import rfc3339
-from fleet.resources import UNCHANGED, Patch, Skip
+from fleet.kube import UNCHANGED, Patch, Skip
 
 T0 = 1_789_225_200.0
 NOW = T0 + 10

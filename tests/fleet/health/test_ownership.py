@@ -20,6 +20,7 @@ from fleet.kube import (
     LABEL_INSTALLATION,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    PROVIDER_HEALTH,
     ClusterAccessError,
     Writer,
     access_error,
@@ -27,7 +28,6 @@ from fleet.kube import (
     labels_for,
     selector_for,
 )
-from fleet.resources import PROVIDER_HEALTH
 from fleet.settings import Settings
 from fleet.store import Store
 from providers.kubernetes.client import load_configuration
@@ -75,7 +75,7 @@ def warnings(caplog, logger):
 
 
 def test_two_installations_write_and_clean_up_only_their_own(fleet, kubeapi, caplog):
-    caplog.set_level(logging.DEBUG, logger="fleet.kube")
+    caplog.set_level(logging.DEBUG, logger="fleet.kube.writer")
     blue = fleet("blue", "kvm-home", "local")
     green = fleet("green", "kvm-home", "gcp-eu")
 
@@ -100,7 +100,7 @@ def test_two_installations_write_and_clean_up_only_their_own(fleet, kubeapi, cap
     assert kubeapi.objects["kvm-home"] == before
     assert (ready(before)["status"], before["status"]["lastCheckTime"]) == ("True", rfc3339(T0))
     assert foreign_count(green) == 2 and foreign_count(blue) == 0
-    (warn,) = warnings(caplog, "fleet.kube")
+    (warn,) = warnings(caplog, "fleet.kube.writer")
     assert warn.fields == {"name": "kvm-home", "owner": "installation 'blue'", "installation": "green"}
 
     # green's own provider is written with green's label
@@ -123,7 +123,7 @@ def test_two_installations_write_and_clean_up_only_their_own(fleet, kubeapi, cap
     ({LABEL_MANAGED_BY: "helm", LABEL_INSTALLATION: "blue"}, "managed by 'helm'"),
 ])
 def test_an_object_without_our_labels_is_left_alone_logged_once_and_counted(fleet, kubeapi, caplog, labels, owner):
-    caplog.set_level(logging.DEBUG, logger="fleet.kube")
+    caplog.set_level(logging.DEBUG, logger="fleet.kube.writer")
     kubeapi.add(managed("kvm-home", labels=labels, lastCheckTime=rfc3339(T0 - 600),
                         conditions=[{"type": "Ready", "status": "True", "reason": "AllTargetsReady"}]))
     before = kubeapi.objects["kvm-home"]
@@ -137,7 +137,7 @@ def test_an_object_without_our_labels_is_left_alone_logged_once_and_counted(flee
     assert kubeapi.writes() == []
     assert kubeapi.objects["kvm-home"] == before
     assert foreign_count(blue) == 3
-    (warn,) = warnings(caplog, "fleet.kube")
+    (warn,) = warnings(caplog, "fleet.kube.writer")
     assert (warn.getMessage(), warn.fields["name"], warn.fields["owner"]) == (f"{KIND} not ours: left alone", "kvm-home", owner)
     # nor is it deleted at start, configured or not
     fleet("blue").start()

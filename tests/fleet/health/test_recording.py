@@ -11,8 +11,7 @@ from kubernetes import client
 from fleet.config import parse
 from fleet.health.recording import Controller
 from fleet.health.results import CheckResult, rfc3339
-from fleet.kube import Writer, labels_for, selector_for
-from fleet.resources import PROVIDER_HEALTH, UNCHANGED, Skip
+from fleet.kube import PROVIDER_HEALTH, UNCHANGED, Skip, Writer, labels_for, selector_for
 from fleet.settings import Settings
 from fleet.store import Store, keys
 from providers.base import TargetStatus

@@ -28,26 +28,32 @@ be idempotent and rely on the next relist or resync to repair.
 
 `stop` ends `run` promptly: the open watch connection is shut from a small
 helper thread, and every wait (backoff) is on `stop`; a list request in
-flight is bounded by `fleet.kube.REQUEST_TIMEOUT`.
+flight is bounded by `fleet.kube.connection.REQUEST_TIMEOUT`.
 
-Infrastructure: knows no feature; the SDK stays in `fleet.kube`, which
-builds the client (`kube.api_client`, or a `Writer`'s `api_client`).
+`list_page` and `WatchStream` are the two requests the loop makes (also
+used alone: `fleet.gc.live`, `fleet.proxies.claims`); both go through
+`fleet.kube.connection`, so every failure is one of the tree's errors
+(`fleet.kube`). Knows no feature; the client comes from
+`fleet.kube.api_client` or a `Writer`'s `api_client`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fleet import kube
-from fleet.kube import ApiClient
-from fleet.resources import Resource
+from kubernetes import client
 
-log = logging.getLogger("fleet.kubewatch")
+from fleet.kube.connection import CONNECTION_ERRORS, REQUEST_TIMEOUT, ApiClient, an_object, request
+from fleet.kube.errors import ApiUnavailable, ClusterAccessError, Expired, KubeError, access_error, describe
+from fleet.kube.resources import Resource
+
+log = logging.getLogger("fleet.kube.watch")
 
 SYNC, ADDED, MODIFIED, DELETED, BOOKMARK = "SYNC", "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
 CHANGES = (ADDED, MODIFIED, DELETED)
@@ -89,6 +95,124 @@ def _resource_version(obj: Any) -> str | None:
     return rv if isinstance(rv, str) and rv else None
 
 
+# --- the two requests: list, watch -----------------------------------------------------
+
+
+def list_page(api: client.ApiClient, resource: Resource, limit: int = 0, continue_token: str = "",
+              namespace: str | None = None, field_selector: str = "") -> dict[str, Any]:
+    """One page of the objects of `resource` in `namespace` (None: across all
+    namespaces): the list as answered, with metadata.resourceVersion and
+    .continue. Raises Expired when the continue token is too old (list again
+    from the start)."""
+    kw: dict[str, Any] = {}
+    if limit:
+        kw["limit"] = limit
+    if continue_token:
+        kw["_continue"] = continue_token
+    if field_selector:
+        kw["field_selector"] = field_selector
+    out = request(client.CustomObjectsApi(api), "list", resource, namespace, **kw)
+    return an_object(out, "list", resource, None, namespace)
+
+
+class WatchStream:
+    """One watch request of `resource` in `namespace` (None: across all namespaces), from
+    `resource_version`: iterate for (type, object) pairs, as the API server
+    sent them (the caller validates the objects). Lines that are not a JSON
+    object with a string `type` are logged (not their content) and skipped;
+    an ERROR event raises (410: Expired). The iteration ends when the server
+    ends the response (timeout_seconds) or when `close()` is called, from
+    any thread; a connection cut or a read timeout raises ApiUnavailable."""
+
+    def __init__(self, api: client.ApiClient, resource: Resource, resource_version: str, *, timeout_seconds: int,
+                 bookmarks: bool = True, read_timeout: float | None = None, namespace: str | None = None) -> None:
+        self.api, self.resource, self.resource_version, self.namespace = api, resource, resource_version, namespace
+        self.timeout_seconds, self.bookmarks = timeout_seconds, bookmarks
+        self.read_timeout = read_timeout if read_timeout is not None else timeout_seconds + 30.0
+        self._lock = threading.Lock()
+        self._resp: Any = None
+        self._closed = False
+
+    def close(self) -> None:
+        """End the iteration now: shut the connection's socket, so a blocked read returns."""
+        with self._lock:
+            self._closed = True
+            resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()
+            except Exception:  # best effort: the read timeout bounds the read anyway
+                log.debug("closing a watch connection failed", exc_info=True)
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        r = self.resource
+        resp: Any  # with _preload_content=False: the urllib3 response
+        resp = request(
+            client.CustomObjectsApi(self.api), "watch", r, self.namespace, watch=True,
+            resource_version=self.resource_version or None, allow_watch_bookmarks=self.bookmarks,
+            timeout_seconds=self.timeout_seconds, _preload_content=False,
+            _request_timeout=(REQUEST_TIMEOUT, self.read_timeout),
+        )
+        with self._lock:
+            self._resp, closed = resp, self._closed
+        try:
+            if closed:
+                return
+            for line in _lines(resp):
+                event = _event(line, r)
+                if event is not None:
+                    yield event
+        except CONNECTION_ERRORS as exc:
+            if not self._closed:
+                raise ApiUnavailable(f"watch {describe(r, None, self.namespace)}: {exc}") from exc
+        finally:
+            with self._lock:
+                self._resp = None
+            resp.close()
+            resp.release_conn()
+
+
+MAX_WATCH_LINE = 8 * 1024 * 1024  # bytes; an API server object is at most ~1.5 MiB
+
+
+def _lines(resp: Any) -> Iterator[bytes]:
+    """The newline-separated lines of a streamed response, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        yield from lines
+        if len(buffer) > MAX_WATCH_LINE:
+            raise ApiUnavailable(f"a watch event longer than {MAX_WATCH_LINE} bytes")
+    if buffer.strip():
+        yield buffer
+
+
+def _event(line: bytes, resource: Resource) -> tuple[str, Any] | None:
+    """(type, object) of one watch line, None to skip it; raises on an ERROR event."""
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        log.warning("watch: a line that is not JSON, skipped", extra={"fields": {"kind": resource.kind, "bytes": len(line)}})
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        log.warning("watch: an event without a type, skipped", extra={"fields": {"kind": resource.kind}})
+        return None
+    if event["type"] == "ERROR":
+        obj: dict[str, Any] = event["object"] if isinstance(event.get("object"), dict) else {}
+        code, message = obj.get("code"), str(obj.get("message") or obj.get("reason") or "")
+        if code == 410:
+            raise Expired(f"watch {resource.kind}: {message or 'resourceVersion too old'} (410)")
+        err = access_error(code, "watch", resource, None, message) if isinstance(code, int) else None
+        raise err or ApiUnavailable(f"watch {resource.kind}: error event {code}: {message}")
+    return event["type"], event.get("object")
+
+
+# --- the loop of both -------------------------------------------------------------------
+
+
 class Watcher:
     """List+watch of `resource` in `namespace` (None: across all namespaces);
     see the module docstring.
@@ -115,11 +239,11 @@ class Watcher:
         self.resource, self.on_event, self.on_synced = resource, on_event, on_synced
         self.bookmark, self.timeout_seconds, self.backoff = bookmark, timeout_seconds, backoff
         self.page_size = page_size
-        self.read_timeout = read_timeout  # None: timeout_seconds + 30 (kube.WatchStream)
+        self.read_timeout = read_timeout  # None: timeout_seconds + 30 (WatchStream)
         self.synced = threading.Event()  # set after the first complete list
         self.resource_version = ""  # where the next watch starts; "" until listed
         self.lists = 0  # complete lists delivered (relists after the first), for tests and metrics
-        self._stream: kube.WatchStream | None = None
+        self._stream: WatchStream | None = None
         self._lock = threading.Lock()
 
     # --- the loop -------------------------------------------------------------------
@@ -127,7 +251,7 @@ class Watcher:
     def run(self, stop: threading.Event) -> None:
         """List, then watch, until `stop` is set (see the module docstring)."""
         closer = threading.Thread(target=self._close_on, args=(stop,),
-                                  name=f"kubewatch-{self.resource.plural}-{self.namespace or 'all'}-stop",
+                                  name=f"watch-{self.resource.plural}-{self.namespace or 'all'}-stop",
                                   daemon=True)
         closer.start()
         attempt = 0
@@ -140,17 +264,17 @@ class Watcher:
                         break
                 if self._watch(stop):
                     attempt = 0
-            except kube.Expired as exc:
+            except Expired as exc:
                 log.info("watch expired, listing again", extra={"fields": {"kind": self.resource.kind, "reason": str(exc)}})
                 self.resource_version = ""
-            except (kube.KubeError, kube.ClusterAccessError) as exc:
+            except KubeError as exc:
                 if stop.is_set():
                     break
                 delay = self.backoff.delay(attempt)
                 attempt += 1
-                if isinstance(exc, kube.ClusterAccessError) and exc.status == 401 and not isinstance(self._api, ApiClient):
+                if isinstance(exc, ClusterAccessError) and exc.status == 401 and not isinstance(self._api, ApiClient):
                     self._client = None  # credentials rejected: build the client again
-                level = logging.ERROR if isinstance(exc, kube.ClusterAccessError) else logging.WARNING
+                level = logging.ERROR if isinstance(exc, ClusterAccessError) else logging.WARNING
                 log.log(level, "list/watch failed, retrying", extra={"fields": {
                     "kind": self.resource.kind, "namespace": self.namespace or "*", "error": str(exc),
                     "retry_in": round(delay, 2), "attempt": attempt}})
@@ -180,7 +304,7 @@ class Watcher:
             token, rv = "", ""
             try:
                 while True:
-                    page = kube.list_page(self._api_client(), self.resource, self.page_size, token, namespace=self.namespace)
+                    page = list_page(self._api_client(), self.resource, self.page_size, token, namespace=self.namespace)
                     found = page.get("metadata")
                     meta: dict[str, Any] = found if isinstance(found, dict) else {}
                     rv = rv or str(meta.get("resourceVersion") or "")
@@ -194,19 +318,19 @@ class Watcher:
                     token = str(meta.get("continue") or "")
                     if not token or stop.is_set():
                         break
-            except kube.Expired:
+            except Expired:
                 log.info("list: continue token expired, listing from the start", extra={"fields": {"kind": self.resource.kind}})
                 continue
             if stop.is_set():
                 return
             if not rv:
-                raise kube.ApiUnavailable(f"list {self.resource.kind}: the answer has no metadata.resourceVersion")
+                raise ApiUnavailable(f"list {self.resource.kind}: the answer has no metadata.resourceVersion")
             self._deliver_list(items)
             self.resource_version = rv
             self.lists += 1
             self.synced.set()
             return
-        raise kube.Expired(f"list {self.resource.kind}: the continue token kept expiring")
+        raise Expired(f"list {self.resource.kind}: the continue token kept expiring")
 
     def _deliver_list(self, items: list[dict[str, Any]]) -> None:
         for item in items:
@@ -223,7 +347,7 @@ class Watcher:
     def _watch(self, stop: threading.Event) -> bool:
         """One watch request, from resource_version, until the server ends it
         or `stop`. True when it delivered anything or ended cleanly."""
-        stream = kube.WatchStream(self._api_client(), self.resource, self.resource_version,
+        stream = WatchStream(self._api_client(), self.resource, self.resource_version,
                                   timeout_seconds=self.timeout_seconds, bookmarks=self.bookmark, read_timeout=self.read_timeout,
                                   namespace=self.namespace)
         with self._lock:
