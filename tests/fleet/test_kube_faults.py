@@ -71,7 +71,7 @@ def prepare(kubeapi: Any, writer: kube.Writer, operation: str) -> Callable[[], A
     if operation in ("patch-status", "patch-finalizers"):
         rv = kubeapi.add(proxy_object(name), plural="proxies")["metadata"]["resourceVersion"]
         if operation == "patch-status":
-            return lambda: writer.patch_status(kube.PROXY, NS, name, rv, {"phase": "Ready"})
+            return lambda: writer.patch_status(kube.PROXY, NS, name, rv, {"phase": "Running"})
         return lambda: writer.patch_finalizers(kube.PROXY, NS, name, rv, [FINALIZER])
     if operation == "watch":
         kubeapi.add(proxy_object(name), plural="proxies")
