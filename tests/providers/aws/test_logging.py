@@ -13,6 +13,7 @@ from providers import base
 from providers.aws import redaction
 from providers.base import CreateRequest, Deadline, Placement
 from tests.providers.aws.conftest import REGION
+from tests.providers.logcapture import capturing
 
 SECRET = "SENTINEL-cloud-init-7f3a9c"
 KEY = "SENTINELsecretKEY5e1b2dAAAAAAAAAAAAAAAAA"
@@ -29,36 +30,12 @@ def variants(text: str) -> list[str]:
     return out
 
 
-class Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.NOTSET)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage() + " " + repr(record.__dict__)
-        if record.exc_info:
-            text += logging.Formatter().formatException(record.exc_info)
-        self.lines.append(text)
-
-
 @pytest.fixture
 def capture(moto, monkeypatch):  # after moto: its env fixture would undo ours
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEY)
     monkeypatch.setenv("AWS_SESSION_TOKEN", TOKEN)
-    handler = Capture()
-    saved = {}
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        saved[name] = (lg.level, lg.propagate)
-        lg.setLevel(logging.DEBUG)
-        lg.addHandler(handler)
-        lg.propagate = False
-    yield handler
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        lg.removeHandler(handler)
-        lg.setLevel(saved[name][0])
-        lg.propagate = saved[name][1]
+    with capturing(LOGGERS) as handler:
+        yield handler
 
 
 def request() -> CreateRequest:

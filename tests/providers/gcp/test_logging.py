@@ -11,42 +11,17 @@ import pytest
 from providers import base
 from providers.base import CreateRequest, Deadline, Placement
 from providers.gcp import redaction
+from tests.providers.logcapture import capturing
 
 SECRET = "SENTINEL-cloud-init-7f3a9c"
 TOKEN = "SENTINEL-access-token-5e1b2d"
 LOGGERS = ("", "google", "google.auth", "google.api_core", "google.cloud", "urllib3", "requests", "providers")
 
 
-class Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.NOTSET)
-        self.lines: list[str] = []
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-        text = record.getMessage() + " " + repr(record.__dict__)
-        if record.exc_info:
-            text += logging.Formatter().formatException(record.exc_info)
-        self.lines.append(text)
-
-
 @pytest.fixture
 def capture():
-    handler = Capture()
-    saved = {}
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        saved[name] = (lg.level, lg.propagate)
-        lg.setLevel(logging.DEBUG)
-        lg.addHandler(handler)
-        lg.propagate = False  # each record reaches the handler exactly once
-    yield handler
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        lg.removeHandler(handler)
-        lg.setLevel(saved[name][0])
-        lg.propagate = saved[name][1]
+    with capturing(LOGGERS) as handler:
+        yield handler
 
 
 def request() -> CreateRequest:

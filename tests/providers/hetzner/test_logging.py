@@ -3,13 +3,12 @@ answer carries: a sentinel over every logger and level, every verb and the check
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from providers import base
 from providers.base import CreateRequest, Deadline, Placement
 from providers.hetzner.config import HetznerConfig
+from tests.providers.logcapture import capturing
 
 SECRET = "SENTINEL-cloud-init-7f3a9c"
 TOKEN = "SENTINEL-hcloud-token-5e1b2d"
@@ -17,34 +16,10 @@ ROOT = "SENTINEL-root-password-1a2b"
 LOGGERS = ("", "hcloud", "urllib3", "requests", "providers")
 
 
-class Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.NOTSET)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage() + " " + repr(record.__dict__)
-        if record.exc_info:
-            text += logging.Formatter().formatException(record.exc_info)
-        self.lines.append(text)
-
-
 @pytest.fixture
 def capture():
-    handler = Capture()
-    saved = {}
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        saved[name] = (lg.level, lg.propagate)
-        lg.setLevel(logging.DEBUG)
-        lg.addHandler(handler)
-        lg.propagate = False
-    yield handler
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        lg.removeHandler(handler)
-        lg.setLevel(saved[name][0])
-        lg.propagate = saved[name][1]
+    with capturing(LOGGERS) as handler:
+        yield handler
 
 
 def request() -> CreateRequest:
