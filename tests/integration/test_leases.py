@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import socket
@@ -180,14 +181,18 @@ def test_capacity_is_never_exceeded_by_200_clients_over_two_processes(redis_serv
         return await asyncio.gather(*(_post(ports[i % 2], "/v1/leases", b'{"target": "a.example", "ttl": 120}')
                                       for i in range(200)))
 
+    began = time.monotonic()
     answers = asyncio.run(grab_all())
+    took = time.monotonic() - began
     granted = [doc for status, doc in answers if status == 200]
     assert Counter(status for status, _ in answers) == {200: n * limit, 409: 200 - n * limit}
     per_proxy = Counter(doc["proxy"] for doc in granted)
     assert len(per_proxy) == n and set(per_proxy.values()) == {limit}
     for _, doc in answers:
         if "retryAfter" in doc:
-            assert 100 <= doc["retryAfter"] <= 120
+            # A refusal counts from its own arrival; a grant the other process made later in the burst frees at
+            # its own arrival + 120 s, so the honest wait may exceed the TTL by the burst's length (rounded up).
+            assert 100 <= doc["retryAfter"] <= 120 + math.ceil(took)
     for doc in granted:
         assert first.release(doc["lease"])[1]["status"] == "released"
 
