@@ -50,6 +50,8 @@ class Field:
     additional: Field | None = None  # additionalProperties
     items: Field | None = None
     max_items: int | None = None
+    min_items: int | None = None
+    int_or_string: bool = False  # x-kubernetes-int-or-string (`type` is left out of the schema)
     list_type: str | None = None  # x-kubernetes-list-type
     list_map_keys: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = ()
@@ -95,14 +97,18 @@ class Field:
         if self.items is not None:
             out["items"] = self.items.openapi()
         for key, value in (("maxItems", self.max_items), ("maxLength", self.max_length), ("maximum", self.maximum),
-                           ("minLength", self.min_length), ("minimum", self.minimum), ("pattern", self.pattern)):
+                           ("minItems", self.min_items), ("minLength", self.min_length), ("minimum", self.minimum),
+                           ("pattern", self.pattern)):
             if value is not None:
                 out[key] = value
         if self.properties is not None:
             out["properties"] = {k: v.openapi() for k, v in sorted(self.properties.items())}
         if self.required:
             out["required"] = sorted(self.required)
-        out["type"] = self.type
+        if self.int_or_string:
+            out = {"anyOf": [{"type": "integer"}, {"type": "string"}], **out, "x-kubernetes-int-or-string": True}
+        else:
+            out["type"] = self.type
         if self.list_map_keys:
             out["x-kubernetes-list-map-keys"] = list(self.list_map_keys)
         if self.list_type is not None:
@@ -124,17 +130,26 @@ class Field:
             parts.append(f"{self.minimum}–{self.maximum}" if self.maximum is not None else f"≥ {self.minimum}")
         if self.pattern is not None:
             parts.append(f"`{self.pattern}`")
+        if self.min_items is not None:
+            parts.append(f"at least {self.min_items} item{'s' * (self.min_items != 1)}")
         if self.max_items is not None:
             parts.append(f"at most {self.max_items} items")
         parts += [f"{r.message} (`{r.rule}`)" for r in self.rules]
         return "; ".join(parts)
 
     def kind(self) -> str:
+        if self.int_or_string:
+            return "integer or percent"
         if self.type == "array" and self.items is not None:
             return f"list of {self.items.kind()}"
         if self.type == "object" and self.additional is not None:
             return f"map of {self.additional.kind()}"
         return self.format if self.format in ("date-time",) else self.type
+
+
+def int_or_percent(description: str, **kw: Any) -> Field:
+    """An integer or a percent string (`1`, `"25%"`), as a Deployment's maxSurge."""
+    return Field(type="int-or-string", int_or_string=True, description=description, **kw)
 
 
 def string(description: str, **kw: Any) -> Field:
@@ -169,10 +184,25 @@ class Column:
         return {"jsonPath": self.json_path, "name": self.name, "type": self.type}
 
 
+@dataclass(frozen=True)
+class Scale:
+    """The scale subresource (`kubectl scale`, an HPA): where the replicas are."""
+
+    spec_replicas: str
+    status_replicas: str
+    label_selector: str | None = None
+
+    def openapi(self) -> dict[str, str]:
+        out = {"specReplicasPath": self.spec_replicas, "statusReplicasPath": self.status_replicas}
+        if self.label_selector is not None:
+            out["labelSelectorPath"] = self.label_selector
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Crd:
-    """One CustomResourceDefinition with one served, stored version and the
-    status subresource."""
+    """One CustomResourceDefinition with one served, stored version, the
+    status subresource and optionally the scale subresource."""
 
     resource: Resource
     singular: str
@@ -180,6 +210,7 @@ class Crd:
     columns: tuple[Column, ...]
     comment: str = ""  # the file's leading comment, without '# '
     annotations: Mapping[str, str] = field(default_factory=dict)
+    scale: Scale | None = None
 
     @property
     def file(self) -> str:
@@ -206,7 +237,7 @@ class Crd:
                     "schema": {"openAPIV3Schema": self.schema.openapi()},
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **({"scale": self.scale.openapi()} if self.scale else {})},
                 }],
             },
         }

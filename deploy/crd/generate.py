@@ -1,7 +1,7 @@
 """Write the CRDs in deploy/crd/ and README's tables of their fields from
 the schema tables, the one source of each field's type, bounds and
-description: `fleet.proxies.schema` (Proxy) and `fleet.health.schema`
-(ProviderHealth).
+description: `fleet.proxies.schema` (Proxy), `fleet.health.schema`
+(ProviderHealth) and `fleet.pools.schema` (ProxyPool).
 
     python deploy/crd/generate.py            # rewrite the CRDs and README's tables
     python deploy/crd/generate.py --check    # exit 1 if any is stale
@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from fleet.crd import Crd  # noqa: E402
 from fleet.health import schema as health_schema  # noqa: E402
+from fleet.pools import schema as pool_schema  # noqa: E402
 from fleet.proxies import schema as proxy_schema  # noqa: E402
 
 README = ROOT / "README.md"
@@ -32,6 +33,7 @@ GENERATED = "Generated from {source} by deploy/crd/generate.py: edit the table t
 CRDS: tuple[tuple[Crd, str, tuple[str, ...]], ...] = (
     (proxy_schema.CRD, "fleet/proxies/schema.py", ("spec", "status")),
     (health_schema.CRD, "fleet/health/schema.py", ("status",)),
+    (pool_schema.CRD, "fleet/pools/schema.py", ("spec", "status")),
 )
 
 

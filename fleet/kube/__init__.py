@@ -57,6 +57,7 @@ from fleet.kube.errors import translate as translate
 from fleet.kube.resources import KNOWN as KNOWN
 from fleet.kube.resources import PROVIDER_HEALTH as PROVIDER_HEALTH
 from fleet.kube.resources import PROXY as PROXY
+from fleet.kube.resources import PROXY_POOL as PROXY_POOL
 from fleet.kube.resources import UNCHANGED as UNCHANGED
 from fleet.kube.resources import Decide as Decide
 from fleet.kube.resources import Patch as Patch

@@ -61,6 +61,7 @@ Decide = Callable[[dict[str, Any]], Patch | Skip]
 
 PROVIDER_HEALTH = Resource("crawl.example.com", "v1alpha1", "providerhealths", "ProviderHealth", namespaced=False, short_names=("ph",))
 PROXY = Resource("crawl.example.com", "v1alpha1", "proxies", "Proxy", namespaced=True, short_names=("px",))
+PROXY_POOL = Resource("crawl.example.com", "v1alpha1", "proxypools", "ProxyPool", namespaced=True, short_names=("pxp",))
 
 # Every kind fleet reads or writes; each has its CRD in deploy/crd/.
-KNOWN: tuple[Resource, ...] = (PROVIDER_HEALTH, PROXY)
+KNOWN: tuple[Resource, ...] = (PROVIDER_HEALTH, PROXY, PROXY_POOL)

@@ -1,0 +1,91 @@
+"""The ProxyPool CRD on a real kube-apiserver (tests/kubeserver.py): accepted
+as generated, defaults filled, the scale subresource answering as
+`kubectl scale` uses it (GET and a merge PATCH of /scale), the status
+subresource apart from the spec, and bad specs refused by the schema and
+its CEL rules (which the fake API does not run)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.apiserver]
+
+GROUP = "/apis/crawl.example.com/v1alpha1"
+MERGE = "application/merge-patch+json"
+
+
+def pools(ns: str, name: str = "") -> str:
+    return f"{GROUP}/namespaces/{ns}/proxypools" + (f"/{name}" if name else "")
+
+
+def pool(name: str, **spec) -> dict:
+    return {"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool", "metadata": {"name": name},
+            "spec": {"providers": [{"provider": "squid-a", "weight": 3}, {"provider": "squid-b"}], **spec}}
+
+
+def test_a_pool_is_accepted_and_defaulted(kube_server, kube_ns):
+    got = kube_server.json("POST", pools(kube_ns), pool("web", replicas=10))
+    spec = got["spec"]
+    assert spec["replicas"] == 10
+    assert [p["weight"] for p in spec["providers"]] == [3, 1]  # the default weight
+    assert spec["strategy"] == {"maxSurge": "25%", "maxUnavailable": 0}
+    assert spec["remediation"] == {"maxUnhealthy": "40%", "unhealthyAfterSeconds": 300}
+    assert (spec["minReadySeconds"], spec["progressDeadlineSeconds"], spec["maxAgeJitterSeconds"]) == (0, 600, 0)
+    # the printer columns are served as generated
+    crd = kube_server.json("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/proxypools.crawl.example.com")
+    names = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert names == ["Desired", "Ready", "Available", "Age"]
+    assert crd["spec"]["names"]["shortNames"] == ["pxp"]
+
+
+def test_the_scale_subresource_answers_kubectl_scale(kube_server, kube_ns):
+    kube_server.json("POST", pools(kube_ns), pool("web", replicas=10))
+    kube_server.json("PATCH", pools(kube_ns, "web") + "/status",
+                     {"status": {"replicas": 7, "selector": "crawl.example.com/pool=web"}}, content_type=MERGE)
+    scale = kube_server.json("GET", pools(kube_ns, "web") + "/scale")
+    assert scale["kind"] == "Scale"
+    assert scale["spec"] == {"replicas": 10}
+    assert scale["status"] == {"replicas": 7, "selector": "crawl.example.com/pool=web"}
+    # kubectl scale --replicas=20: a merge patch of /scale
+    out = kube_server.json("PATCH", pools(kube_ns, "web") + "/scale", {"spec": {"replicas": 20}}, content_type=MERGE)
+    assert out["spec"]["replicas"] == 20
+    got = kube_server.json("GET", pools(kube_ns, "web"))
+    assert got["spec"]["replicas"] == 20 and got["metadata"]["generation"] == 2
+    assert got["status"]["replicas"] == 7  # the status is untouched
+    # past the schema's maximum: refused through /scale too
+    status, body = kube_server.request("PATCH", pools(kube_ns, "web") + "/scale", {"spec": {"replicas": 10_001}}, MERGE)
+    assert status == 422, body
+
+
+def test_the_status_subresource_keeps_spec_and_status_apart(kube_server, kube_ns):
+    kube_server.json("POST", pools(kube_ns), pool("web", replicas=3))
+    out = kube_server.json("PATCH", pools(kube_ns, "web") + "/status",
+                           {"spec": {"replicas": 9}, "status": {"readyReplicas": 2}}, content_type=MERGE)
+    assert out["spec"]["replicas"] == 3 and out["status"]["readyReplicas"] == 2
+
+
+@pytest.mark.parametrize(("why", "spec", "words"), [
+    ("no providers", {"providers": []}, b"spec.providers"),
+    ("a provider twice", {"providers": [{"provider": "a"}, {"provider": "a"}]}, b"Duplicate value"),
+    ("a zero weight", {"providers": [{"provider": "a", "weight": 0}]}, b"spec.providers[0].weight"),
+    ("negative replicas", {"replicas": -1}, b"spec.replicas"),
+    ("surge and unavailable both 0", {"strategy": {"maxSurge": 0, "maxUnavailable": "0%"}},
+     b"maxSurge and maxUnavailable cannot both be 0"),
+    ("a percent above 100", {"strategy": {"maxSurge": "150%"}}, b"percent from 0% to 100%"),
+    ("a word for a percent", {"remediation": {"maxUnhealthy": "many"}}, b"percent from 0% to 100%"),
+    ("a negative int", {"strategy": {"maxUnavailable": -1}}, b"non-negative integer"),
+    ("autoscale min above max", {"autoscale": {"min": 5, "max": 2}}, b"autoscale.min must not exceed autoscale.max"),
+    ("a maxAge below a minute", {"maxAgeSeconds": 5}, b"spec.maxAgeSeconds"),
+])
+def test_bad_specs_are_refused(kube_server, kube_ns, why, spec, words):
+    body = pool("bad")
+    body["spec"].update(spec)
+    status, raw = kube_server.request("POST", pools(kube_ns), body)
+    assert status == 422, (why, raw)
+    assert words in raw, (why, raw)
+
+
+def test_a_name_too_long_for_its_members_is_refused(kube_server, kube_ns):
+    status, raw = kube_server.request("POST", pools(kube_ns), pool("p" * 58))
+    assert status == 422 and b"at most 57 characters" in raw, raw
+    kube_server.json("POST", pools(kube_ns), pool("p" * 57))
