@@ -1,7 +1,8 @@
 """What an API server does to a custom object against its CRD's structural
 schema, for the fake API (tests/fakes/kubeapi.py): drop nulls and unknown
 fields (pruning), fill defaults, then validate -- types, required, enum,
-minimum/maximum, minLength/maxLength, pattern, maxItems and the keys of an
+minimum/maximum, minLength/maxLength, pattern, minItems/maxItems,
+x-kubernetes-int-or-string and the keys of an
 `x-kubernetes-list-type: map` -- so a write a real server would change or
 refuse is changed or refused in tests too.
 
@@ -31,6 +32,20 @@ def served_schemas(directory: Path = CRD_DIR) -> dict[str, dict[str, Any]]:
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
             (version,) = doc["spec"]["versions"]
             out[doc["spec"]["names"]["plural"]] = version["schema"]["openAPIV3Schema"]
+    return out
+
+
+def served_scales(directory: Path = CRD_DIR) -> dict[str, tuple[str, str, str | None]]:
+    """plural -> its scale subresource's (specReplicasPath, statusReplicasPath, labelSelectorPath)."""
+    out = {}
+    for path in sorted(directory.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+            (version,) = doc["spec"]["versions"]
+            scale = (version.get("subresources") or {}).get("scale")
+            if scale:
+                out[doc["spec"]["names"]["plural"]] = (scale["specReplicasPath"], scale["statusReplicasPath"],
+                                                       scale.get("labelSelectorPath"))
     return out
 
 
@@ -95,6 +110,10 @@ def _shown(value: Any) -> str:
 def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[str], root: bool = False) -> None:
     at = path or "<root>"
     t = schema.get("type")
+    if schema.get("x-kubernetes-int-or-string") and not (isinstance(value, (int, str)) and not isinstance(value, bool)):
+        got = type(value).__name__
+        errors.append(f"{at}: Invalid value: \"{got}\": {at} in body must be of type integer or string: \"{got}\"")
+        return
     if not _type_ok(value, t):
         got = type(value).__name__
         errors.append(f"{at}: Invalid value: \"{got}\": {at} in body must be of type {t}: \"{got}\"")
@@ -128,6 +147,8 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[str], 
             if sub is not None:
                 _validate(v, sub, f"{path}.{k}" if path else k, errors)
     if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            errors.append(f"{at}: Invalid value: {len(value)}: {at} in body should have at least {schema['minItems']} items")
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             errors.append(f"{at}: Too many: {len(value)}: must have at most {schema['maxItems']} items")
         items = schema.get("items")

@@ -3,7 +3,8 @@
 
 Custom objects, cluster-scoped and namespaced (get, list with an equality
 label selector, in one namespace or across all, create, status subresource
-merge-patch with a resourceVersion precondition, delete), and the
+merge-patch with a resourceVersion precondition, the scale subresource
+of a CRD that declares one (GET, merge PATCH of spec.replicas), delete), and the
 cluster-wide pod list the kubernetes Checker makes. `objects` is keyed by
 name for a cluster-scoped object and by `namespace/name` for a namespaced
 one; each object belongs to the plural it was created under (`add` takes
@@ -59,7 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.crdschema import admit, served_schemas
+from tests.fakes.crdschema import admit, served_scales, served_schemas
 from tests.fakes.http import LoopbackServer
 from tests.fakes.kubeapi_watch import DEFAULT_TIMEOUT, Dropped, EventLog
 
@@ -70,7 +71,7 @@ SYSTEM_METADATA = ("name", "namespace", "uid", "creationTimestamp", "deletionTim
                    "generation", "resourceVersion", "managedFields")
 CUSTOM = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
-    r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<status>/status)?$"
+    r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:(?P<status>/status)|(?P<scale>/scale))?$"
 )
 
 
@@ -153,6 +154,8 @@ class FakeKubeAPI:
     kinds: dict[str, str] = field(default_factory=dict)  # plural -> kind, as created (for bookmarks)
     # plural -> the openAPIV3Schema writes are pruned, defaulted and validated against (deploy/crd/)
     schemas: dict[str, dict[str, Any]] = field(default_factory=served_schemas)
+    # plural -> (specReplicasPath, statusReplicasPath, labelSelectorPath) of a CRD with the scale subresource
+    scales: dict[str, tuple[str, str, str | None]] = field(default_factory=served_scales)
     _rv: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock)  # reentrant: tests call _store from scripts
 
@@ -308,7 +311,7 @@ class FakeKubeAPI:
     def _refused(self, req: Request, m: re.Match[str]) -> tuple[int, Any] | None:
         """403 for a denied verb (authorization runs before routing), then 404 for a missing CRD."""
         plural, name, group, ns = m.group("plural"), m.group("name"), m.group("group"), m.group("ns")
-        resource = plural + ("/status" if m.group("status") else "")
+        resource = plural + ("/status" if m.group("status") else "/scale" if m.group("scale") else "")
         forbidden = self._forbidden(req, resource, group, name, ns)
         if forbidden is not None:
             return forbidden
@@ -409,6 +412,8 @@ class FakeKubeAPI:
         obj = self.objects.get(k) if self.plurals.get(k) == plural else None
         if obj is None:
             return 404, status_body(404, "NotFound", f'{plural}.{group} "{name}" not found')
+        if m.group("scale"):
+            return self._scale(req, k, obj, plural, group, version)
         if req.method == "GET":
             return 200, copy.deepcopy(obj)
         if req.method == "DELETE":
@@ -427,6 +432,54 @@ class FakeKubeAPI:
                                                          "the object has been modified; please apply your changes to the latest version")
             return self._patch(req, k, obj, plural, group, status)
         return 405, status_body(405, "MethodNotAllowed", req.method)
+
+    def _scale(self, req: Request, k: str, obj: dict[str, Any], plural: str, group: str,
+               version: str) -> tuple[int, Any]:
+        """The scale subresource of a CRD that declares one (`scales`): GET answers an
+        autoscaling/v1 Scale; a merge PATCH of spec.replicas writes the spec's path."""
+        paths = self.scales.get(plural)
+        if paths is None:
+            return 404, status_body(404, "NotFound", "the server could not find the requested resource")
+        spec_path, status_path, selector_path = (p.lstrip(".").split(".") if p else None for p in paths)
+
+        def at(path: list[str] | None) -> Any:
+            node: Any = obj
+            for part in path or ():
+                node = node.get(part) if isinstance(node, dict) else None
+            return node
+
+        def scale() -> dict[str, Any]:
+            meta = {f: obj["metadata"][f] for f in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                    if f in obj["metadata"]}
+            status: dict[str, Any] = {"replicas": at(status_path) or 0}
+            if selector_path and at(selector_path):
+                status["selector"] = at(selector_path)
+            return {"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": meta,
+                    "spec": {"replicas": at(spec_path) or 0}, "status": status}
+
+        if req.method == "GET":
+            return 200, scale()
+        if req.method != "PATCH":
+            return 405, status_body(405, "MethodNotAllowed", req.method)
+        if req.content_type != "application/merge-patch+json":
+            return 415, status_body(415, "UnsupportedMediaType", req.content_type)
+        replicas = ((req.body or {}).get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            return 422, status_body(422, "Invalid", f"Scale.autoscaling \"{obj['metadata']['name']}\" is invalid: "
+                                                    f"spec.replicas: Invalid value: {replicas!r}")
+        new = copy.deepcopy(obj)
+        node = new
+        assert spec_path is not None
+        for part in spec_path[:-1]:
+            node = node.setdefault(part, {})
+        node[spec_path[-1]] = replicas
+        new, invalid = self._admit(new, plural, group, obj["metadata"]["name"])
+        if invalid is not None:
+            return invalid
+        if new != obj:
+            self._manage(new, req, "scale")
+            obj = self._store(new, plural)
+        return 200, scale()
 
     def _admit(self, obj: dict[str, Any], plural: str, group: str, name: str) -> tuple[dict[str, Any], tuple[int, Any] | None]:
         """The object as the API server keeps it (pruned, defaulted), or its 422 answer."""
