@@ -143,7 +143,8 @@ class PoolController:
                                         {"metadata": {"resourceVersion": rv}, "spec": {"replicas": d.scale_to}})
             rv = str(_meta(written).get("resourceVersion") or rv)
             self.counters.scales += 1
-        current = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+        raw = obj.get("status")
+        current: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if any(current.get(k) != v for k, v in d.status.items()):
             self.writer.patch_status(kube.PROXY_POOL, pool.namespace, pool.name, rv, d.status)
             self.counters.status_writes += 1
@@ -211,7 +212,8 @@ def _items(listed: dict[str, Any]) -> list[dict[str, Any]]:
 def _owner(obj: dict[str, Any]) -> tuple[str, str] | None:
     """(pool name, pool uid) when a ProxyPool controls this Proxy and its label says so."""
     meta = _meta(obj)
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    raw = meta.get("labels")
+    labels: dict[str, Any] = raw if isinstance(raw, dict) else {}
     for ref in meta.get("ownerReferences") or ():
         if (isinstance(ref, dict) and ref.get("kind") == KIND and ref.get("controller") is True
                 and str(ref.get("apiVersion", "")).startswith("crawl.example.com/") and labels.get(LABEL_POOL) == ref.get("name")):

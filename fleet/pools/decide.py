@@ -278,7 +278,7 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
     # creates: each provider up to its share of updated members, within replicas + maxSurge
     kept = [m for m in live if m.name not in deletes]
     # an unhealthy member kept by the breaker holds its place: no replacement is made for it
-    need = {p: max(0, targets[p] - sum(1 for m in kept if m.provider == p and (updated(m) or not remediate and unhealthy(m))))
+    need = {p: max(0, targets[p] - sum(1 for m in kept if m.provider == p and (updated(m) or (not remediate and unhealthy(m)))))
             for p in targets}
     room = max(0, desired + surge - len(kept))
     creates: list[Create] = []

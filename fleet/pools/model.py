@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fleet.crd import Field
 from fleet.durations import parse_rfc3339
 from fleet.pools import schema
 from fleet.proxies.decide import LATCHES, R_QUOTA
 from fleet.proxies.manifests import ManifestError, parse_proxy
 from fleet.proxies.model import FAILED, HEALTHY, PROVISIONED, READY, CloudInit, Condition, Proxy
+from fleet.proxies.schema import DNS1123_LABEL, MAX_LABEL
 from providers.base import Placement
 
 API_VERSION = "crawl.example.com/v1alpha1"
@@ -152,7 +154,7 @@ class Member:
 # --- parsing ------------------------------------------------------------------
 
 
-def _int(value: Any, path: str, node: schema.Field, default: int | None = None) -> int | None:
+def _int(value: Any, path: str, node: Field, default: int | None = None) -> int | None:
     if value is None:
         return default if default is not None else (node.default if isinstance(node.default, int) else None)
     if not isinstance(value, int) or isinstance(value, bool):
@@ -164,7 +166,7 @@ def _int(value: Any, path: str, node: schema.Field, default: int | None = None) 
     return value
 
 
-def _int_or_percent(value: Any, path: str, node: schema.Field) -> IntOrPercent:
+def _int_or_percent(value: Any, path: str, node: Field) -> IntOrPercent:
     if value is None:
         value = node.default
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -177,7 +179,7 @@ def _int_or_percent(value: Any, path: str, node: schema.Field) -> IntOrPercent:
     raise PoolError(f"{path}: must be a non-negative integer or a percent from 0% to 100%, got {shown!r}")
 
 
-def _obj(value: Any, path: str, node: schema.Field) -> dict[str, Any]:
+def _obj(value: Any, path: str, node: Field) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -212,34 +214,34 @@ def _template(raw: dict[str, Any], namespace: str, name: str) -> Template:
 
 
 def parse_pool(obj: Mapping[str, Any]) -> Pool:
-    """A ProxyPool object as the decision's value; PoolError names what is wrong."""
+    """asc ProxyPool object as the decision's value; PoolError names what is wrong."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not isinstance(meta.get("namespace"), str):
         raise PoolError("metadata: a namespaced object with a name is required")
     name, namespace = meta["name"], meta["namespace"]
-    if len(name) > schema.MAX_POOL_NAME or not re.match(schema.DNS1123_LABEL, name):
+    if len(name) > schema.MAX_POOL_NAME or not re.match(DNS1123_LABEL, name):
         raise PoolError(f"metadata.name: a DNS-1123 label of at most {schema.MAX_POOL_NAME} characters, got {name[:80]!r}")
-    S = schema.SPEC
-    spec = _obj(obj.get("spec"), "spec", S)
+    sp = schema.SPEC
+    spec = _obj(obj.get("spec"), "spec", sp)
     providers_raw = spec.get("providers")
     if not isinstance(providers_raw, list) or not providers_raw:
         raise PoolError("spec.providers: at least one provider is required")
     if len(providers_raw) > schema.MAX_PROVIDERS:
         raise PoolError(f"spec.providers: at most {schema.MAX_PROVIDERS} providers")
     shares, seen = [], set()
-    E = schema.PROVIDER_ENTRY
+    ent = schema.PROVIDER_ENTRY
     for i, entry in enumerate(providers_raw):
         path = f"spec.providers[{i}]"
-        raw = _obj(entry, path, E)
+        raw = _obj(entry, path, ent)
         prov = raw.get("provider")
-        if not isinstance(prov, str) or not re.match(schema.DNS1123_LABEL, prov) or len(prov) > schema.MAX_LABEL:
+        if not isinstance(prov, str) or not re.match(DNS1123_LABEL, prov) or len(prov) > MAX_LABEL:
             raise PoolError(f"{path}.provider: a DNS-1123 label is required")
         if prov in seen:
             raise PoolError(f"{path}.provider: {prov!r} is listed twice")
         seen.add(prov)
         placement = _placement(raw["placement"], f"{path}.placement") if raw.get("placement") is not None else None
-        shares.append(ProviderShare(prov, _int(raw.get("weight"), f"{path}.weight", E["weight"]) or 1,
-                                    _int(raw.get("max"), f"{path}.max", E["max"]), placement))
+        shares.append(ProviderShare(prov, _int(raw.get("weight"), f"{path}.weight", ent["weight"]) or 1,
+                                    _int(raw.get("max"), f"{path}.max", ent["max"]), placement))
     st = _obj(spec.get("strategy"), "spec.strategy", schema.STRATEGY)
     strategy = Strategy(_int_or_percent(st.get("maxSurge"), "spec.strategy.maxSurge", schema.STRATEGY["maxSurge"]),
                         _int_or_percent(st.get("maxUnavailable"), "spec.strategy.maxUnavailable",
@@ -248,37 +250,37 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         raise PoolError("spec.strategy: maxSurge and maxUnavailable cannot both be 0")
     autoscale = None
     if spec.get("autoscale") is not None:
-        A = schema.AUTOSCALE
-        a = _obj(spec["autoscale"], "spec.autoscale", A)
+        asc = schema.AUTOSCALE
+        a = _obj(spec["autoscale"], "spec.autoscale", asc)
         if a.get("min") is None or a.get("max") is None:
             raise PoolError("spec.autoscale: min and max are required")
-        lo, hi = _int(a["min"], "spec.autoscale.min", A["min"]), _int(a["max"], "spec.autoscale.max", A["max"])
+        lo, hi = _int(a["min"], "spec.autoscale.min", asc["min"]), _int(a["max"], "spec.autoscale.max", asc["max"])
         assert lo is not None and hi is not None
         if lo > hi:
             raise PoolError("spec.autoscale: min must not exceed max")
         autoscale = Autoscale(lo, hi, _int(a.get("targetUtilization"), "spec.autoscale.targetUtilization",
-                                           A["targetUtilization"]) or 80,
+                                           asc["targetUtilization"]) or 80,
                               float(_int(a.get("scaleUpStabilizationSeconds"), "spec.autoscale.scaleUpStabilizationSeconds",
-                                         A["scaleUpStabilizationSeconds"]) or 0),
+                                         asc["scaleUpStabilizationSeconds"]) or 0),
                               float(_int(a.get("scaleDownStabilizationSeconds"),
                                          "spec.autoscale.scaleDownStabilizationSeconds",
-                                         A["scaleDownStabilizationSeconds"]) or 0))
-    R = schema.REMEDIATION
-    r = _obj(spec.get("remediation"), "spec.remediation", R)
-    remediation = Remediation(_int_or_percent(r.get("maxUnhealthy"), "spec.remediation.maxUnhealthy", R["maxUnhealthy"]),
+                                         asc["scaleDownStabilizationSeconds"]) or 0))
+    rem = schema.REMEDIATION
+    r = _obj(spec.get("remediation"), "spec.remediation", rem)
+    remediation = Remediation(_int_or_percent(r.get("maxUnhealthy"), "spec.remediation.maxUnhealthy", rem["maxUnhealthy"]),
                               float(_int(r.get("unhealthyAfterSeconds"), "spec.remediation.unhealthyAfterSeconds",
-                                         R["unhealthyAfterSeconds"]) or 0))
-    max_age = _int(spec.get("maxAgeSeconds"), "spec.maxAgeSeconds", S["maxAgeSeconds"])
+                                         rem["unhealthyAfterSeconds"]) or 0))
+    max_age = _int(spec.get("maxAgeSeconds"), "spec.maxAgeSeconds", sp["maxAgeSeconds"])
     pool_spec = PoolSpec(
-        replicas=_int(spec.get("replicas"), "spec.replicas", S["replicas"]) or 0,
+        replicas=_int(spec.get("replicas"), "spec.replicas", sp["replicas"]) or 0,
         providers=tuple(shares),
-        template=_template(_obj(spec.get("template"), "spec.template", S["template"]), namespace, name),
+        template=_template(_obj(spec.get("template"), "spec.template", sp["template"]), namespace, name),
         max_age=float(max_age) if max_age is not None else None,
-        max_age_jitter=float(_int(spec.get("maxAgeJitterSeconds"), "spec.maxAgeJitterSeconds", S["maxAgeJitterSeconds"]) or 0),
+        max_age_jitter=float(_int(spec.get("maxAgeJitterSeconds"), "spec.maxAgeJitterSeconds", sp["maxAgeJitterSeconds"]) or 0),
         strategy=strategy, autoscale=autoscale, remediation=remediation,
-        min_ready=float(_int(spec.get("minReadySeconds"), "spec.minReadySeconds", S["minReadySeconds"]) or 0),
+        min_ready=float(_int(spec.get("minReadySeconds"), "spec.minReadySeconds", sp["minReadySeconds"]) or 0),
         progress_deadline=float(_int(spec.get("progressDeadlineSeconds"), "spec.progressDeadlineSeconds",
-                                     S["progressDeadlineSeconds"]) or 600),
+                                     sp["progressDeadlineSeconds"]) or 600),
     )
     gen = meta.get("generation")
     return Pool(namespace=namespace, name=name, uid=str(meta.get("uid") or ""),
@@ -334,8 +336,9 @@ def _since(p: Proxy, type_: str, status: str) -> float | None:
 def member_of(obj: Mapping[str, Any], leases: int = 0, cooldowns: int = 0) -> Member:
     """A member Proxy object as the decision's value (ManifestError if it is no Proxy fleet can read)."""
     p = parse_proxy(dict(obj), source="the API server")
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta = obj.get("metadata")
+    raw_labels = meta.get("labels") if isinstance(meta, dict) else None
+    labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
     provisioned = p.status.condition(PROVISIONED)
     refused = (p.status.phase == FAILED and provisioned is not None and provisioned.reason in LATCHES) or (
         provisioned is not None and provisioned.status == "False" and provisioned.reason == R_QUOTA)

@@ -108,8 +108,9 @@ def crds_in_deploy():
     return {o["metadata"]["name"]: o for o in kustomize.render(ROOT / "deploy") if o["kind"] == "CustomResourceDefinition"}
 
 
-def test_both_crds_are_installed_by_kubectl_apply_k_deploy():
-    assert set(crds_in_deploy()) == {"providerhealths.crawl.example.com", "proxies.crawl.example.com"}
+def test_every_crd_is_installed_by_kubectl_apply_k_deploy():
+    assert set(crds_in_deploy()) == {"providerhealths.crawl.example.com", "proxies.crawl.example.com",
+                                     "proxypools.crawl.example.com"}
 
 
 def test_proxy_names_scope_and_subresource():
@@ -264,7 +265,8 @@ def test_the_crds_and_readme_tables_are_freshly_generated():
     gen = _generator()
     outputs = gen.outputs()
     assert set(outputs) == {ROOT / "deploy/crd/crawl.example.com_proxies.yaml",
-                            ROOT / "deploy/crd/crawl.example.com_providerhealths.yaml", ROOT / "README.md"}
+                            ROOT / "deploy/crd/crawl.example.com_providerhealths.yaml",
+                            ROOT / "deploy/crd/crawl.example.com_proxypools.yaml", ROOT / "README.md"}
     for path, text in outputs.items():
         assert path.read_text() == text, f"{path.name} is stale: run python deploy/crd/generate.py"
     assert gen.main(["--check"]) == 0

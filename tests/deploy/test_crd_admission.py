@@ -30,8 +30,8 @@ def proxy(**spec: Any) -> dict[str, Any]:
             "spec": {"provider": "kvm-home", **spec}}
 
 
-def test_both_crds_are_served():
-    assert set(served_schemas()) == {"proxies", "providerhealths"}
+def test_every_crd_is_served():
+    assert set(served_schemas()) == {"proxies", "providerhealths", "proxypools"}
 
 
 def test_a_create_is_pruned_and_defaulted():

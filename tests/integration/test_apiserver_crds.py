@@ -32,7 +32,8 @@ MERGE = "application/merge-patch+json"
 def test_every_shipped_crd_is_accepted_as_shipped(kube_server):
     shipped = [d for p in sorted(CRDS.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
                if d and d.get("kind") == "CustomResourceDefinition"]
-    assert {d["metadata"]["name"] for d in shipped} == {"proxies.crawl.example.com", "providerhealths.crawl.example.com"}
+    assert {d["metadata"]["name"] for d in shipped} == {"proxies.crawl.example.com", "providerhealths.crawl.example.com",
+                                                               "proxypools.crawl.example.com"}
     for doc in shipped:
         got = kube_server.json("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{doc['metadata']['name']}")
         conds = {c["type"]: c["status"] for c in got["status"]["conditions"]}

@@ -135,7 +135,7 @@ def test_a_pool_of_10_at_3_to_1_reaches_8_to_2_ready_owned_and_labelled(env):
     kubelet = Kubelet(api, clock)
     converge(ctl, kubelet, clock)
     assert spread_of(api) == {"squid-a": 8, "squid-b": 2}
-    for k, o in members(api).items():
+    for o in members(api).values():
         meta = o["metadata"]
         assert meta["name"].startswith("web-") and len(meta["name"]) == len("web-") + 5
         assert meta["ownerReferences"] == [{"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool", "name": "web",
