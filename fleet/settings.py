@@ -167,7 +167,7 @@ class SettingsError(ValueError):
     """A process setting is invalid; the message names the flag and value."""
 
 
-GROUPS = ("process", "health", "proxies", "gc", "prober", "api")  # README's table lists them in this order
+GROUPS = ("process", "health", "proxies", "gc", "prober", "api", "gateway")  # README's table lists them in this order
 KINDS = ("str", "duration", "int", "bool")
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
 MAX_PATH = 4096
@@ -350,6 +350,41 @@ OPTIONS: tuple[Option, ...] = (
            "int", 16_384, 16, 1_000_000),
     Option("api-max-connections-per-client", "api", "Connections one client address may hold.", "int", 1024, 1,
            shown_bounds="from 1 to --api-max-connections", check="per-client"),
+    Option("gateway-bind-address", "gateway", "host:port the crawlers' forward proxy (`fleet gateway`) listens on.",
+           default=":8888", check="bind"),
+    _path("gateway-clients-file", "gateway", "The gateway's clients (YAML: clients: {NAME: {token, pools, ports, "
+                                             "maxTunnels}}; a mounted Secret), re-read when it changes; required."),
+    _bind("gateway-metrics-bind-address", "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
+          ":8083"),
+    Option("gateway-max-attempts", "gateway", "Proxies one request tries before the crawler sees an error.", "int", 3,
+           1, 20),
+    Option("gateway-connect-timeout", "gateway", "Time limit of connecting to a proxy and of its CONNECT answer.",
+           "duration", 5.0, 0.05, 120.0),
+    Option("gateway-response-timeout", "gateway", "Time limit of a plain HTTP response's head, after the request.",
+           "duration", 30.0, 0.1, 600.0),
+    Option("gateway-header-timeout", "gateway", "Time from a request's first byte to the end of its headers (slow "
+                                                "clients: 408).", "duration", 10.0, 0.1, 600.0),
+    Option("gateway-idle-timeout", "gateway", "How long a connection may wait for a request, and a tunnel may carry "
+                                              "no byte either way.", "duration", 60.0, 0.1, 86400.0),
+    Option("gateway-tunnel-max-duration", "gateway", "The longest a tunnel stays open.", "duration", 3600.0, 1.0,
+           604800.0),
+    Option("gateway-max-tunnels", "gateway", "Tunnels one gateway process holds at once (then 503 tunnel-limit).",
+           "int", 10_000, 1, 1_000_000),
+    Option("gateway-max-tunnels-per-client", "gateway", "Tunnels one client holds at once, unless its maxTunnels "
+                                                        "says otherwise (then 503 client-tunnel-limit).",
+           "int", 1000, 1, 1_000_000),
+    Option("gateway-max-connections", "gateway", "Connections one gateway process holds; at the limit the "
+                                                 "longest-idle one makes room.", "int", 20_000, 16, 1_000_000),
+    Option("gateway-max-connections-per-client", "gateway", "Connections one client address may hold.", "int", 4096,
+           1, 1_000_000),
+    Option("gateway-ban-statuses", "gateway", "Plain HTTP statuses that mean the origin banned the proxy: reported "
+                                              "blocked, and an idempotent request is retried on another proxy "
+                                              "(comma-separated; empty: none).", default="403,429,503",
+           check="statuses"),
+    Option("gateway-lease-ttl", "gateway", "The TTL of the lease a tunnel or request holds (a tunnel renews it at "
+                                           "half).", "duration", 60.0, 2.0, 3600.0),
+    Option("gateway-session-ttl", "gateway", "How long a session (the username's -session-ID) keeps its proxy "
+                                             "after its last use.", "duration", 600.0, 1.0, 86400.0),
     Option("log-format", "process", "How log lines are written: text is key=value.", default="text", choices=("text", "json")),
     Option("log-level", "process", "How much is logged.", default="info",
            choices=("debug", "info", "warning", "error"), any_case=True),
@@ -417,6 +452,22 @@ class Settings:
     api_body_timeout: float = _default("api_body_timeout")
     api_max_connections: int = _default("api_max_connections")
     api_max_connections_per_client: int = _default("api_max_connections_per_client")
+    gateway_bind_address: str = _default("gateway_bind_address")
+    gateway_clients_file: str | None = _default("gateway_clients_file")
+    gateway_metrics_bind_address: str = _default("gateway_metrics_bind_address")
+    gateway_max_attempts: int = _default("gateway_max_attempts")
+    gateway_connect_timeout: float = _default("gateway_connect_timeout")
+    gateway_response_timeout: float = _default("gateway_response_timeout")
+    gateway_header_timeout: float = _default("gateway_header_timeout")
+    gateway_idle_timeout: float = _default("gateway_idle_timeout")
+    gateway_tunnel_max_duration: float = _default("gateway_tunnel_max_duration")
+    gateway_max_tunnels: int = _default("gateway_max_tunnels")
+    gateway_max_tunnels_per_client: int = _default("gateway_max_tunnels_per_client")
+    gateway_max_connections: int = _default("gateway_max_connections")
+    gateway_max_connections_per_client: int = _default("gateway_max_connections_per_client")
+    gateway_ban_statuses: str = _default("gateway_ban_statuses")
+    gateway_lease_ttl: float = _default("gateway_lease_ttl")
+    gateway_session_ttl: float = _default("gateway_session_ttl")
     log_format: str = _default("log_format")
     log_level: str = _default("log_level")
 
@@ -538,6 +589,8 @@ def _check(opt: Option, value: Any, settings: Settings) -> None:
         why = probe_target_problem(value)
         if why:
             raise SettingsError(f"{flag} {why}, got {show(redact_url(value))}")
+    elif opt.check == "statuses" and not re.fullmatch(r"\s*(\d{3}\s*(,\s*\d{3}\s*)*)?,?\s*", value):
+        raise SettingsError(f"{flag} must be comma-separated 3-digit status codes, got {show(value)}")
     elif opt.check == "per-client" and not 1 <= value <= settings.api_max_connections:
         raise SettingsError(f"{flag} must be from 1 to --api-max-connections ({settings.api_max_connections}), "
                             f"got {value}")

@@ -478,6 +478,11 @@ def parser() -> argparse.ArgumentParser:
     from fleet.cli import api as api_cli
 
     api_cli.add_parsers(sub, common)
+
+    # The crawlers' forward proxy (issue 23): `fleet gateway`, fleet/cli/gateway.py.
+    from fleet.cli import gateway as gateway_cli
+
+    gateway_cli.add_parser(sub, common)
     return p
 
 
