@@ -300,10 +300,14 @@ def parse_status(raw: bytes) -> tuple[int, list[tuple[str, str]]]:
     return int(parts[1]), headers
 
 
-def client_head(raw: bytes, keep_alive: bool) -> bytes:
-    """A response head as relayed to the crawler: its hop-by-hop headers replaced by ours."""
+def client_head(raw: bytes, keep_alive: bool, proxy: str = "") -> bytes:
+    """A response head as relayed to the crawler: its hop-by-hop headers replaced by ours, and `X-Fleet-Proxy`
+    naming the proxy that fetched it (its key, namespace/name)."""
     lines = raw.decode("latin-1").split("\r\n")
-    kept = [lines[0]] + [ln for ln in lines[1:] if ln and ln.partition(":")[0].strip().lower() not in HOP_BY_HOP]
+    kept = [lines[0]] + [ln for ln in lines[1:] if ln and ln.partition(":")[0].strip().lower() not in HOP_BY_HOP
+                         and ln.partition(":")[0].strip().lower() != "x-fleet-proxy"]
+    if proxy:
+        kept.append(f"X-Fleet-Proxy: {proxy}")
     kept.append("Connection: keep-alive" if keep_alive else "Connection: close")
     return ("\r\n".join(kept) + "\r\n\r\n").encode("latin-1")
 
@@ -319,6 +323,11 @@ def parse_statuses(text: str) -> frozenset[int]:
             raise ValueError(f"a status code is a number from 100 to 599, got {part[:20]!r}")
         out.add(int(part))
     return frozenset(out)
+
+
+def established(proxy: str) -> bytes:
+    """The CONNECT's 200 to the crawler, naming the proxy (its key) in `X-Fleet-Proxy`."""
+    return f"HTTP/1.1 200 Connection established\r\nX-Fleet-Proxy: {proxy}\r\n\r\n".encode()
 
 
 def answer(status: int, reason: str, message: str, extra: tuple[tuple[str, str], ...] = (),

@@ -28,7 +28,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +58,6 @@ log = logging.getLogger("fleet.gateway")
 
 _Unavailable = (StoreError, OSError, asyncio.TimeoutError)
 PROXY_AUTHENTICATE = (("Proxy-Authenticate", 'Basic realm="fleet"'),)
-ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 CHUNK = 64 * 1024
 SWEEP_EVERY = 1.0
 
@@ -192,17 +191,20 @@ class Gateway:
         try:
             rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), c.header_timeout)
         except TimeoutError:
-            conn.close(httpguard.HEADER_TIMEOUT, 408, f"the request's headers took longer than {c.header_timeout:g} s")
+            await _refuse(conn, reader, writer, httpguard.HEADER_TIMEOUT, 408,
+                          f"the request's headers took longer than {c.header_timeout:g} s")
             return False
         except asyncio.LimitOverrunError:
-            conn.close(httpguard.HEADER_TOO_LARGE, 431, f"the request line and headers are over {c.max_header_bytes} bytes")
+            await _refuse(conn, reader, writer, httpguard.HEADER_TOO_LARGE, 431,
+                          f"the request line and headers are over {c.max_header_bytes} bytes")
             return False
         except asyncio.IncompleteReadError:
             return False
         try:
             head = decide.parse_head(first + rest, c.max_headers)
         except Refused as exc:
-            conn.close(httpguard.TOO_MANY_HEADERS if exc.status == 431 else httpguard.BAD_REQUEST, exc.status, exc.message)
+            await _refuse(conn, reader, writer, httpguard.TOO_MANY_HEADERS if exc.status == 431 else httpguard.BAD_REQUEST,
+                          exc.status, exc.message)
             return False
         kind = "connect" if head.method == "CONNECT" else "http"
         with self._tracer.start_as_current_span(f"gateway {kind}", kind=trace.SpanKind.SERVER) as span:
@@ -387,7 +389,7 @@ class Gateway:
         self.per_client[client.name] = self.per_client.get(client.name, 0) + 1
         self.series.tunnels_open = len(self.tunnels)
         try:
-            writer.write(ESTABLISHED)
+            writer.write(decide.established(proxy))
             await writer.drain()
             await asyncio.gather(self._pump(reader, up_writer, tunnel, "up"), self._pump(up_reader, writer, tunnel, "down"))
         finally:
@@ -454,9 +456,11 @@ class Gateway:
             if got is None:
                 break
             lease_id, proxy, port, ip = got
+            released = False
             try:
                 opened = await self._open(ip, port)
                 if isinstance(opened, str):
+                    released = True
                     self._failed(tried, proxy, target.host, lease_id, opened)
                     if decide.retry(opened, attempt, c.max_attempts, True):
                         self.series.retry(opened)
@@ -474,6 +478,7 @@ class Gateway:
                         raw = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), c.response_timeout)
                         status, headers = decide.parse_status(raw)
                     except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                        released = True
                         self._failed(tried, proxy, target.host, lease_id, decide.BROKEN)
                         if decide.retry(decide.BROKEN, attempt, c.max_attempts, resendable):
                             self.series.retry(decide.BROKEN)
@@ -481,40 +486,84 @@ class Gateway:
                         break
                     banned = decide.is_ban(status, c.ban_statuses)
                     if banned and decide.retry(decide.BANNED, attempt, c.max_attempts, resendable):
+                        released = True
                         self._failed(tried, proxy, target.host, lease_id, decide.BANNED)
                         self.series.retry(decide.BANNED)
                         continue
                     self._spawn(self._report(proxy, target.host, "blocked" if banned else "ok"))
                     framing = decide.response_framing(head.method, status, headers)
                     again = keep_alive and framing.kind != "close"
-                    writer.write(decide.client_head(raw, again))
+
+                    async def done(lease_id: str = lease_id) -> None:  # before the crawler has the last byte: its next request finds room
+                        nonlocal released
+                        if not released:
+                            released = True
+                            await self._release(lease_id)
+
+                    if framing.kind == "none":
+                        await done()
+                    writer.write(decide.client_head(raw, again, proxy))
                     self.series.bytes["down"] += len(raw)
-                    await _relay_body(up_reader, writer, framing, self.series.bytes)
+                    await _relay_body(up_reader, writer, framing, self.series.bytes, done)
                     await writer.drain()
                     return ("banned" if banned else "ok"), again
                 finally:
                     up_writer.close()
             finally:
-                self._spawn(self._release(lease_id))
+                if not released:
+                    await self._release(lease_id)
         raise self._give_up(tried)
 
 
+LINGER_SECONDS, LINGER_BYTES = 2.0, 1024 * 1024
+
+
+async def _refuse(conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str, status: int,
+                  message: str) -> None:
+    """Answer `status` and close without losing the answer: the client may still be sending (a header of a
+    megabyte), and closing a socket with unread data resets it, which can discard the answer on the way. So
+    the answer goes first, then our side shuts, then up to LINGER_BYTES of what still comes are read and
+    dropped for at most LINGER_SECONDS."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(Exception):
+        writer.write(decide.answer(status, reason.replace("_", "-"), message))
+        await asyncio.wait_for(writer.drain(), LINGER_SECONDS)
+        if writer.can_write_eof():
+            writer.write_eof()
+        end, dropped = loop.time() + LINGER_SECONDS, 0
+        while dropped < LINGER_BYTES and loop.time() < end:
+            data = await asyncio.wait_for(reader.read(CHUNK), max(0.01, end - loop.time()))
+            if not data:
+                break
+            dropped += len(data)
+    conn.close(reason)
+
+
+Done = Callable[[], Awaitable[None]]
+
+
 async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, counts: dict[str, int],
-                direction: str) -> None:
+                direction: str, before_last: Done | None = None) -> None:
     while n > 0:
         data = await src.read(min(CHUNK, n))
         if not data:
             raise asyncio.IncompleteReadError(b"", n)
         n -= len(data)
+        if n == 0 and before_last is not None:
+            await before_last()
         dst.write(data)
         counts[direction] += len(data)
         await dst.drain()
 
 
 async def _relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, framing: decide.Framing,
-                      counts: dict[str, int]) -> None:
+                      counts: dict[str, int], done: Done) -> None:
+    """The response body as framed; `done` is awaited once the proxy has sent all of it, before the crawler has
+    its last bytes (close-delimited: the crawler's end is our close, after this returns)."""
     if framing.kind == "length":
-        await _copy(src, dst, framing.length, counts, "down")
+        if framing.length == 0:
+            await done()
+        await _copy(src, dst, framing.length, counts, "down", done)
     elif framing.kind == "close":
         while data := await src.read(CHUNK):
             dst.write(data)
@@ -532,6 +581,8 @@ async def _relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, fram
             if size == 0:
                 while True:  # trailers, then the empty line
                     trailer = await src.readuntil(b"\r\n")
+                    if trailer == b"\r\n":
+                        await done()
                     dst.write(trailer)
                     if trailer == b"\r\n":
                         return
