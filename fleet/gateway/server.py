@@ -451,6 +451,7 @@ class Gateway:
         upstream_head = decide.upstream_head(head, target)
         tried = Attempted()
         sent_unkept = False
+        last_ban: tuple[bytes, bytes, str] | None = None
         for attempt in range(1, c.max_attempts + 1):
             got = await self._lease(client, opts, target, tried)
             if got is None:
@@ -485,13 +486,19 @@ class Gateway:
                             continue
                         break
                     banned = decide.is_ban(status, c.ban_statuses)
-                    if banned and decide.retry(decide.BANNED, attempt, c.max_attempts, resendable):
+                    framing = decide.response_framing(head.method, status, headers)
+                    if banned and decide.retry(decide.BANNED, attempt, c.max_attempts, resendable) and (
+                            framing.kind == "none" or (framing.kind == "length"
+                                                       and framing.length <= decide.RETRY_BODY_MAX)):
+                        # kept (bounded) to be relayed when no other proxy does better
+                        ban_body = b"" if framing.kind == "none" else await asyncio.wait_for(
+                            up_reader.readexactly(framing.length), c.response_timeout)
+                        last_ban = (raw, ban_body, proxy)
                         released = True
                         self._failed(tried, proxy, target.host, lease_id, decide.BANNED)
                         self.series.retry(decide.BANNED)
                         continue
                     self._spawn(self._report(proxy, target.host, "blocked" if banned else "ok"))
-                    framing = decide.response_framing(head.method, status, headers)
                     again = keep_alive and framing.kind != "close"
 
                     async def done(lease_id: str = lease_id) -> None:  # before the crawler has the last byte: its next request finds room
@@ -512,6 +519,11 @@ class Gateway:
             finally:
                 if not released:
                     await self._release(lease_id)
+        if last_ban is not None:  # every proxy tried was banned (or failed after a ban): the origin's answer
+            raw, ban_body, proxy = last_ban
+            writer.write(decide.client_head(raw, keep_alive, proxy) + ban_body)
+            await writer.drain()
+            return "banned", keep_alive
         raise self._give_up(tried)
 
 
