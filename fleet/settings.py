@@ -367,7 +367,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("gateway-idle-timeout", "gateway", "How long a connection may wait for a request, and a tunnel may carry "
                                               "no byte either way.", "duration", 60.0, 0.1, 86400.0),
     Option("gateway-tunnel-max-duration", "gateway", "The longest a tunnel stays open.", "duration", 3600.0, 1.0,
-           604800.0),
+           86400.0),
     Option("gateway-max-tunnels", "gateway", "Tunnels one gateway process holds at once (then 503 tunnel-limit).",
            "int", 10_000, 1, 1_000_000),
     Option("gateway-max-tunnels-per-client", "gateway", "Tunnels one client holds at once, unless its maxTunnels "

@@ -112,8 +112,8 @@ class ClientsFile:
 
     def _load(self, first: bool = False) -> dict[str, Client]:
         try:
-            stamp = self._stat()
             raw = read_bounded(self.path, MAX_FILE, f"--gateway-clients-file {self.path}")
+            stamp = self._stat()
             clients = parse_clients(raw)
         except (OSError, FileProblem, ClientsError) as exc:
             if first:

@@ -10,7 +10,8 @@ region `us-east-1`, zone `us-east-1a`. What this cannot express is a value conta
 keyword K later in the order (a session id `a-zone-b`); such a value is never needed for a provider,
 region or zone name, and a session id is the client's to choose. Values: a session id is 1 to 64 of
 `[A-Za-z0-9_.-]`; a pool is a Proxy namespace (a DNS-1123 label); provider, region and zone as the
-lease API takes them. Examples: `acme`, `acme-session-s1`, `acme-session-s1-pool-crawl-eu`,
+lease API takes them. A keyword out of order is part of the value before it (`acme-zone-z-region-r` is zone
+`z-region-r`). Examples: `acme`, `acme-session-s1`, `acme-session-s1-pool-crawl-eu`,
 `acme-provider-hetzner-region-fsn1`.
 
 The password is the client's token (compared in constant time by the server).
@@ -71,9 +72,7 @@ def parse_username(text: str) -> Options:
     i, allowed = 0, 0  # allowed: the index in KEYWORDS from which keywords may still come
     while i < len(parts):
         word = parts[i]
-        if word not in KEYWORDS[allowed:]:
-            if word in KEYWORDS:
-                raise ValueError(f"'{word}' is given twice or out of order (order: {', '.join(KEYWORDS)})")
+        if word not in KEYWORDS[allowed:]:  # only at the start: a value ends at a keyword that may follow
             raise ValueError(f"unknown option {word[:40]!r} in the username (known: {', '.join(KEYWORDS)})")
         allowed = KEYWORDS.index(word) + 1
         j = i + 1
