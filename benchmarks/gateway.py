@@ -125,7 +125,7 @@ async def run(args: argparse.Namespace, gw: tuple[str, int], squids: list[tuple[
         count = 0
         end = time.perf_counter() + args.seconds
 
-        async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end) -> None:
             nonlocal count
             while time.perf_counter() < end:
                 await get(r, w, host)

@@ -58,6 +58,11 @@ REPORTS = "proxy_operator_reports_total"  # {outcome}: ok, blocked, error
 LEASE_RENEWALS = "proxy_operator_lease_renewals_total"  # {result}: renewed, recreated, revoked, unknown, lost, …
 LEASE_UNREPLICATED = "proxy_operator_lease_unreplicated_total"  # grants/renewals answered before a replica had them
 LEASE_RECOVERING = "proxy_operator_lease_recovering"  # 1 while this API process grants nothing after a data loss
+GATEWAY_REQUESTS = "proxy_operator_gateway_requests_total"  # {client, kind, outcome} of this gateway process
+GATEWAY_RETRIES = "proxy_operator_gateway_upstream_retries_total"  # {reason}: refused, timeout, connect_error, …
+GATEWAY_BYTES = "proxy_operator_gateway_bytes_total"  # {direction}: up, down
+GATEWAY_TUNNELS_OPEN = "proxy_operator_gateway_tunnels_open"
+GATEWAY_TUNNEL_DURATION = "proxy_operator_gateway_tunnel_duration_seconds"  # histogram of closed tunnels
 
 # Why a check result was dropped before it was stored or written (the
 # `reason` label); `fleet.health.messages` decides the last three.

@@ -74,6 +74,10 @@ PROBER, PROBER_PORT = "fleet-prober", 8081  # the Deployment, its ServiceAccount
 # The lease API (issue 14): Deployment, ServiceAccount and Service share the name; its token is key `token` of a
 # Secret the operator creates (`kubectl create secret generic fleet-api-token --from-literal=token=...`).
 API, API_PORT, API_REPLICAS, API_TOKEN_SECRET, API_TOKEN_KEY = "fleet-api", 8090, 2, "fleet-api-token", "token"
+# `fleet gateway` (issue 23): the crawlers' forward proxy, its /metrics on a port of its own; the clients file is
+# the Secret the operator creates (`kubectl create secret generic fleet-gateway-clients --from-file=clients.yaml`).
+GATEWAY, GATEWAY_PORT, GATEWAY_METRICS_PORT, GATEWAY_REPLICAS = "fleet-gateway", 8888, 8083, 2
+GATEWAY_CLIENTS_SECRET, GATEWAY_CLIENTS_KEY, GATEWAY_CLIENTS_DIR = "fleet-gateway-clients", "clients.yaml", "/etc/fleet/gateway"
 BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 # Provider workers serve their provider-call series (requests_total,
@@ -402,6 +406,35 @@ def api(t: Target) -> list[dict[str, Any]]:
     )
 
 
+def gateway(t: Target) -> list[dict[str, Any]]:
+    """`fleet gateway` (issue 23): the forward proxy on :8888 (port `proxy`) and /metrics, /readyz, /livez on
+    :8083 (port `metrics`) behind the `fleet-gateway` Service; two replicas (they share every lease through
+    Redis). The clients file is the Secret `fleet-gateway-clients` (key `clients.yaml`) mounted read-only; the
+    gateway re-reads it when the kubelet updates the mount. Redis only: no Kubernetes rights."""
+    objs = _redis_only(
+        t, GATEWAY, "gateway", ["fleet", "gateway"], "metrics", GATEWAY_METRICS_PORT,
+        [{"name": "FLEET_GATEWAY_BIND_ADDRESS", "value": f":{GATEWAY_PORT}"},
+         {"name": "FLEET_GATEWAY_METRICS_BIND_ADDRESS", "value": f":{GATEWAY_METRICS_PORT}"},
+         {"name": "FLEET_GATEWAY_CLIENTS_FILE", "value": f"{GATEWAY_CLIENTS_DIR}/{GATEWAY_CLIENTS_KEY}"}],
+        {"readinessProbe": http_probe("/readyz", "metrics", 10, 5, 2),
+         "livenessProbe": {"tcpSocket": {"port": "proxy"}, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3}},
+        {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        strategy={"type": "RollingUpdate"}, replicas=GATEWAY_REPLICAS,
+    )
+    for obj in objs:
+        if obj["kind"] == "Deployment":
+            pod = obj["spec"]["template"]["spec"]
+            (container,) = pod["containers"]
+            container["ports"].insert(0, {"name": "proxy", "containerPort": GATEWAY_PORT})
+            container["volumeMounts"].append({"name": "clients", "mountPath": GATEWAY_CLIENTS_DIR, "readOnly": True})
+            pod["volumes"].append({"name": "clients", "secret": {"secretName": GATEWAY_CLIENTS_SECRET,
+                                                                "items": [{"key": GATEWAY_CLIENTS_KEY,
+                                                                           "path": GATEWAY_CLIENTS_KEY}]}})
+        elif obj["kind"] == "Service":
+            obj["spec"]["ports"].insert(0, {"name": "proxy", "port": GATEWAY_PORT, "targetPort": "proxy"})
+    return objs
+
+
 def _redis_only(t: Target, name: str, component: str, command: list[str], port_name: str, port: int,
                 env: list[dict[str, Any]], probes: dict[str, Any], resources: dict[str, Any],
                 **deploy: Any) -> list[dict[str, Any]]:
@@ -604,7 +637,7 @@ def render(
             raise RenderError(f"--proxy-namespaces: {ns!r} is not a namespace name (a DNS-1123 label)")
     copy, moved = split_secrets(config, text)
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope)
-    out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t)]
+    out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t), *gateway(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
         out.append(service_account(worker_name(pc.name), t, "worker", rt.in_cluster, pc.name))

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-REQUESTS = "proxy_operator_gateway_requests"
-RETRIES = "proxy_operator_gateway_upstream_retries"
-BYTES = "proxy_operator_gateway_bytes"
-TUNNELS_OPEN = "proxy_operator_gateway_tunnels_open"
-TUNNEL_DURATION = "proxy_operator_gateway_tunnel_duration_seconds"
+from fleet.metrics import GATEWAY_BYTES as BYTES
+from fleet.metrics import GATEWAY_REQUESTS as REQUESTS
+from fleet.metrics import GATEWAY_RETRIES as RETRIES
+from fleet.metrics import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
+from fleet.metrics import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
 
 OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "busy", "unauthorized", "forbidden",
             "limited", "bad_request", "unavailable")

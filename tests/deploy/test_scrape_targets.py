@@ -24,7 +24,8 @@ RULES = ROOT / "deploy/prometheus/rules.yaml"
 SUFFIXES = ("_bucket", "_count", "_sum", "_created")
 # The setting (environment variable) with the address each process serves its /metrics on.
 BIND = {"controller": "metrics_bind_address", "worker": "worker_metrics_bind_address",
-        "prober": "prober_metrics_bind_address", "api": "api_bind_address"}
+        "prober": "prober_metrics_bind_address", "api": "api_bind_address",
+        "gateway": "gateway_metrics_bind_address"}
 
 
 def _families(registry: CollectorRegistry) -> set[str]:
@@ -39,6 +40,7 @@ def _registries() -> dict[str, CollectorRegistry]:
     ApiSeries, with its Redis-read gauges answered)."""
     from fleet import exposition, reload
     from fleet.calls import CallMetrics
+    from fleet.gateway.metrics import GatewaySeries
     from fleet.gc.gauges import GcCounters, LastSuccessCollector
     from fleet.health.gauges import ProviderTargetCollector
     from fleet.httpguard import Guard, Limits
@@ -62,6 +64,7 @@ def _registries() -> dict[str, CollectorRegistry]:
         "worker": exposition.registry_for(CallMetrics()),
         "prober": registry_of(ProberSeries().collectors()),
         "api": api.registry,
+        "gateway": registry_of([GatewaySeries(), Guard(Limits())]),  # fleet.gateway.runtime
     }
 
 
@@ -70,7 +73,9 @@ for _process, _reg in _registries().items():
     for _f in _families(_reg):
         SERVED_BY.setdefault(_f, set()).add(_process)
 # Families every process that reads the providers file serves of its own (fleet.reload): the rest belong to one.
-PER_PROCESS = {metrics.CONFIG_RELOAD_SUCCESSFUL, metrics.CONFIG_RELOAD_SUCCESS_TIMESTAMP, metrics.CONFIG_RELOAD_FAILURES}
+# The connection guard's (fleet.httpguard) are served by the API and the gateway alike, each of its own.
+PER_PROCESS = {metrics.CONFIG_RELOAD_SUCCESSFUL, metrics.CONFIG_RELOAD_SUCCESS_TIMESTAMP, metrics.CONFIG_RELOAD_FAILURES,
+               metrics.HTTP_CONNECTIONS, metrics.HTTP_CONNECTIONS_CLOSED}
 
 
 def _family(name: str) -> str:
