@@ -41,10 +41,13 @@ REQUIRED = {
     # issue 19: provider workers and the lease API
     "ProviderCallsFailing",
     "LeaseRefusals",
+    # issue 23: the gateway
+    "GatewayNoProxies",
+    "GatewayUpstreamErrors",
 }
 # not about one provider
 FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown", "ConfigReloadRefused",
-              "LeaseRefusals"}
+              "LeaseRefusals", "GatewayNoProxies", "GatewayUpstreamErrors"}
 CONTROLLER_JOB = "fleet-controller-metrics"
 PROBER_JOB = "fleet-prober"
 # The scrape job each process' ServiceMonitor must make (by the component its
