@@ -310,11 +310,12 @@ class Gateway:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _failed(self, tried: Attempted, proxy: str, host: str, lease_id: str, failure: str) -> None:
+    async def _failed(self, tried: Attempted, proxy: str, host: str, lease_id: str, failure: str) -> None:
+        """Report and release before the next attempt (a failing path: one round trip more), so the crawler's next
+        request already finds the cooldown."""
         tried.failures.append(failure)
         tried.skip.append(proxy)
-        self._spawn(self._report(proxy, host, decide.REPORT_OF[failure]))
-        self._spawn(self._release(lease_id))
+        await asyncio.gather(self._report(proxy, host, decide.REPORT_OF[failure]), self._release(lease_id))
 
     def _give_up(self, tried: Attempted) -> Refused:
         status, reason, message = decide.give_up(tried.failures, tried.lease_answer)
@@ -368,7 +369,7 @@ class Gateway:
                 if failure:
                     up_writer.close()
             if failure:
-                self._failed(tried, proxy, target.host, lease_id, failure)
+                await self._failed(tried, proxy, target.host, lease_id, failure)
                 if decide.retry(failure, attempt, c.max_attempts, True):
                     self.series.retry(failure)
                     continue
@@ -462,7 +463,7 @@ class Gateway:
                 opened = await self._open(ip, port)
                 if isinstance(opened, str):
                     released = True
-                    self._failed(tried, proxy, target.host, lease_id, opened)
+                    await self._failed(tried, proxy, target.host, lease_id, opened)
                     if decide.retry(opened, attempt, c.max_attempts, True):
                         self.series.retry(opened)
                         continue
@@ -480,7 +481,7 @@ class Gateway:
                         status, headers = decide.parse_status(raw)
                     except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                         released = True
-                        self._failed(tried, proxy, target.host, lease_id, decide.BROKEN)
+                        await self._failed(tried, proxy, target.host, lease_id, decide.BROKEN)
                         if decide.retry(decide.BROKEN, attempt, c.max_attempts, resendable):
                             self.series.retry(decide.BROKEN)
                             continue
@@ -495,10 +496,13 @@ class Gateway:
                             up_reader.readexactly(framing.length), c.response_timeout)
                         last_ban = (raw, ban_body, proxy)
                         released = True
-                        self._failed(tried, proxy, target.host, lease_id, decide.BANNED)
+                        await self._failed(tried, proxy, target.host, lease_id, decide.BANNED)
                         self.series.retry(decide.BANNED)
                         continue
-                    self._spawn(self._report(proxy, target.host, "blocked" if banned else "ok"))
+                    if banned:  # the last attempt: the cooldown is in place before the crawler has the answer
+                        await self._report(proxy, target.host, "blocked")
+                    else:
+                        self._spawn(self._report(proxy, target.host, "ok"))
                     again = keep_alive and framing.kind != "close"
 
                     async def done(lease_id: str = lease_id) -> None:  # before the crawler has the last byte: its next request finds room

@@ -22,13 +22,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
 
 from fleet.store import keys
 from providers.base import Deadline
-from tests.fakes.http import LoopbackServer
 from tests.integration.conftest import free_port, wait_for
 from tests.procs import die_with_parent
 from tests.providers.local.conftest import make_provider, port_window, request, squid_binary, state_dir  # noqa: F401
@@ -66,11 +66,21 @@ class _Origin(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _Backlogged(http.server.ThreadingHTTPServer):
+    request_queue_size = 1024  # socketserver's 5 drops SYNs when 100 tunnels connect at once (a 1 s retry each)
+    daemon_threads = True
+
+
 @pytest.fixture
 def origin():
     _Origin.bans = {}
-    with LoopbackServer(_Origin, "origin") as server:
-        yield server
+    httpd = _Backlogged(("127.0.0.1", 0), _Origin)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="origin", daemon=True)
+    thread.start()
+    yield SimpleNamespace(url=f"http://127.0.0.1:{httpd.server_address[1]}")
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
 
 
 class GatewayProc:
