@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from fleet.files import FileProblem, read_bounded
 from fleet.settings import show
+from fleet.untrusted import FileProblem, read_bounded
 from providers import registry
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)

@@ -22,7 +22,7 @@ It prints, for one installation (default: the namespace):
   Deployment running `fleet prober` and the `fleet-prober` Service (:8081);
 - per provider, a ServiceAccount, RBAC only when the provider talks to this
   cluster, and a worker Deployment running `fleet worker -p NAME` (which
-  execs `commands.worker_argv`: queue `provider.<name>` from `fleet.routing`,
+  execs `commands.worker_argv`: queue `provider.<name>` from `fleet.celery.routing`,
   worker name `<name>@%h`). What a provider needs mounted or granted is declared once per
   type, by its config block's `runtime()` (providers/blocks.py); this module
   only turns that into volumes, environment and RBAC, and mounts a provider's
@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.cli import commands
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.claims import CLAIM_NAME, LEASE
@@ -154,7 +154,7 @@ def rbac_name(installation: str, *role: str) -> str:
 
 
 def queue_and_node(provider: str) -> tuple[str, str]:
-    """The provider's queue (`fleet.routing`) and worker name template
+    """The provider's queue (`fleet.celery.routing`) and worker name template
     (`commands.worker_node`), the same two `commands.worker_argv` runs with."""
     return routing.provider_queue(provider), commands.worker_node(provider)
 
@@ -340,7 +340,7 @@ def controller_rbac(t: Target) -> list[dict[str, Any]]:
 
 def beat(t: Target) -> list[dict[str, Any]]:
     """Two replicas, one active: only the holder of a Redis lock sends
-    (fleet.beatstate), the other takes over within the lock's TTL, so a
+    (fleet.celery.beat), the other takes over within the lock's TTL, so a
     rolling update is safe (a stopping beat releases the lock). Its schedule is built from the
     file at start; the config hash restarts it when the file changes. No
     Kubernetes rights, no token. Ready while the broker answers; no liveness

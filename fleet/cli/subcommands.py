@@ -28,11 +28,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from fleet import beatstate, logs, routing
+from fleet import logs
+from fleet.celery import beat, routing
 from fleet.cli import commands, supervise, tables
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
-from fleet.health.status import current_verdict, verdict
+from fleet.health.decide import current_verdict, verdict
 from fleet.settings import OPTION, OPTIONS, Settings, SettingsError, parse_namespaces, redact_url, show
 
 if TYPE_CHECKING:
@@ -231,8 +232,8 @@ def cmd_get(args: argparse.Namespace) -> int:
                 print(f"providerhealth {args.name!r} not found", file=sys.stderr)
                 return EXIT_NOT_READY
             names = [args.name]
-        after, enabled, note = effective_schedule(beatstate.published_schedule(store), settings)
-        last_round = beatstate.last_round(store)
+        after, enabled, note = effective_schedule(beat.published_schedule(store), settings)
+        last_round = beat.last_round(store)
         rows = []
         for name in names:
             r = stored.get(name)

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
+from fleet.health.decide import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE
 from fleet.health.results import CheckResult, Verdict, parse_rfc3339, rfc3339
-from fleet.health.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE
 
 
 def summary(result: CheckResult | None, v: Verdict, name: str = "", type_name: str = "") -> dict[str, Any]:

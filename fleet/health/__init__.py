@@ -4,6 +4,6 @@
 (`recording`, by the pure decisions in `status`), and sweeps for overdue
 providers. Bounds on what it accepts are in `limits`.
 
-Imports infrastructure (`fleet.store`, `fleet.kube`, `fleet.metrics`, ...) and
+Imports infrastructure (`fleet.store`, `fleet.kube`, `fleet.serving`, ...) and
 `providers`; never `fleet.cli` nor another feature package.
 """

@@ -3,7 +3,7 @@
 `validate_message(raw, now, limits)` turns the decoded `fleet.record_check`
 argument (or a value read back from Redis) into a `CheckResult`, or says why
 not with a `Rejection(reason, field, detail)`; the reasons are the
-`proxy_operator_results_dropped_total` labels in `fleet.metrics`. It never
+`proxy_operator_results_dropped_total` labels in `fleet.serving`. It never
 raises on any JSON value and looks at no more than `limits.max_message_bytes`
 of it before giving up, so one crafted or clock-skewed message is dropped and
 counted instead of freezing a provider (a `checkedAt` in year 5024 won every
@@ -26,7 +26,7 @@ from typing import Any
 from fleet.config import validate_name
 from fleet.health.limits import LIMITS, Limits
 from fleet.health.results import CheckResult
-from fleet.metrics import DROP_FUTURE, DROP_INVALID, DROP_TOO_LARGE
+from fleet.serving import DROP_FUTURE, DROP_INVALID, DROP_TOO_LARGE
 from providers.base import TargetStatus
 
 

@@ -61,10 +61,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fleet.files import FileProblem, read_bounded
 from fleet.proxies import schema
 from fleet.proxies.model import API_VERSION, KIND, CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
 from fleet.settings import show
+from fleet.untrusted import FileProblem, read_bounded
 from providers.base import Placement
 
 LIST_KINDS = ("List", "ProxyList")  # `kubectl get -o yaml` writes List; the API's list is ProxyList

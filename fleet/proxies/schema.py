@@ -11,7 +11,7 @@ Names users see (phases, the finalizer) stay in `fleet.proxies.model`.
 
 from __future__ import annotations
 
-from fleet.crd import Column, Crd, Rule, conditions, integer, obj, root, string
+from fleet.kube.crd import Column, Crd, Rule, conditions, integer, obj, root, string
 from fleet.kube.resources import PROXY
 from fleet.proxies.model import DEFAULT_PORT, PHASES
 

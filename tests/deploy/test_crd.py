@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet.health import status
+from fleet.health import decide
 from fleet.health.results import CheckResult
 from fleet.kube import PROVIDER_HEALTH
 from providers.base import TargetStatus
@@ -45,7 +45,7 @@ def test_list_maps_required_fields_and_message_limit():
     assert props["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
     target = props["targets"]["items"]
     assert target["required"] == ["lastTransitionTime", "name", "ready"]
-    assert target["properties"]["message"]["maxLength"] == status.MAX_MESSAGE
+    assert target["properties"]["message"]["maxLength"] == decide.MAX_MESSAGE
 
 
 def check(value, schema, path="status"):
@@ -87,10 +87,10 @@ def check(value, schema, path="status"):
     ],
 )
 def test_what_the_controller_writes_fits_the_schema(result):
-    st = status.build_status(None, result)
+    st = decide.build_status(None, result)
     check(st, STATUS)
-    v = status.overdue_verdict(None, "provider.p", 135)
-    check(status.overdue_status(st, "kvm", v, 1.8e9 + 500), STATUS)
+    v = decide.overdue_verdict(None, "provider.p", 135)
+    check(decide.overdue_status(st, "kvm", v, 1.8e9 + 500), STATUS)
 
 
 # --- the Proxy CRD (issue 12) ---------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleet.prober.verdicts import MAX_MESSAGE, Outcome, State, Thresholds, Verdict, bounded, judge, mismatch, restored
+from fleet.prober.decide import MAX_MESSAGE, Outcome, State, Thresholds, Verdict, bounded, judge, mismatch, restored
 
 OK = Outcome(True, "CONNECT 200 in 3 ms")
 FAIL = Outcome(False, "connect to 10.0.0.1:3128: connection refused")

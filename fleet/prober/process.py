@@ -40,15 +40,15 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode
 
 from fleet import runtime, tracing
-from fleet.files import raise_open_files_limit
 from fleet.logs import kv
 from fleet.prober import share as sharing
+from fleet.prober.decide import Outcome, State, Thresholds, Verdict, judge, restored
+from fleet.prober.metrics import ProberSeries
 from fleet.prober.probe import probe
-from fleet.prober.series import ProberSeries
 from fleet.prober.target import Target, parse_target
-from fleet.prober.verdicts import Outcome, State, Thresholds, Verdict, judge, restored
 from fleet.settings import Settings
 from fleet.store import Store, StoreError, target
+from fleet.untrusted import raise_open_files_limit
 
 log = logging.getLogger("fleet.prober")
 
