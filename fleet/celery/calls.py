@@ -67,6 +67,7 @@ from fleet.settings import parse_bind_address
 from providers import base
 from providers.base import OPS, Deadline, ErrorClass, Instance, Provider, State
 from providers.retry import BACKOFF_MAX, QUOTA_RETRY, Gone, Latch, Retry, Step, next_step
+from providers.text import clip
 
 log = logging.getLogger("fleet.calls")
 
@@ -159,7 +160,7 @@ def _delay(v: float) -> bool:
 
 
 def cut(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+    return clip(text, limit)
 
 
 RESULT_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {

@@ -19,7 +19,8 @@ from typing import Any
 
 from fleet.cli import subcommands
 from fleet.durations import parse_duration
-from fleet.settings import parse_bind_address, show
+from fleet.settings import parse_bind_address
+from providers.text import show
 
 API_URL_ENV = "FLEET_API_URL"
 

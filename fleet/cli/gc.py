@@ -148,7 +148,8 @@ def send_sweep(broker: str, interval: float) -> int:
 
     from fleet.celery import routing
     from fleet.celery.conf import MESSAGING
-    from fleet.settings import redact_url, show
+    from fleet.settings import redact_url
+    from providers.text import show
 
     app = Celery("fleet-gc", broker=broker, set_as_current=False)
     app.conf.update(task_routes=(routing.route,), **MESSAGING)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +52,7 @@ from fleet.cli import commands
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.claims import CLAIM_NAME, LEASE
 from fleet.settings import ALL_NAMESPACES
+from providers import names
 from providers.blocks import Block, Runtime
 
 NAMESPACE = "fleet-system"
@@ -82,7 +82,6 @@ WORKER_METRICS_PORT = 9090
 RBAC_API = "rbac.authorization.k8s.io"
 # Directories a credential mount may not cover (or sit inside).
 RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # The controller's rights on fleet's own kinds. ProviderHealth (cluster-
 # scoped, so a ClusterRole whatever the Proxy scope): uncached get, create
@@ -464,7 +463,7 @@ def credential_volumes(pc: ProviderConfig, rt: Runtime) -> tuple[list[dict[str, 
         keys[base] = f
         by_dir.setdefault(d, []).append(base)
     volumes, mounts = [], []
-    for i, (d, names) in enumerate(sorted(by_dir.items())):
+    for i, (d, files) in enumerate(sorted(by_dir.items())):
         vol = f"credentials-{i}"
         volumes.append({
             "name": vol,
@@ -472,7 +471,7 @@ def credential_volumes(pc: ProviderConfig, rt: Runtime) -> tuple[list[dict[str, 
                 "secretName": credentials_secret(pc.name),
                 "optional": True,
                 "defaultMode": 0o440,
-                "items": [{"key": n, "path": n} for n in sorted(names)],
+                "items": [{"key": n, "path": n} for n in sorted(files)],
             },
         })
         mounts.append({"name": vol, "mountPath": d, "readOnly": True})
@@ -596,11 +595,11 @@ def render(
     the namespace, `proxy_namespaces` (as `fleet.settings.parse_namespaces`
     reads them) to that namespace."""
     for what, value in (("namespace", namespace), ("installation", installation or namespace)):
-        if not DNS1123_LABEL.match(value):
+        if not names.is_label(value):
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
     scope = proxy_namespaces or (namespace,)
     for ns in scope:
-        if ns != ALL_NAMESPACES and not DNS1123_LABEL.match(ns):
+        if ns != ALL_NAMESPACES and not names.is_label(ns):
             raise RenderError(f"--proxy-namespaces: {ns!r} is not a namespace name (a DNS-1123 label)")
     copy, moved = split_secrets(config, text)
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope)

@@ -22,6 +22,7 @@ from typing import Any
 
 from fleet.celery.calls import CallOutcome, OutcomeError, instance_from_dict
 from fleet.gc.decide import Listed, timestamp
+from providers.text import clip
 
 MAX_INSTANCES = 100_000  # per provider and answer
 MAX_TEXT = 300  # error messages kept for the log
@@ -40,7 +41,7 @@ class ListAnswer:
 
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
+    return clip(text, limit)
 
 
 def instance(raw: Any) -> Listed | None:

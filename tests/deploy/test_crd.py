@@ -156,11 +156,11 @@ def test_proxy_spec_provider_is_a_required_immutable_dns_label():
 def test_the_provider_pattern_is_the_one_the_config_accepts(name, ok):
     import re
 
-    from fleet.cli.render import DNS1123_LABEL
+    from providers import names
 
     provider = PX_SPEC["properties"]["provider"]
     fits = bool(re.fullmatch(provider["pattern"].strip("^$"), name)) and 1 <= len(name) <= provider["maxLength"]
-    assert fits is ok is bool(DNS1123_LABEL.match(name))
+    assert fits is ok is names.is_label(name)
 
 
 def test_proxy_spec_placement_port_and_cloud_init():

@@ -83,7 +83,7 @@ def test_mismatch(egress, ip, flag):
 def test_messages_are_bounded_and_printable():
     long = Outcome(False, "x" * 2000 + "\n\x00")
     _, v = judge(State(UID), long, KEY, IP, 1.0, Thresholds())
-    assert v is not None and len(v.message) == MAX_MESSAGE and v.message.endswith("...")
+    assert v is not None and len(v.message) == MAX_MESSAGE and v.message.endswith("…")
     assert bounded("a\nb") == "a b"
 
 
