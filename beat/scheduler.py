@@ -13,7 +13,7 @@ first is due at once.
 The entries are data (`beat.schedule.Entry`). A fan-out entry goes out as
 one message per provider with a live worker heartbeat, under a single span
 (`beat.fanout.send_round`); the round is stamped in Redis with the schedule
-it ran (`beatstate.record_round`). Any other entry is sent by Celery's own
+it ran (`fleet.celery.beat.record_round`). Any other entry is sent by Celery's own
 scheduler. No entry names a queue: `fleet.celery.routing` places every message.
 Decisions are in `beat.decisions`.
 

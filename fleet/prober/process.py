@@ -14,7 +14,7 @@
   probe still running is skipped and counted), and at most MAX_IN_FLIGHT
   in all. The delay from a probe's scheduled time to its start is kept
   (`delays`) for the periodic log line and the benchmark.
-- Each outcome goes through `verdicts.judge`; a verdict is written only on
+- Each outcome goes through `decide.judge`; a verdict is written only on
   a transition (`store.proxies.put_verdict`, which makes the Proxy due for
   the controller), and only if the Proxy still has the endpoint (uid, ip,
   port) the probe started with. A replica that gains a Proxy (start,

@@ -1,4 +1,4 @@
-"""`status.decide`: what the writer patches into a ProviderHealth, pure
+"""`decide.decide`: what the writer patches into a ProviderHealth, pure
 (the stale check on lastCheckTime with its "from the future" guard, and the
 merge patch from the status read to the one wanted)."""
 
