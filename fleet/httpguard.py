@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from fleet.logs import kv
-from fleet.metrics import HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED
+from fleet.serving import HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED
 
 log = logging.getLogger("fleet.http")
 

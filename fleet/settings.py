@@ -23,6 +23,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from fleet.durations import MAX_DURATION, format_duration, parse_duration
+from providers import names
+from providers.text import clip, show
 
 MIN_INTERVAL = 10.0
 DEFAULT_TIMEOUT = 15.0
@@ -34,35 +36,9 @@ MAX_PROXY_NAMESPACES = 100
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
-_HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?", re.ASCII)
 _PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
 _DB = re.compile(r"/?([0-9]{1,5})?", re.ASCII)
-MAX_SHOWN = 60
 SECRET_QUERY_KEYS = ("password", "pass", "passwd", "secret", "token", "sentinel_password")
-
-
-def show(value: Any, limit: int = MAX_SHOWN) -> str:
-    """A bounded display of a user's value for messages: short strings and
-    numbers as repr, long strings cut before repr (never repr an unbounded
-    value), containers only by size. O(limit) time and memory."""
-    if isinstance(value, str):
-        if len(value) <= limit:
-            return repr(value)
-        return repr(value[:limit]) + f"... ({len(value)} characters)"
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    if isinstance(value, int):
-        if value.bit_length() > 128:
-            return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-        return repr(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else str(value)
-    if isinstance(value, (list, tuple)):
-        return "[]" if not value else f"a list of {len(value)} item(s)"
-    if isinstance(value, dict):
-        return "{}" if not value else f"a mapping of {len(value)} key(s)"
-    return f"a {type(value).__name__}"
 
 
 def redact_url(url: str) -> str:
@@ -87,7 +63,7 @@ def redact_url(url: str) -> str:
             key, eq, _ = part.partition("=")
             parts.append(f"{key}=***" if eq and key.lower() in SECRET_QUERY_KEYS else part)
         text = base + "?" + "&".join(parts)
-    return text if len(text) <= 200 else text[:200] + f"... ({len(text)} characters)"
+    return clip(text, 200)
 
 
 def broker_problem(url: str) -> str | None:
@@ -151,7 +127,7 @@ def parse_bind_address(address: str, flag: str = "--metrics-bind-address") -> tu
         why = "the port must be a number from 1 to 65535"
     elif host.startswith("[") or ":" in host:
         why = "IPv6 addresses are not supported; use an IPv4 address, a host name or :PORT"
-    elif host and not _HOSTNAME.fullmatch(host):
+    elif host and not names.is_hostname(host, trailing_dot=True):
         why = "the host must be an IPv4 address or a host name"
     elif host and host.replace(".", "").isdigit():
         try:
@@ -577,7 +553,7 @@ def _check(opt: Option, value: Any, settings: Settings) -> None:
         raise SettingsError(f"{flag} must be printable and at most {MAX_PATH} characters, got {show(value)}")
     elif opt.check == "bind":
         parse_bind_address(value, flag)
-    elif opt.check == "label" and not _DNS1123_LABEL.fullmatch(value):
+    elif opt.check == "label" and not names.is_label(value):
         raise SettingsError(f"{flag} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {show(value)}")
     elif opt.check == "namespaces":
         parse_namespaces(value, flag)
@@ -610,7 +586,7 @@ def parse_namespaces(text: str, flag: str = "--proxy-namespaces") -> tuple[str, 
             raise SettingsError(f"{flag}: '*' (every namespace) cannot be combined with names, got {show(text)}")
         if not item:
             raise SettingsError(f"{flag} must be a comma list of namespaces or '*', entry {i + 1} is empty (got {show(text)})")
-        if not _DNS1123_LABEL.fullmatch(item):
+        if not names.is_label(item):
             raise SettingsError(f"{flag}: {show(item)} is not a namespace name (a DNS-1123 label: lowercase letters, "
                                 f"digits, '-'; at most 63)")
         if item not in out:
@@ -649,7 +625,7 @@ def probe_target_problem(target: str) -> str | None:
         if not raw or not _PORT.fullmatch(raw):
             return "must be host:port or http://host:port/path"
         port = int(raw)
-    if not host or not (_HOSTNAME.fullmatch(host.strip("[]")) or _is_ip(host.strip("[]"))):
+    if not host or not (names.is_hostname(host.strip("[]"), trailing_dot=True) or _is_ip(host.strip("[]"))):
         return "must name a host (a DNS name or an IP address)"
     if not 1 <= int(port) <= 65535:
         return "must have a port from 1 to 65535"

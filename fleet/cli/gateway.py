@@ -9,12 +9,12 @@ from fleet.cli import subcommands
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    from fleet.gateway import runtime
+    from fleet.gateway import process
 
     settings = subcommands.settings_from(args)
     try:
-        return runtime.main(settings)
-    except runtime.GatewayError as exc:
+        return process.main(settings)
+    except process.GatewayError as exc:
         raise subcommands.BadInput(str(exc)) from None
 
 

@@ -24,15 +24,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from fleet.files import FileProblem, read_bounded
 from fleet.gateway.decide import _CLIENT, _VALUES
 from fleet.logs import kv
+from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, load_one, read_bounded
 
 log = logging.getLogger("fleet.gateway")
 
 MAX_FILE = 1024 * 1024
+LIMITS = YamlLimits(max_nodes=100_000)  # the one hostile-YAML reader's bounds (fleet.untrusted)
 MIN_TOKEN = 16
 RECHECK = 2.0
 DEFAULT_PORTS = frozenset({80, 443})
@@ -57,9 +56,9 @@ class Client:
 
 def parse_clients(text: str | bytes) -> dict[str, Client]:
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ClientsError(f"not YAML: {str(exc)[:200]}") from None
+        doc = load_one(decode(text) if isinstance(text, bytes) else text, LIMITS)
+    except (FileProblem, YamlProblem) as exc:
+        raise ClientsError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("clients"), dict) or set(doc) != {"clients"}:
         raise ClientsError("the file must be a mapping with one key, clients: {NAME: {token: ...}}")
     out = {}

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from fleet.metrics import GATEWAY_BYTES as BYTES
-from fleet.metrics import GATEWAY_REQUESTS as REQUESTS
-from fleet.metrics import GATEWAY_RETRIES as RETRIES
-from fleet.metrics import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
-from fleet.metrics import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
+from fleet.serving import GATEWAY_BYTES as BYTES
+from fleet.serving import GATEWAY_REQUESTS as REQUESTS
+from fleet.serving import GATEWAY_RETRIES as RETRIES
+from fleet.serving import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
+from fleet.serving import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
 
 OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "busy", "unauthorized", "forbidden",
             "limited", "bad_request", "unavailable")

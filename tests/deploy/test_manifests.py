@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.cli import subcommands as cli
 from fleet.cli.render import BROKER_SECRET, CONFIG_DIR, CONFIG_MAP, TMP_SIZE, UID
 from tests.deploy import kustomize

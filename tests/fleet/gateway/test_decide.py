@@ -239,7 +239,13 @@ TOK = "t" * 16
     (f"clients: {{acme: {{token: {TOK}, ports: [0]}}}}", "ports"),
     (f"clients: {{acme: {{token: {TOK}, ports: [true]}}}}", "ports"),
     (f"clients: {{acme: {{token: {TOK}, maxTunnels: -1}}}}", "maxTunnels"),
-    ("clients: {acme: ", "not YAML"),
+    ("clients: {acme: ", "not valid YAML"),
+    # the one hostile-YAML reader's rules (fleet.untrusted) hold here too
+    (f"clients: {{acme: {{token: {TOK}}}, acme: {{token: {TOK}}}}}", "duplicate key 'acme'"),
+    ("a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: &d [*c, *c]\ne: &e [*d, *d]\nf: &f [*e, *e]\ng: &g [*f, *f]\n"
+     "h: &h [*g, *g]\ni: &i [*h, *h]\nj: &j [*i, *i]\nk: &k [*j, *j]\nl: &l [*k, *k]\nm: &m [*l, *l]\nn: &n [*m, *m]\n"
+     "o: &o [*n, *n]\np: &p [*o, *o]\nq: [*p, *p]", "more than"),
+    (b"\xff\xfec\x00l\x00", "UTF-16"),
 ])
 def test_clients_file(doc, problem):
     if problem is None:

@@ -10,7 +10,6 @@ import logging
 import signal
 
 from fleet import httpguard, runtime, tracing
-from fleet.files import raise_open_files_limit
 from fleet.gateway import decide
 from fleet.gateway.clients import ClientsError, ClientsFile
 from fleet.gateway.server import Gateway, GatewayConfig, sweep
@@ -19,6 +18,7 @@ from fleet.serving import registry_of, serve_metrics
 from fleet.settings import Settings, parse_bind_address
 from fleet.store import Store, target
 from fleet.store.leases import AsyncLeases
+from fleet.untrusted import raise_open_files_limit
 
 log = logging.getLogger("fleet.gateway")
 
