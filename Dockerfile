@@ -41,5 +41,5 @@ ENV PATH=/opt/fleet/bin:$PATH \
 WORKDIR /opt/fleet
 USER 10001:10001
 # controller /metrics, Flower, worker /metrics, prober /metrics, lease API
-EXPOSE 8080 5555 9090 8081 8090
+EXPOSE 8080 5555 9090 8081 8090 8888 8083
 CMD ["fleet", "--help"]

@@ -2,7 +2,7 @@
 tick time, under one `fleet.round` span, so a round is one trace from beat
 through each provider worker to the controller. `beat.scheduler` decides
 who gets one (`beat.decisions.plan_round`) and stamps the round; this
-module only builds and sends. No queue: `fleet.routing` places each message
+module only builds and sends. No queue: `fleet.celery.routing` places each message
 by its `provider`."""
 
 from __future__ import annotations

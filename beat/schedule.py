@@ -6,7 +6,7 @@ Two entries: the check round, every interval, fanned out into one
 off), and the orphan GC sweep, one `fleet.gc_sweep` to the controller every
 --gc-interval (none when GC is off; not fanned out: the controller asks
 every provider for its list itself, `fleet.gc.sweep`). An entry names its
-task and arguments, never a queue: `fleet.routing` places every message. The
+task and arguments, never a queue: `fleet.celery.routing` places every message. The
 overdue sweep is not here: the controller runs it on its own clock, so a
 dead beat is itself reported (CheckOverdue, "is fleet beat running?")."""
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from celery import signature
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.config import ProvidersConfig
 from fleet.settings import Settings
 

@@ -3,7 +3,7 @@ as several replicas.
 
 Nothing is persisted locally (the schedule is derived at every start, and
 the image runs with a read-only root filesystem). Every tick first takes or
-extends the Redis lock (`fleet.beatstate`): only its holder sends anything;
+extends the Redis lock (`fleet.celery.beat`): only its holder sends anything;
 a standby ticks every second, sends nothing, and takes over when the lock
 expires (at most `beatstate.LOCK_TTL` after the active beat stopped). A
 newly active beat resumes one interval after the last round any beat sent,
@@ -13,8 +13,8 @@ first is due at once.
 The entries are data (`beat.schedule.Entry`). A fan-out entry goes out as
 one message per provider with a live worker heartbeat, under a single span
 (`beat.fanout.send_round`); the round is stamped in Redis with the schedule
-it ran (`beatstate.record_round`). Any other entry is sent by Celery's own
-scheduler. No entry names a queue: `fleet.routing` places every message.
+it ran (`fleet.celery.beat.record_round`). Any other entry is sent by Celery's own
+scheduler. No entry names a queue: `fleet.celery.routing` places every message.
 Decisions are in `beat.decisions`.
 
 The providers file is watched (`fleet.runtime.watch_config`); at each tick
@@ -37,7 +37,8 @@ from kombu import Producer
 
 from beat import decisions, fanout
 from beat.schedule import Entry, build_schedule, celery_entries
-from fleet import beatstate, heartbeat, routing, runtime
+from fleet import runtime
+from fleet.celery import beat, presence, routing
 from fleet.config import ProvidersConfig
 from fleet.store import Store, StoreError
 
@@ -48,7 +49,7 @@ T = TypeVar("T")
 
 class FleetScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._owner = beatstate.new_owner()
+        self._owner = beat.new_owner()
         self._role: str | None = None
         self._checked = float("-inf")  # monotonic time the lock was last confirmed
         self._redis_failing = False
@@ -70,7 +71,7 @@ class FleetScheduler(Scheduler):
         self._entries = {e.name: e for e in entries}
         self._use(config)
         self.merge_inplace(celery_entries(entries))  # type: ignore[arg-type]  # celery-types: Celery takes beat_schedule-style dicts here
-        self._redis = beatstate.connect(settings.broker)
+        self._redis = beat.connect(settings.broker)
         self._interval = settings.provider_check_interval
         runtime.watch_config(self._stop_watch)
         if not settings.checks_enabled:
@@ -86,7 +87,7 @@ class FleetScheduler(Scheduler):
         settings = runtime.settings()
         self._config = config
         self._providers = config.names()
-        self._doc = beatstate.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
+        self._doc = beat.schedule_doc(settings.provider_check_interval, settings.check_timeout if settings.checks_enabled else 0,
                                            settings.overdue_after if settings.checks_enabled else 0, settings.installation_id,
                                            config.names(), self._owner, time.time())
 
@@ -105,16 +106,16 @@ class FleetScheduler(Scheduler):
         log.info("providers config reloaded: checks go to %s", ", ".join(self._providers) or "no provider",
                  extra={"fields": {"added": ",".join(added), "removed": ",".join(removed)}})
         if self._role == decisions.ACTIVE:
-            self._quiet(beatstate.publish_schedule, {**self._doc, "published_at": time.time()})
+            self._quiet(beat.publish_schedule, {**self._doc, "published_at": time.time()})
 
     # --- the lock -------------------------------------------------------------------
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         self._follow_config()
         if not self._holds_lock():
-            return beatstate.STANDBY_EVERY
+            return beat.STANDBY_EVERY
         self._catch_up()
-        return min(super().tick(*args, **kwargs), beatstate.RENEW_EVERY)
+        return min(super().tick(*args, **kwargs), beat.RENEW_EVERY)
 
     def _holds_lock(self) -> bool:
         """Take or extend the lock, at most once a second while active (a
@@ -123,7 +124,7 @@ class FleetScheduler(Scheduler):
         if self._role == decisions.ACTIVE and now - self._checked < 1.0:
             return True
         try:
-            held = beatstate.hold(self._client(), self._owner)
+            held = beat.hold(self._client(), self._owner)
         except StoreError as exc:
             if not self._redis_failing:
                 log.warning("beat lock: Redis error, sending nothing until it answers", extra={"fields": {"error": str(exc)}})
@@ -141,7 +142,7 @@ class FleetScheduler(Scheduler):
             if change == decisions.ACTIVE:
                 self._become_active()
             else:
-                holder = self._quiet(beatstate.holder)
+                holder = self._quiet(beat.holder)
                 log.info("beat is standby: another beat holds the lock; sending nothing",
                          extra={"fields": {"beat": self._owner, "holder": holder}})
         return held
@@ -150,8 +151,8 @@ class FleetScheduler(Scheduler):
         r = self._client()
         wall = time.time()
         try:
-            last = beatstate.last_round(r)
-            beatstate.publish_schedule(r, {**self._doc, "published_at": wall})
+            last = beat.last_round(r)
+            beat.publish_schedule(r, {**self._doc, "published_at": wall})
         except StoreError:
             last = None
         start = decisions.resume_at(last, self._interval, wall)
@@ -163,7 +164,7 @@ class FleetScheduler(Scheduler):
 
     def close(self) -> None:
         """Release the lock at a clean stop, so a standby takes over at once."""
-        if self._role == decisions.ACTIVE and self._quiet(beatstate.release, self._owner):
+        if self._role == decisions.ACTIVE and self._quiet(beat.release, self._owner):
             log.info("beat released the lock", extra={"fields": {"beat": self._owner}})
         self._role = None
         self._stop_watch.set()
@@ -178,7 +179,7 @@ class FleetScheduler(Scheduler):
         if advance:
             self.reserve(entry)
         r = self._client()
-        live = heartbeat.live_workers(r)
+        live = presence.live_workers(r)
         plan = decisions.plan_round(self._role == decisions.ACTIVE, self._providers, live)
         if not plan.record:
             return None
@@ -186,7 +187,7 @@ class FleetScheduler(Scheduler):
         fanout.send_round(self.app, spec, plan.send, tick, skipped=len(plan.skip))
         self._note_workers(set(plan.skip))
         try:
-            beatstate.record_round(r, tick, self._doc, list(plan.skip))
+            beat.record_round(r, tick, self._doc, list(plan.skip))
         except StoreError as exc:
             log.warning("could not stamp the round in Redis", extra={"fields": {"error": str(exc)}})
         log.debug("check round sent", extra={"fields": {"providers": len(plan.send), "skipped": list(plan.skip)}})
@@ -197,7 +198,7 @@ class FleetScheduler(Scheduler):
         fan-out entry as soon as a worker of it is alive."""
         if not self._skipped:
             return
-        live = self._quiet(heartbeat.live_workers) or {}
+        live = self._quiet(presence.live_workers) or {}
         back = decisions.catch_up(self._skipped, live)
         tick = time.time()
         for name in back:
@@ -226,7 +227,7 @@ class FleetScheduler(Scheduler):
 
     def _client(self) -> Store:
         if self._redis is None:
-            self._redis = beatstate.connect(runtime.settings().broker)
+            self._redis = beat.connect(runtime.settings().broker)
         return self._redis
 
     def _quiet(self, fn: Callable[..., T], *args: Any) -> T | None:

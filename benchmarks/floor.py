@@ -2,7 +2,7 @@
 pipeline costs with nothing of fleet in it.
 
 `celery -A benchmarks.floor worker ...` with fleet's Celery settings
-(fleet/celeryconf.py, shared with fleet/app.py: JSON, the broker as result backend, results ignored, task
+(fleet/celery/conf.py, shared with fleet/celery/app.py: JSON, the broker as result backend, results ignored, task
 events off, prefetch 1, the same visibility timeout, missing queues
 created), the same queue shape (one queue per provider, one controller queue)
 and the same worker processes and threads as the fleet run. Two tasks,
@@ -25,7 +25,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from fleet.celeryconf import MESSAGING
+from fleet.celery.conf import MESSAGING
 
 BROKER = os.environ.get("FLOOR_BROKER_URL", "redis://127.0.0.1:6379/0")
 CONTROLLER_QUEUE = "floor.controller"
@@ -35,7 +35,7 @@ app.conf.update(
     broker_url=BROKER,
     result_backend=BROKER,
     task_default_queue=CONTROLLER_QUEUE,
-    **MESSAGING,  # fleet's own (fleet/celeryconf.py), so both run under the same settings
+    **MESSAGING,  # fleet's own (fleet/celery/conf.py), so both run under the same settings
 )
 _redis = redis.Redis.from_url(BROKER)
 

@@ -81,7 +81,7 @@ sys.path.insert(0, str(ROOT))
 
 from celery import Celery, signature  # noqa: E402
 
-from fleet import routing  # noqa: E402
+from fleet.celery import routing  # noqa: E402
 from fleet.health.dispatch import send_check  # noqa: E402
 from providers.fake import FakeConfig, Plan, plan  # noqa: E402
 from tests.integration.conftest import RedisServer, Stack, wait_for  # noqa: E402
@@ -398,7 +398,7 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
         stack.env.pop("KUBERNETES_SERVICE_HOST", None)
         fleet_pids = {"redis-server": redis_srv.proc.pid}
         for i, group in enumerate(groups):
-            argv = celery_worker("fleet.app", [routing.provider_queue(n) for n in group], f"bench{i}", args.concurrency)
+            argv = celery_worker("fleet.celery.app", [routing.provider_queue(n) for n in group], f"bench{i}", args.concurrency)
             fleet_pids[f"fleet-worker{i}"] = start(f"fleet-worker{i}", argv, stack.env, tmp, procs)
         fleet_planner = Planner(cfgs)  # the fleet workers run for both modes: their fakes count rounds across them
         last: dict[str, dict[str, Any]] = {}  # each provider's last stored result, for the controller-alone case
@@ -416,7 +416,7 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
         for mode, ctl_env, ends in modes:
             role = f"fleet-controller-{mode}"
             pids = dict(fleet_pids)
-            pids[role] = start(role, [*celery_worker("fleet.app", [routing.CONTROLLER_QUEUE], role, 4)], ctl_env, tmp, procs)
+            pids[role] = start(role, [*celery_worker("fleet.celery.app", [routing.CONTROLLER_QUEUE], role, 4)], ctl_env, tmp, procs)
             if mode == "api" and not args.kubeconfig:
                 pids["fake-api"] = procs["fake-api"].pid
             wait_nodes(stack.sender, [f"bench{i}" for i in range(args.workers)] + [role])

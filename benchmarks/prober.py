@@ -6,7 +6,7 @@ prober process.
   `--listener-procs` splits them over several processes);
 - their endpoints written straight into Redis (`fleet:px:endpoints`, as the
   controller keeps them for Running Proxies) on a real redis-server;
-- one prober: `fleet.prober.runtime.main`, the code `fleet prober` runs, in
+- one prober: `fleet.prober.process.main`, the code `fleet prober` runs, in
   its own process (this script's `--prober-child`, which only adds a dump of
   its start delays and counters when it stops).
 
@@ -100,19 +100,19 @@ def listener_child(n: int, out: str) -> None:
 
 def prober_child(dump: str) -> None:
     from fleet import logs
-    from fleet.prober import runtime
+    from fleet.prober import process
     from fleet.settings import Settings
 
     settings = Settings.from_env()
     logs.setup(settings.log_format, settings.log_level)
-    holder: dict[str, runtime.Prober] = {}
-    real_init = runtime.Prober.__init__
+    holder: dict[str, process.Prober] = {}
+    real_init = process.Prober.__init__
 
-    def init(self: runtime.Prober, *a: object, **kw: object) -> None:
+    def init(self: process.Prober, *a: object, **kw: object) -> None:
         real_init(self, *a, **kw)  # type: ignore[arg-type]
         holder["p"] = self
 
-    runtime.Prober.__init__ = init  # type: ignore[method-assign]
+    process.Prober.__init__ = init  # type: ignore[method-assign]
     base = {"probes": 0, "failed": 0, "skipped": 0}
     result: dict[str, object] = {}
 
@@ -130,10 +130,10 @@ def prober_child(dump: str) -> None:
     signal.signal(signal.SIGUSR1, reset)
     signal.signal(signal.SIGUSR2, snapshot)
 
-    def on_stop(p: runtime.Prober) -> None:
+    def on_stop(p: process.Prober) -> None:
         Path(dump).write_text(json.dumps(result))
 
-    sys.exit(runtime.main(settings, on_stop=on_stop))
+    sys.exit(process.main(settings, on_stop=on_stop))
 
 
 # --- the run ----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ LAYERS = [
     ("pydantic", "pydantic"),
     ("prometheus_client", "prometheus_client/"),
     ("opentelemetry", "opentelemetry/"),
-    ("fleet: status (build_status, decide, merge_patch)", "fleet/health/status.py"),
+    ("fleet: status (build_status, decide, merge_patch)", "fleet/health/decide.py"),
     ("fleet: messages (validation)", "fleet/health/messages.py"),
     ("fleet: results", "fleet/health/results.py"),
     ("fleet: kube writer", "fleet/kube/"),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.cli import commands
 from fleet.health.dispatch import send_check
 from tests.integration.conftest import RedisServer, Stack, wait_for

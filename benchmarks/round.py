@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.cli import commands
 from fleet.health.stored import StoredResults
 from fleet.store import Store

@@ -5,53 +5,37 @@ collected (not just the first) and names its field path and the bad value,
 e.g. `providers[1].kvm.hosts[0].address: ... (got 'nas1')`. The type
 allow-list and the blocks come from `providers.registry.TYPES`.
 
-The file is hostile input until proven otherwise, so loading is bounded in
-time and memory (`fleet validate` on any file ends in well under a second):
-
-- only a regular file is read (a FIFO, /dev/zero or a directory is refused
-  without blocking), at most `MAX_FILE_BYTES`; it must be UTF-8 (a UTF-16
-  BOM or invalid bytes are named with their offset);
-- a first pass over the YAML events, before anything is built, refuses
-  nesting deeper than `MAX_DEPTH`, more than `MAX_NODES` nodes counted as
-  aliases expand (so an alias bomb stops after a few hundred events),
-  aliases to a node that contains them, non-scalar keys and duplicate keys
-  (naming both lines), and records each node's field path for later errors;
-- integers and floats longer than `MAX_NUMBER_CHARS` and values the YAML
-  constructor cannot build (a timestamp like 2024-13-45) are errors with
-  their path, never tracebacks;
-- messages show values through `fleet.settings.show` (bounded, containers by
-  size only), never the value of an unknown key (it may be a misspelt
-  secret: `vendorDta`) and never a block's `secret_fields`.
+The file is hostile input until proven otherwise, so it is read through
+`fleet.untrusted` (`fleet validate` on any file ends in well under a second):
+only a regular file of at most `MAX_FILE_BYTES`, strict UTF-8, YAML bounded
+before it is built (`MAX_DEPTH` levels, `MAX_NODES` values counted as
+aliases expand, no duplicate keys, numbers of at most `MAX_NUMBER_CHARS`),
+one document. Messages show values through `providers.text.show` (bounded,
+containers by size only), never the value of an unknown key (it may be a
+misspelt secret: `vendorDta`) and never a block's `secret_fields`.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from fleet.files import FileProblem, read_bounded
-from fleet.settings import show
-from providers import registry
+from fleet import untrusted
+from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, key_step, load_one, read_bounded
+from providers import names, registry
+from providers.text import clip, show
 
-DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", re.ASCII)
-MAX_NAME = 63
+MAX_NAME = names.MAX_LABEL
 MAX_FILE_BYTES = 1 << 20  # 1 MiB; a file of 100 providers is ~50 KiB
 MAX_NODES = 50_000  # after alias expansion; 1,000 fake targets with 5 fields is ~11,000
 MAX_DEPTH = 32  # the deepest real path (providers[0].kvm.hosts[0].x) is 5 levels
 MAX_NUMBER_CHARS = 40
 MAX_PROBLEMS = 50  # listed; the rest are counted
 
-if TYPE_CHECKING:  # the stubs' CSafeLoader is no SafeLoader subclass; both build the same
-    _BASE_LOADER = yaml.SafeLoader
-else:
-    _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_SIMPLE_KEY = re.compile(r"[A-Za-z_][-A-Za-z0-9_]{0,63}", re.ASCII)
 
 
 class ConfigError(Exception):
@@ -99,17 +83,10 @@ class ProvidersConfig:
         raise KeyError(f"provider {name!r} is not configured (have: {', '.join(self.names()) or 'none'})")
 
 
-def _key(key: Any) -> str:
-    """A mapping key as a path step: `.name` when plain, else `[<bounded repr>]`."""
-    if isinstance(key, str) and _SIMPLE_KEY.fullmatch(key):
-        return f".{key}"
-    return f"[{show(key, 40)}]"
-
-
 def _path(prefix: str, loc: tuple[Any, ...]) -> str:
     out = prefix
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else _key(part)
+        out += f"[{part}]" if isinstance(part, int) else key_step(part)
     return out
 
 
@@ -137,7 +114,7 @@ def validate_name(name: Any) -> str | None:
         return "is required and must be a string"
     if len(name) > MAX_NAME:
         return f"must be at most {MAX_NAME} characters, has {len(name)}"
-    if not DNS1123_LABEL.fullmatch(name):
+    if not names.is_label(name):
         return "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit"
     return None
 
@@ -153,7 +130,7 @@ def _block_problems(at: str, model: Any, exc: ValidationError) -> list[str]:
             continue
         where = _path(at, loc)
         msg = str(err["msg"])
-        msg = msg if len(msg) <= 200 else msg[:200] + "..."
+        msg = clip(msg, 200)
         if err["type"] == "missing":
             out.append(f"{where}: {msg}")
         elif any(part in secret for part in loc):
@@ -221,180 +198,38 @@ def parse(data: Any, source: str = "<providers>") -> ProvidersConfig:
 
 # --- reading the file -----------------------------------------------------------
 
-
-def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
-    """The file's text: only a regular file, at most `limit` bytes, strict
-    UTF-8. Never blocks on a FIFO or device. Raises ConfigError."""
-    source = str(path)
-    try:
-        data = read_bounded(path, limit, "the providers file")
-    except FileProblem as exc:
-        raise ConfigError(source, [str(exc)]) from None
-    return decode(data, source)
-
-
-def decode(data: bytes, source: str) -> str:
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(data) > 1 and (data[0] == 0) != (data[1] == 0)):
-        raise ConfigError(source, ["the providers file looks UTF-16 encoded; save it as UTF-8"])
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(source, [f"the providers file is not UTF-8: invalid byte 0x{data[exc.start]:02x} "
-                                   f"at offset {exc.start} (line {line}); save it as UTF-8"]) from None
-    return text.removeprefix("\ufeff")  # a UTF-8 BOM is harmless
-
-
-class _Frame:
-    __slots__ = ("anchor", "expect_key", "index", "keys", "kind", "path", "pending", "start")
-    keys: dict[Any, int]  # a key's first line
-
-    def __init__(self, kind: str, path: str, start: int, anchor: str | None) -> None:
-        self.kind, self.path, self.start, self.anchor = kind, path, start, anchor
-        self.expect_key, self.index, self.keys, self.pending = True, 0, {}, path
-
-
-def _where(path: str) -> str:
-    return path.lstrip(".") or "the document"
-
-
-def _scan(text: str, source: str) -> dict[tuple[int, int], str]:
-    """Bound the document before building it: depth, expanded size, aliases,
-    keys. Returns the field path of each node by its (line, column)."""
-    paths: dict[tuple[int, int], str] = {}
-    sizes: dict[str, int] = {}
-    open_anchors: set[str] = set()
-    stack: list[_Frame] = []
-    total = 0
-
-    def fail(path: str, mark: Any, why: str) -> ConfigError:
-        return ConfigError(source, [f"{_where(path)}: {why} (line {mark.line + 1})"])
-
-    def here() -> str:
-        if not stack:
-            return ""
-        top = stack[-1]
-        return top.pending if top.kind == "map" else f"{top.path}[{top.index}]"
-
-    events = yaml.parse(text, Loader=_BASE_LOADER)
-    while True:
-        try:
-            ev = next(events)
-        except StopIteration:
-            break
-        except yaml.MarkedYAMLError as exc:
-            # libyaml scans flow collections ahead and stops at its own depth
-            # limit (1000) before our check sees the events: same message.
-            if "nesting depth" in str(exc.problem):
-                raise fail(here(), exc.problem_mark, f"nested deeper than {MAX_DEPTH} levels") from None
-            raise
-        if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            fr = stack.pop()
-            if fr.anchor:
-                sizes[fr.anchor] = total - fr.start
-                open_anchors.discard(fr.anchor)
-            if stack:
-                _advance(stack[-1])
-            continue
-        if not isinstance(ev, yaml.NodeEvent):
-            continue
-        assert ev.start_mark is not None  # the parser marks every event
-        parent = stack[-1] if stack else None
-        if parent is not None and parent.kind == "map" and parent.expect_key:
-            if not isinstance(ev, yaml.ScalarEvent):
-                raise fail(parent.path, ev.start_mark, "mapping keys must be plain strings or numbers")
-            key = ev.value
-            if key in parent.keys:
-                raise fail(parent.path + _key(key), ev.start_mark,
-                           f"duplicate key {show(key, 40)} (first at line {parent.keys[key]})")
-            parent.keys[key] = ev.start_mark.line + 1
-            parent.pending = parent.path + _key(key)
-            parent.expect_key = False
-            total += 1
-            continue
-        path = "" if parent is None else parent.pending if parent.kind == "map" else f"{parent.path}[{parent.index}]"
-        if isinstance(ev, yaml.AliasEvent):
-            assert ev.anchor is not None  # an alias always names its anchor
-            if ev.anchor in open_anchors:
-                raise fail(path, ev.start_mark, f"alias *{show(ev.anchor, 40)[1:-1]} refers to a node that contains it")
-            total += sizes.get(ev.anchor, 1)
-        else:
-            total += 1
-            paths[(ev.start_mark.line, ev.start_mark.column)] = path
-        if total > MAX_NODES:
-            raise fail(path, ev.start_mark, f"the document has more than {MAX_NODES} values (aliases counted as they expand)")
-        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            if len(stack) >= MAX_DEPTH:
-                raise fail(path, ev.start_mark, f"nested deeper than {MAX_DEPTH} levels")
-            stack.append(_Frame("map" if isinstance(ev, yaml.MappingStartEvent) else "seq", path, total - 1, ev.anchor))
-            if ev.anchor:
-                open_anchors.add(ev.anchor)
-        else:
-            if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
-                sizes[ev.anchor] = 1
-            if parent is not None:
-                _advance(parent)
-    return paths
-
-
-def _advance(fr: _Frame) -> None:
-    if fr.kind == "map":
-        fr.expect_key = True
-    else:
-        fr.index += 1
-
-
-class _Loader(_BASE_LOADER):
-    """SafeLoader that turns a value it cannot build into a YAML error at its
-    node, and refuses numbers longer than MAX_NUMBER_CHARS."""
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        if isinstance(node, yaml.ScalarNode) and node.tag.endswith((":int", ":float")) and len(node.value) > MAX_NUMBER_CHARS:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a number of {len(node.value)} characters (at most {MAX_NUMBER_CHARS})", node.start_mark)
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, OverflowError, TypeError, ArithmeticError) as exc:
-            what = node.tag.rsplit(":", 1)[-1]
-            raise yaml.constructor.ConstructorError(
-                None, None, f"not a valid {what} ({type(exc).__name__})", node.start_mark) from None
-
-
-def _yaml_problem(exc: yaml.YAMLError, paths: dict[tuple[int, int], str]) -> str:
-    if isinstance(exc, yaml.reader.ReaderError):
-        return f"not valid YAML: unacceptable character #x{exc.character:04x} at character {exc.position} ({exc.reason})"
-    mark = getattr(exc, "problem_mark", None)
-    problem = str(getattr(exc, "problem", None) or type(exc).__name__)
-    problem = problem if len(problem) <= 160 else problem[:160] + "..."
-    if mark is None:
-        return f"not valid YAML: {problem}"
-    path = paths.get((mark.line, mark.column))
-    where = f"{_where(path)}: " if path is not None else ""
-    return f"{where}not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
-
-
-def loads(text: str, source: str = "<providers>") -> Any:
-    """The YAML document in `text`, within the bounds above. Raises ConfigError."""
-    paths: dict[tuple[int, int], str] = {}
-    try:
-        paths = _scan(text, source)
-        loader = _Loader(text)
-        try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, [_yaml_problem(exc, paths)]) from None
-    except RecursionError:  # not reached within MAX_DEPTH; kept so no input ends in a traceback
-        raise ConfigError(source, [f"nested deeper than {MAX_DEPTH} levels"]) from None
+LIMITS = YamlLimits(max_nodes=MAX_NODES, max_depth=MAX_DEPTH, max_number_chars=MAX_NUMBER_CHARS)
+WHAT = "the providers file"
 
 
 def read_bytes(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The file's bytes, bounded as `read_text` reads them. Raises ConfigError."""
+    """The file's bytes: only a regular file, at most `limit` bytes. Never
+    blocks on a FIFO or device. Raises ConfigError."""
     try:
-        return read_bounded(path, limit, "the providers file")
+        return read_bounded(path, limit, WHAT)
     except FileProblem as exc:
         raise ConfigError(str(path), [str(exc)]) from None
+
+
+def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
+    """The file's text: `read_bytes`, strict UTF-8. Raises ConfigError."""
+    return decode(read_bytes(path, limit), str(path))
+
+
+def decode(data: bytes, source: str) -> str:
+    try:
+        return untrusted.decode(data, WHAT)
+    except FileProblem as exc:
+        raise ConfigError(source, [str(exc)]) from None
+
+
+def loads(text: str, source: str = "<providers>") -> Any:
+    """The YAML document in `text`, within the bounds above (`fleet.untrusted`). Raises ConfigError."""
+    try:
+        return load_one(text, LIMITS)
+    except YamlProblem as problem:  # a parser's own error without a place reads alone
+        alone = not problem.where and problem.why.startswith("not valid YAML")
+        raise ConfigError(source, [problem.why if alone else str(problem)]) from None
 
 
 def load_bytes(data: bytes, source: str) -> ProvidersConfig:

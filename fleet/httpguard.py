@@ -35,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httptools
 import orjson
@@ -44,7 +44,7 @@ from prometheus_client.registry import Collector
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from fleet.logs import kv
-from fleet.metrics import HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED
+from fleet.serving import HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED
 
 log = logging.getLogger("fleet.http")
 
@@ -68,6 +68,15 @@ class Limits:
     max_connections_per_client: int = 1024
 
 
+class Connection(Protocol):
+    """What `Guard` needs of a connection (`GuardedProtocol`, the gateway's connections)."""
+
+    counted: bool
+    client_host: str
+
+    def close(self, reason: str, status: int = 0, message: str = "") -> None: ...
+
+
 class Guard(Collector):
     """What the connections of one process share: counts per client address,
     the idle ones oldest first (eviction), the counters and the log's pace."""
@@ -77,12 +86,12 @@ class Guard(Collector):
         self.clock = clock
         self.per_client: dict[str, int] = {}
         self.open = 0
-        self.idle: OrderedDict[GuardedProtocol, None] = OrderedDict()
+        self.idle: OrderedDict[Connection, None] = OrderedDict()
         self.closed = dict.fromkeys(REASONS, 0)
         self._unlogged = dict.fromkeys(REASONS, 0)
         self._last_log = 0.0
 
-    def admit(self, conn: GuardedProtocol) -> str | None:
+    def admit(self, conn: Connection) -> str | None:
         """None when `conn` may stay (and is counted), else the reason it may not."""
         host = conn.client_host
         if self.per_client.get(host, 0) >= self.limits.max_connections_per_client:
@@ -97,7 +106,7 @@ class Guard(Collector):
         self.open += 1
         return None
 
-    def forget(self, conn: GuardedProtocol) -> None:
+    def forget(self, conn: Connection) -> None:
         if not conn.counted:
             return
         conn.counted = False

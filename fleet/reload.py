@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from fleet import metrics
+from fleet import serving
 from fleet.config import ConfigError, ProvidersConfig
 
 log = logging.getLogger("fleet.reload")
@@ -175,12 +175,12 @@ class _StatusCollector(Collector):
         s = self._status
         with s._lock:
             ok, last, failures = s.successful, s.last_success, s.failures
-        yield GaugeMetricFamily(metrics.CONFIG_RELOAD_SUCCESSFUL,
+        yield GaugeMetricFamily(serving.CONFIG_RELOAD_SUCCESSFUL,
                                 "1 when the providers file on disk is the config in use, 0 while it is refused.", value=int(ok))
         if last:
-            yield GaugeMetricFamily(metrics.CONFIG_RELOAD_SUCCESS_TIMESTAMP,
+            yield GaugeMetricFamily(serving.CONFIG_RELOAD_SUCCESS_TIMESTAMP,
                                     "Unix time this process last took in the providers file (its start counts).", value=last)
-        yield CounterMetricFamily(metrics.CONFIG_RELOAD_FAILURES.removesuffix("_total"),
+        yield CounterMetricFamily(serving.CONFIG_RELOAD_FAILURES.removesuffix("_total"),
                                   "Versions of the providers file this process refused (unreadable or invalid).",
                                   value=failures)
 

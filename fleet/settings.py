@@ -23,6 +23,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from fleet.durations import MAX_DURATION, format_duration, parse_duration
+from providers import names
+from providers.text import clip, show
 
 MIN_INTERVAL = 10.0
 DEFAULT_TIMEOUT = 15.0
@@ -34,35 +36,9 @@ MAX_PROXY_NAMESPACES = 100
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
-_HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?", re.ASCII)
 _PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
 _DB = re.compile(r"/?([0-9]{1,5})?", re.ASCII)
-MAX_SHOWN = 60
 SECRET_QUERY_KEYS = ("password", "pass", "passwd", "secret", "token", "sentinel_password")
-
-
-def show(value: Any, limit: int = MAX_SHOWN) -> str:
-    """A bounded display of a user's value for messages: short strings and
-    numbers as repr, long strings cut before repr (never repr an unbounded
-    value), containers only by size. O(limit) time and memory."""
-    if isinstance(value, str):
-        if len(value) <= limit:
-            return repr(value)
-        return repr(value[:limit]) + f"... ({len(value)} characters)"
-    if isinstance(value, bool) or value is None:
-        return repr(value)
-    if isinstance(value, int):
-        if value.bit_length() > 128:
-            return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-        return repr(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else str(value)
-    if isinstance(value, (list, tuple)):
-        return "[]" if not value else f"a list of {len(value)} item(s)"
-    if isinstance(value, dict):
-        return "{}" if not value else f"a mapping of {len(value)} key(s)"
-    return f"a {type(value).__name__}"
 
 
 def redact_url(url: str) -> str:
@@ -87,7 +63,7 @@ def redact_url(url: str) -> str:
             key, eq, _ = part.partition("=")
             parts.append(f"{key}=***" if eq and key.lower() in SECRET_QUERY_KEYS else part)
         text = base + "?" + "&".join(parts)
-    return text if len(text) <= 200 else text[:200] + f"... ({len(text)} characters)"
+    return clip(text, 200)
 
 
 def broker_problem(url: str) -> str | None:
@@ -151,7 +127,7 @@ def parse_bind_address(address: str, flag: str = "--metrics-bind-address") -> tu
         why = "the port must be a number from 1 to 65535"
     elif host.startswith("[") or ":" in host:
         why = "IPv6 addresses are not supported; use an IPv4 address, a host name or :PORT"
-    elif host and not _HOSTNAME.fullmatch(host):
+    elif host and not names.is_hostname(host, trailing_dot=True):
         why = "the host must be an IPv4 address or a host name"
     elif host and host.replace(".", "").isdigit():
         try:
@@ -167,7 +143,7 @@ class SettingsError(ValueError):
     """A process setting is invalid; the message names the flag and value."""
 
 
-GROUPS = ("process", "health", "proxies", "gc", "prober", "api")  # README's table lists them in this order
+GROUPS = ("process", "health", "proxies", "gc", "prober", "api", "gateway")  # README's table lists them in this order
 KINDS = ("str", "duration", "int", "bool")
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
 MAX_PATH = 4096
@@ -350,6 +326,41 @@ OPTIONS: tuple[Option, ...] = (
            "int", 16_384, 16, 1_000_000),
     Option("api-max-connections-per-client", "api", "Connections one client address may hold.", "int", 1024, 1,
            shown_bounds="from 1 to --api-max-connections", check="per-client"),
+    Option("gateway-bind-address", "gateway", "host:port the crawlers' forward proxy (`fleet gateway`) listens on.",
+           default=":8888", check="bind"),
+    _path("gateway-clients-file", "gateway", "The gateway's clients (YAML: clients: {NAME: {token, pools, ports, "
+                                             "maxTunnels}}; a mounted Secret), re-read when it changes; required."),
+    _bind("gateway-metrics-bind-address", "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
+          ":8083"),
+    Option("gateway-max-attempts", "gateway", "Proxies one request tries before the crawler sees an error.", "int", 3,
+           1, 20),
+    Option("gateway-connect-timeout", "gateway", "Time limit of connecting to a proxy and of its CONNECT answer.",
+           "duration", 5.0, 0.05, 120.0),
+    Option("gateway-response-timeout", "gateway", "Time limit of a plain HTTP response's head, after the request.",
+           "duration", 30.0, 0.1, 600.0),
+    Option("gateway-header-timeout", "gateway", "Time from a request's first byte to the end of its headers (slow "
+                                                "clients: 408).", "duration", 10.0, 0.1, 600.0),
+    Option("gateway-idle-timeout", "gateway", "How long a connection may wait for a request, and a tunnel may carry "
+                                              "no byte either way.", "duration", 60.0, 0.1, 86400.0),
+    Option("gateway-tunnel-max-duration", "gateway", "The longest a tunnel stays open.", "duration", 3600.0, 1.0,
+           86400.0),
+    Option("gateway-max-tunnels", "gateway", "Tunnels one gateway process holds at once (then 503 tunnel-limit).",
+           "int", 10_000, 1, 1_000_000),
+    Option("gateway-max-tunnels-per-client", "gateway", "Tunnels one client holds at once, unless its maxTunnels "
+                                                        "says otherwise (then 503 client-tunnel-limit).",
+           "int", 1000, 1, 1_000_000),
+    Option("gateway-max-connections", "gateway", "Connections one gateway process holds; at the limit the "
+                                                 "longest-idle one makes room.", "int", 20_000, 16, 1_000_000),
+    Option("gateway-max-connections-per-client", "gateway", "Connections one client address may hold.", "int", 4096,
+           1, 1_000_000),
+    Option("gateway-ban-statuses", "gateway", "Plain HTTP statuses that mean the origin banned the proxy: reported "
+                                              "blocked, and an idempotent request is retried on another proxy "
+                                              "(comma-separated; empty: none).", default="403,429,503",
+           check="statuses"),
+    Option("gateway-lease-ttl", "gateway", "The TTL of the lease a tunnel or request holds (a tunnel renews it at "
+                                           "half).", "duration", 60.0, 2.0, 3600.0),
+    Option("gateway-session-ttl", "gateway", "How long a session (the username's -session-ID) keeps its proxy "
+                                             "after its last use.", "duration", 600.0, 1.0, 86400.0),
     Option("log-format", "process", "How log lines are written: text is key=value.", default="text", choices=("text", "json")),
     Option("log-level", "process", "How much is logged.", default="info",
            choices=("debug", "info", "warning", "error"), any_case=True),
@@ -417,6 +428,22 @@ class Settings:
     api_body_timeout: float = _default("api_body_timeout")
     api_max_connections: int = _default("api_max_connections")
     api_max_connections_per_client: int = _default("api_max_connections_per_client")
+    gateway_bind_address: str = _default("gateway_bind_address")
+    gateway_clients_file: str | None = _default("gateway_clients_file")
+    gateway_metrics_bind_address: str = _default("gateway_metrics_bind_address")
+    gateway_max_attempts: int = _default("gateway_max_attempts")
+    gateway_connect_timeout: float = _default("gateway_connect_timeout")
+    gateway_response_timeout: float = _default("gateway_response_timeout")
+    gateway_header_timeout: float = _default("gateway_header_timeout")
+    gateway_idle_timeout: float = _default("gateway_idle_timeout")
+    gateway_tunnel_max_duration: float = _default("gateway_tunnel_max_duration")
+    gateway_max_tunnels: int = _default("gateway_max_tunnels")
+    gateway_max_tunnels_per_client: int = _default("gateway_max_tunnels_per_client")
+    gateway_max_connections: int = _default("gateway_max_connections")
+    gateway_max_connections_per_client: int = _default("gateway_max_connections_per_client")
+    gateway_ban_statuses: str = _default("gateway_ban_statuses")
+    gateway_lease_ttl: float = _default("gateway_lease_ttl")
+    gateway_session_ttl: float = _default("gateway_session_ttl")
     log_format: str = _default("log_format")
     log_level: str = _default("log_level")
 
@@ -526,7 +553,7 @@ def _check(opt: Option, value: Any, settings: Settings) -> None:
         raise SettingsError(f"{flag} must be printable and at most {MAX_PATH} characters, got {show(value)}")
     elif opt.check == "bind":
         parse_bind_address(value, flag)
-    elif opt.check == "label" and not _DNS1123_LABEL.fullmatch(value):
+    elif opt.check == "label" and not names.is_label(value):
         raise SettingsError(f"{flag} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {show(value)}")
     elif opt.check == "namespaces":
         parse_namespaces(value, flag)
@@ -538,6 +565,8 @@ def _check(opt: Option, value: Any, settings: Settings) -> None:
         why = probe_target_problem(value)
         if why:
             raise SettingsError(f"{flag} {why}, got {show(redact_url(value))}")
+    elif opt.check == "statuses" and not re.fullmatch(r"\s*(\d{3}\s*(,\s*\d{3}\s*)*)?,?\s*", value):
+        raise SettingsError(f"{flag} must be comma-separated 3-digit status codes, got {show(value)}")
     elif opt.check == "per-client" and not 1 <= value <= settings.api_max_connections:
         raise SettingsError(f"{flag} must be from 1 to --api-max-connections ({settings.api_max_connections}), "
                             f"got {value}")
@@ -557,7 +586,7 @@ def parse_namespaces(text: str, flag: str = "--proxy-namespaces") -> tuple[str, 
             raise SettingsError(f"{flag}: '*' (every namespace) cannot be combined with names, got {show(text)}")
         if not item:
             raise SettingsError(f"{flag} must be a comma list of namespaces or '*', entry {i + 1} is empty (got {show(text)})")
-        if not _DNS1123_LABEL.fullmatch(item):
+        if not names.is_label(item):
             raise SettingsError(f"{flag}: {show(item)} is not a namespace name (a DNS-1123 label: lowercase letters, "
                                 f"digits, '-'; at most 63)")
         if item not in out:
@@ -596,7 +625,7 @@ def probe_target_problem(target: str) -> str | None:
         if not raw or not _PORT.fullmatch(raw):
             return "must be host:port or http://host:port/path"
         port = int(raw)
-    if not host or not (_HOSTNAME.fullmatch(host.strip("[]")) or _is_ip(host.strip("[]"))):
+    if not host or not (names.is_hostname(host.strip("[]"), trailing_dot=True) or _is_ip(host.strip("[]"))):
         return "must name a host (a DNS name or an IP address)"
     if not 1 <= int(port) <= 65535:
         return "must have a port from 1 to 65535"

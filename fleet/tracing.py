@@ -100,7 +100,7 @@ def provider_span(provider: str, op: str, provider_id: str | None = None) -> Ite
     (`op` one of create, get, delete, list) with provider.name, provider.id
     and provider.result (ok or the error class). NotFound keeps the span OK:
     polling until NotFound is expected. The exception goes on unchanged.
-    Used by `fleet.calls`, the one base of every provider-call task."""
+    Used by `fleet.celery.calls`, the one base of every provider-call task."""
     with tracer().start_as_current_span(
         f"provider.{op}", kind=trace.SpanKind.CLIENT,
         attributes={"provider.name": provider, **({"provider.id": provider_id} if provider_id else {})},

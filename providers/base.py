@@ -32,12 +32,13 @@ import base64
 import dataclasses
 import enum
 import hashlib
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from providers import names
 
 # --- GC marks --------------------------------------------------------------
 
@@ -55,13 +56,12 @@ LABEL_NAMESPACE = "proxy-operator-namespace"
 # What an installation id is (fleet.settings validates --installation the
 # same way): a DNS-1123 label, so it fits a pod label, a GCE label value
 # ([a-z0-9_-], at most 63), domain metadata and a state record alike.
-_INSTALLATION = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 
 
 def installation_problem(installation: str) -> str | None:
     """Why `installation` can't be an installation mark, or None. Empty is
     fine: it writes no mark."""
-    if installation == "" or _INSTALLATION.fullmatch(installation):
+    if installation == "" or names.is_label(installation):
         return None
     return f"installation must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {installation[:80]!r}"
 
@@ -69,7 +69,7 @@ def installation_problem(installation: str) -> str | None:
 def namespace_mark(request: CreateRequest) -> str:
     """The LABEL_NAMESPACE value a create writes: the Proxy's namespace when it
     is a DNS-1123 label (every Kubernetes namespace is), else "" (no mark)."""
-    return request.namespace if _INSTALLATION.fullmatch(request.namespace) else ""
+    return request.namespace if names.is_label(request.namespace) else ""
 
 # --- Shared check reasons ----------------------------------------------------
 # Providers add their own only for failures an admin would fix differently.

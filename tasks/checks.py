@@ -8,8 +8,9 @@ from typing import Any
 
 from celery import Task, signals
 
-from fleet import heartbeat, roles, routing, runtime
-from fleet.app import app
+from fleet import runtime
+from fleet.celery import presence, roles, routing
+from fleet.celery.app import app
 from fleet.health import runtime as health
 from fleet.health.checking import CHECKER_TARGET, run_check
 from fleet.health.results import CheckResult
@@ -49,12 +50,12 @@ _stop_watch = threading.Event()
 
 @signals.worker_ready.connect
 def _start_heartbeat(sender: object = None, **_: object) -> None:
-    """Announce which providers this worker serves (see fleet.heartbeat), and
+    """Announce which providers this worker serves (see fleet.celery.presence), and
     follow changes to the providers file (a changed block rebuilds the
     provider at its next use; a removed one answers "not configured")."""
     role = roles.of_consumer(sender)
     if role.kind == roles.PROVIDER_WORKER:
-        heartbeat.start(runtime.settings().broker, list(role.providers), getattr(sender, "hostname", "") or "")
+        presence.start(runtime.settings().broker, list(role.providers), getattr(sender, "hostname", "") or "")
         runtime.watch_config(_stop_watch)
 
 

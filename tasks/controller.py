@@ -19,12 +19,12 @@ from typing import Any
 from celery import signals
 from celery.worker.strategy import default as default_strategy
 
-from fleet import roles, routing
-from fleet.app import app
+from fleet.celery import roles, routing
+from fleet.celery.app import app
 from fleet.health import runtime as health
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of
-from fleet.metrics import DROP_TOO_LARGE
+from fleet.serving import DROP_TOO_LARGE
 from fleet.tracing import span
 
 log = logging.getLogger("fleet.controller")
@@ -112,9 +112,9 @@ def controller_startup() -> None:
     Restarting is left to Kubernetes' back-off or `fleet up`."""
     from fleet import reload, runtime, serving
     from fleet.gc import runtime as gc
-    from fleet.health.gauges import collectors
+    from fleet.health.metrics import collectors
     from fleet.proxies import runtime as proxies
-    from fleet.proxies.gauges import ProxiesCollector
+    from fleet.proxies.metrics import ProxiesCollector
 
     try:
         ctl = health.controller()

@@ -18,9 +18,10 @@ from typing import Any
 
 from celery.worker.strategy import default as default_strategy
 
-from fleet import routing, runtime
-from fleet.app import app
-from fleet.gc import gauges
+from fleet import runtime
+from fleet.celery import routing
+from fleet.celery.app import app
+from fleet.gc import metrics
 from fleet.gc import runtime as gc
 
 log = logging.getLogger("fleet.gc")
@@ -41,7 +42,7 @@ def gc_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
     def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> Any:
         size = len(message.body or b"")
         if size > MAX_ANSWER_BYTES:
-            gc.counters().skip(gauges.ALL, gauges.INVALID_ANSWER)
+            gc.counters().skip(metrics.ALL, metrics.INVALID_ANSWER)
             log.warning("GC: dropped an answer of %d bytes (at most %d)", size, MAX_ANSWER_BYTES)
             ack(log, consumer.connection_errors)
             return None
@@ -76,7 +77,7 @@ def gc_sweep(*_args: Any, **_kwargs: Any) -> str:
 def record_gc_list(*args: Any, **kwargs: Any) -> str:
     why = answer_problem(args, kwargs, ("provider", "sweep"))
     if why:
-        gc.counters().skip(gauges.ALL, gauges.INVALID_ANSWER)
+        gc.counters().skip(metrics.ALL, metrics.INVALID_ANSWER)
         log.warning("GC: dropped a list answer", extra={"fields": {"why": why}})
         return "dropped"
     return gc.sweeper().record_list(args[0], kwargs["provider"], kwargs["sweep"])

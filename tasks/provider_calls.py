@@ -1,4 +1,4 @@
-"""Provider calls as tasks on `provider.<name>`, each on `fleet.calls.ProviderCallTask`:
+"""Provider calls as tasks on `provider.<name>`, each on `fleet.celery.calls.ProviderCallTask`:
 send them with keyword arguments (`provider`, the op's own, optionally
 `timeout` and `attempt`) and `link` the task that reads the outcome.
 
@@ -19,9 +19,10 @@ from typing import Any
 
 from celery import signals
 
-from fleet import exposition, roles, routing, runtime
-from fleet.app import app
-from fleet.calls import ProviderCallTask, instance_dict
+from fleet import runtime
+from fleet.celery import calls, roles, routing
+from fleet.celery.app import app
+from fleet.celery.calls import ProviderCallTask, instance_dict
 from providers.base import CreateRequest, Deadline, Permanent, Placement, Provider, Transient, wrap
 
 log = logging.getLogger("fleet.calls")
@@ -73,13 +74,13 @@ def list_instances(p: Provider, deadline: Deadline) -> list[dict[str, Any]]:
 
 @signals.worker_ready.connect
 def _serve_worker_metrics(sender: object = None, **_: object) -> None:
-    """A provider worker serves its provider-call metrics (fleet.exposition).
+    """A provider worker serves its provider-call metrics (fleet.celery.calls.serve_worker).
     A port it cannot bind is logged, not fatal: the worker's calls matter more,
     and Prometheus' `up` shows the missing target."""
     role = roles.of_consumer(sender)
     if role.kind != roles.PROVIDER_WORKER:
         return
     try:
-        exposition.serve(runtime.settings().worker_metrics_bind_address, role.providers)
+        calls.serve_worker(runtime.settings().worker_metrics_bind_address, role.providers)
     except OSError as exc:
         log.error("worker /metrics not served: %s", exc)

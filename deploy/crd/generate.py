@@ -22,8 +22,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleet.crd import Crd  # noqa: E402
 from fleet.health import schema as health_schema  # noqa: E402
+from fleet.kube.crd import Crd  # noqa: E402
 from fleet.pools import schema as pool_schema  # noqa: E402
 from fleet.proxies import schema as proxy_schema  # noqa: E402
 

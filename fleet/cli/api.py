@@ -19,18 +19,19 @@ from typing import Any
 
 from fleet.cli import subcommands
 from fleet.durations import parse_duration
-from fleet.settings import parse_bind_address, show
+from fleet.settings import parse_bind_address
+from providers.text import show
 
 API_URL_ENV = "FLEET_API_URL"
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    from fleet.leases import runtime
+    from fleet.leases import process
 
     settings = subcommands.settings_from(args)
     try:
-        return runtime.main(settings)
-    except runtime.TokenError as exc:
+        return process.main(settings)
+    except process.TokenError as exc:
         raise subcommands.BadInput(str(exc)) from None
 
 
@@ -47,7 +48,7 @@ def api_url(args: argparse.Namespace, bind_address: str) -> str:
 
 
 def cmd_lease(args: argparse.Namespace) -> int:
-    from fleet.leases import client, runtime
+    from fleet.leases import client, process
     from fleet.leases.requests import BadRequest, parse_lease
 
     settings = subcommands.settings_from(args)
@@ -68,8 +69,8 @@ def cmd_lease(args: argparse.Namespace) -> int:
     except BadRequest as exc:
         raise subcommands.BadInput(f"--{exc.field}: {exc.message}" if exc.field else exc.message) from None
     try:
-        token = runtime.load_token(dataclasses.replace(settings, insecure_no_auth=True))
-    except runtime.TokenError as exc:
+        token = process.load_token(dataclasses.replace(settings, insecure_no_auth=True))
+    except process.TokenError as exc:
         raise subcommands.BadInput(str(exc)) from None
     try:
         status, doc = client.lease(base, token.decode() if token else None, args.target, ttl, args.sticky, args.provider,

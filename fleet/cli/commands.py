@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from fleet import routing
+from fleet.celery import routing
 
-CELERY = [sys.executable, "-m", "celery", "-A", "fleet.app"]
+CELERY = [sys.executable, "-m", "celery", "-A", "fleet.celery.app"]
 # Provider calls are I/O-bound and share per-process connection pools.
 WORKER_POOL = ["--pool", "threads"]
 

@@ -4,7 +4,7 @@
   would take, in-process and without deleting anything: every provider is
   built here (with the credentials this shell has), listed under a deadline
   through the same call path as a worker's `fleet.list_instances`
-  (`fleet.calls.call`), its answer validated as the controller does
+  (`fleet.celery.calls.call`), its answer validated as the controller does
   (`fleet.gc.answers`), the live Proxy UIDs read after the lists as a
   sweep does (`fleet.gc.live`), and the orphan matrix applied
   (`fleet.gc.decide`). Prints PROVIDER INSTANCE UID AGE VERDICT WHY.
@@ -86,7 +86,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def list_one(pc: ProviderConfig, timeout: float) -> tuple[str, ListAnswer]:
     """One provider's list, as a worker's `fleet.list_instances` answers it, validated as the controller does."""
-    from fleet import calls
+    from fleet.celery import calls
     from fleet.gc import answers
     from providers import registry
 
@@ -146,9 +146,10 @@ def send_sweep(broker: str, interval: float) -> int:
     """One `fleet.gc_sweep` to the controller, as beat sends it."""
     from celery import Celery
 
-    from fleet import routing
-    from fleet.celeryconf import MESSAGING
-    from fleet.settings import redact_url, show
+    from fleet.celery import routing
+    from fleet.celery.conf import MESSAGING
+    from fleet.settings import redact_url
+    from providers.text import show
 
     app = Celery("fleet-gc", broker=broker, set_as_current=False)
     app.conf.update(task_routes=(routing.route,), **MESSAGING)

@@ -3,7 +3,7 @@
 - `ready`: the broker answers PING within the timeout. A worker that cannot
   reach the broker cannot take work, so it is not ready.
 - `live -p NAME`: when the broker answers, this pod's worker for NAME must
-  have a fresh heartbeat key (fleet.heartbeat; the worker refreshes it every
+  have a fresh heartbeat key (fleet.celery.presence; the worker refreshes it every
   10 s, TTL 30 s). When the broker does not answer, the probe passes:
   restarting workers does not bring Redis back, and readiness already says it.
 

@@ -1,5 +1,5 @@
 """`fleet prober`: the proxy health engine as a process of its own
-(`fleet.prober.runtime`). It needs only Redis: no providers file, no
+(`fleet.prober.process`). It needs only Redis: no providers file, no
 Celery, no Kubernetes API."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from fleet.prober.target import TargetError
 
 
 def cmd_prober(args: argparse.Namespace) -> int:
-    from fleet.prober import runtime
+    from fleet.prober import process
 
     settings = subcommands.settings_from(args)
     try:
-        return runtime.main(settings)
+        return process.main(settings)
     except TargetError as exc:
         raise subcommands.BadInput(str(exc)) from None
 

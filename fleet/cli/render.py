@@ -22,7 +22,7 @@ It prints, for one installation (default: the namespace):
   Deployment running `fleet prober` and the `fleet-prober` Service (:8081);
 - per provider, a ServiceAccount, RBAC only when the provider talks to this
   cluster, and a worker Deployment running `fleet worker -p NAME` (which
-  execs `commands.worker_argv`: queue `provider.<name>` from `fleet.routing`,
+  execs `commands.worker_argv`: queue `provider.<name>` from `fleet.celery.routing`,
   worker name `<name>@%h`). What a provider needs mounted or granted is declared once per
   type, by its config block's `runtime()` (providers/blocks.py); this module
   only turns that into volumes, environment and RBAC, and mounts a provider's
@@ -42,17 +42,17 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.cli import commands
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.claims import CLAIM_NAME, LEASE
 from fleet.settings import ALL_NAMESPACES
+from providers import names
 from providers.blocks import Block, Runtime
 
 NAMESPACE = "fleet-system"
@@ -74,6 +74,10 @@ PROBER, PROBER_PORT = "fleet-prober", 8081  # the Deployment, its ServiceAccount
 # The lease API (issue 14): Deployment, ServiceAccount and Service share the name; its token is key `token` of a
 # Secret the operator creates (`kubectl create secret generic fleet-api-token --from-literal=token=...`).
 API, API_PORT, API_REPLICAS, API_TOKEN_SECRET, API_TOKEN_KEY = "fleet-api", 8090, 2, "fleet-api-token", "token"
+# `fleet gateway` (issue 23): the crawlers' forward proxy, its /metrics on a port of its own; the clients file is
+# the Secret the operator creates (`kubectl create secret generic fleet-gateway-clients --from-file=clients.yaml`).
+GATEWAY, GATEWAY_PORT, GATEWAY_METRICS_PORT, GATEWAY_REPLICAS = "fleet-gateway", 8888, 8083, 2
+GATEWAY_CLIENTS_SECRET, GATEWAY_CLIENTS_KEY, GATEWAY_CLIENTS_DIR = "fleet-gateway-clients", "clients.yaml", "/etc/fleet/gateway"
 BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 # Provider workers serve their provider-call series (requests_total,
@@ -82,7 +86,6 @@ WORKER_METRICS_PORT = 9090
 RBAC_API = "rbac.authorization.k8s.io"
 # Directories a credential mount may not cover (or sit inside).
 RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # The controller's rights on fleet's own kinds. ProviderHealth (cluster-
 # scoped, so a ClusterRole whatever the Proxy scope): uncached get, create
@@ -154,7 +157,7 @@ def rbac_name(installation: str, *role: str) -> str:
 
 
 def queue_and_node(provider: str) -> tuple[str, str]:
-    """The provider's queue (`fleet.routing`) and worker name template
+    """The provider's queue (`fleet.celery.routing`) and worker name template
     (`commands.worker_node`), the same two `commands.worker_argv` runs with."""
     return routing.provider_queue(provider), commands.worker_node(provider)
 
@@ -340,7 +343,7 @@ def controller_rbac(t: Target) -> list[dict[str, Any]]:
 
 def beat(t: Target) -> list[dict[str, Any]]:
     """Two replicas, one active: only the holder of a Redis lock sends
-    (fleet.beatstate), the other takes over within the lock's TTL, so a
+    (fleet.celery.beat), the other takes over within the lock's TTL, so a
     rolling update is safe (a stopping beat releases the lock). Its schedule is built from the
     file at start; the config hash restarts it when the file changes. No
     Kubernetes rights, no token. Ready while the broker answers; no liveness
@@ -400,6 +403,35 @@ def api(t: Target) -> list[dict[str, Any]]:
         {"requests": {"cpu": "250m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
         strategy={"type": "RollingUpdate"}, replicas=API_REPLICAS,
     )
+
+
+def gateway(t: Target) -> list[dict[str, Any]]:
+    """`fleet gateway` (issue 23): the forward proxy on :8888 (port `proxy`) and /metrics, /readyz, /livez on
+    :8083 (port `metrics`) behind the `fleet-gateway` Service; two replicas (they share every lease through
+    Redis). The clients file is the Secret `fleet-gateway-clients` (key `clients.yaml`) mounted read-only; the
+    gateway re-reads it when the kubelet updates the mount. Redis only: no Kubernetes rights."""
+    objs = _redis_only(
+        t, GATEWAY, "gateway", ["fleet", "gateway"], "metrics", GATEWAY_METRICS_PORT,
+        [{"name": "FLEET_GATEWAY_BIND_ADDRESS", "value": f":{GATEWAY_PORT}"},
+         {"name": "FLEET_GATEWAY_METRICS_BIND_ADDRESS", "value": f":{GATEWAY_METRICS_PORT}"},
+         {"name": "FLEET_GATEWAY_CLIENTS_FILE", "value": f"{GATEWAY_CLIENTS_DIR}/{GATEWAY_CLIENTS_KEY}"}],
+        {"readinessProbe": http_probe("/readyz", "metrics", 10, 5, 2),
+         "livenessProbe": {"tcpSocket": {"port": "proxy"}, "periodSeconds": 20, "timeoutSeconds": 5, "failureThreshold": 3}},
+        {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        strategy={"type": "RollingUpdate"}, replicas=GATEWAY_REPLICAS,
+    )
+    for obj in objs:
+        if obj["kind"] == "Deployment":
+            pod = obj["spec"]["template"]["spec"]
+            (container,) = pod["containers"]
+            container["ports"].insert(0, {"name": "proxy", "containerPort": GATEWAY_PORT})
+            container["volumeMounts"].append({"name": "clients", "mountPath": GATEWAY_CLIENTS_DIR, "readOnly": True})
+            pod["volumes"].append({"name": "clients", "secret": {"secretName": GATEWAY_CLIENTS_SECRET,
+                                                                "items": [{"key": GATEWAY_CLIENTS_KEY,
+                                                                           "path": GATEWAY_CLIENTS_KEY}]}})
+        elif obj["kind"] == "Service":
+            obj["spec"]["ports"].insert(0, {"name": "proxy", "port": GATEWAY_PORT, "targetPort": "proxy"})
+    return objs
 
 
 def _redis_only(t: Target, name: str, component: str, command: list[str], port_name: str, port: int,
@@ -464,7 +496,7 @@ def credential_volumes(pc: ProviderConfig, rt: Runtime) -> tuple[list[dict[str, 
         keys[base] = f
         by_dir.setdefault(d, []).append(base)
     volumes, mounts = [], []
-    for i, (d, names) in enumerate(sorted(by_dir.items())):
+    for i, (d, files) in enumerate(sorted(by_dir.items())):
         vol = f"credentials-{i}"
         volumes.append({
             "name": vol,
@@ -472,7 +504,7 @@ def credential_volumes(pc: ProviderConfig, rt: Runtime) -> tuple[list[dict[str, 
                 "secretName": credentials_secret(pc.name),
                 "optional": True,
                 "defaultMode": 0o440,
-                "items": [{"key": n, "path": n} for n in sorted(names)],
+                "items": [{"key": n, "path": n} for n in sorted(files)],
             },
         })
         mounts.append({"name": vol, "mountPath": d, "readOnly": True})
@@ -596,15 +628,15 @@ def render(
     the namespace, `proxy_namespaces` (as `fleet.settings.parse_namespaces`
     reads them) to that namespace."""
     for what, value in (("namespace", namespace), ("installation", installation or namespace)):
-        if not DNS1123_LABEL.match(value):
+        if not names.is_label(value):
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
     scope = proxy_namespaces or (namespace,)
     for ns in scope:
-        if ns != ALL_NAMESPACES and not DNS1123_LABEL.match(ns):
+        if ns != ALL_NAMESPACES and not names.is_label(ns):
             raise RenderError(f"--proxy-namespaces: {ns!r} is not a namespace name (a DNS-1123 label)")
     copy, moved = split_secrets(config, text)
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope)
-    out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t)]
+    out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t), *gateway(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
         out.append(service_account(worker_name(pc.name), t, "worker", rt.in_cluster, pc.name))

@@ -28,12 +28,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from fleet import beatstate, logs, routing
+from fleet import logs
+from fleet.celery import beat, routing
 from fleet.cli import commands, supervise, tables
 from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
-from fleet.health.status import current_verdict, verdict
-from fleet.settings import OPTION, OPTIONS, Settings, SettingsError, parse_namespaces, redact_url, show
+from fleet.health.decide import current_verdict, verdict
+from fleet.settings import OPTION, OPTIONS, Settings, SettingsError, parse_namespaces, redact_url
+from providers import names
+from providers.text import show
 
 if TYPE_CHECKING:
     from fleet.config import ProviderConfig
@@ -63,7 +66,6 @@ class Unreachable(Exception):
 # --- strict flag types (argparse: a bad value is a usage error, exit 2) ----------------
 
 _ASCII_INT = re.compile(r"[0-9]{1,6}", re.ASCII)
-_HOST = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*", re.ASCII)
 
 
 def _int_in(low: int, high: int) -> Callable[[str], int]:
@@ -76,7 +78,7 @@ def _int_in(low: int, high: int) -> Callable[[str], int]:
 
 
 def _host(text: str) -> str:
-    if not _HOST.fullmatch(text) or len(text) > 253:
+    if not names.is_hostname(text):
         raise argparse.ArgumentTypeError(f"must be an IPv4 address or a host name, got {show(text)}")
     return text
 
@@ -231,8 +233,8 @@ def cmd_get(args: argparse.Namespace) -> int:
                 print(f"providerhealth {args.name!r} not found", file=sys.stderr)
                 return EXIT_NOT_READY
             names = [args.name]
-        after, enabled, note = effective_schedule(beatstate.published_schedule(store), settings)
-        last_round = beatstate.last_round(store)
+        after, enabled, note = effective_schedule(beat.published_schedule(store), settings)
+        last_round = beat.last_round(store)
         rows = []
         for name in names:
             r = stored.get(name)
@@ -478,6 +480,11 @@ def parser() -> argparse.ArgumentParser:
     from fleet.cli import api as api_cli
 
     api_cli.add_parsers(sub, common)
+
+    # The crawlers' forward proxy (issue 23): `fleet gateway`, fleet/cli/gateway.py.
+    from fleet.cli import gateway as gateway_cli
+
+    gateway_cli.add_parser(sub, common)
     return p
 
 

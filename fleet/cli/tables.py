@@ -10,8 +10,9 @@ from typing import Any
 
 import yaml
 
-from fleet.health.results import CheckResult, Verdict, parse_rfc3339, rfc3339
-from fleet.health.status import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE
+from fleet.durations import age
+from fleet.health.decide import REASON_ALL_TARGETS_READY, REASON_CHECK_OVERDUE
+from fleet.health.results import CheckResult, Verdict, rfc3339
 
 
 def summary(result: CheckResult | None, v: Verdict, name: str = "", type_name: str = "") -> dict[str, Any]:
@@ -31,17 +32,6 @@ def summary(result: CheckResult | None, v: Verdict, name: str = "", type_name: s
     }
 
 
-def _age(iso: str | None, now: float) -> str:
-    if not iso:
-        return "<none>"
-    secs = max(0, int(now - parse_rfc3339(iso)))
-    if secs < 120:
-        return f"{secs}s"
-    if secs < 7200:
-        return f"{secs // 60}m"
-    return f"{secs // 3600}h"
-
-
 def grid(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Columns padded to their widest cell, three spaces apart (kubectl's look)."""
     table = [tuple(head)] + [tuple(r) for r in rows]
@@ -56,7 +46,7 @@ def render_rows(rows: list[dict[str, Any]], fmt: str, now: float) -> str:
         return yaml.safe_dump(rows, sort_keys=False).rstrip()
     head = ("NAME", "TYPE", "READY", "TARGETS", "LAST CHECK", "REASON")
     lines = grid(head, [
-        (r["provider"], r["type"], r["ready"], r["targetsReady"] or "-", _age(r["checkedAt"], now), r["reason"]) for r in rows
+        (r["provider"], r["type"], r["ready"], r["targetsReady"] or "-", age(r["checkedAt"], now, "<none>"), r["reason"]) for r in rows
     ]).split("\n")
     for r in rows:
         if r["reason"] != REASON_ALL_TARGETS_READY and r["message"] and not r["targets"]:

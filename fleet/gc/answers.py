@@ -6,10 +6,10 @@ boundary (pure): it comes from a queue, so it is input, not a promise.
 - `failed`: the outcome says the list failed (`ok: false`): the provider is
   skipped for this sweep (`list-failed`), the error class and message kept
   for the log;
-- `invalid`: not an outcome (`fleet.calls.CallOutcome.from_message` refuses
+- `invalid`: not an outcome (`fleet.celery.calls.CallOutcome.from_message` refuses
   it), not this provider's list's, or more than `MAX_INSTANCES` entries:
   skipped (`invalid-answer`), nothing decided from a list we cannot vouch for;
-- otherwise the instances, each read by `fleet.calls.instance_from_dict`
+- otherwise the instances, each read by `fleet.celery.calls.instance_from_dict`
   (type-checked and bounded); an entry that fails is left out and counted in
   `malformed` (never deleted: an instance GC cannot read is an instance GC keeps).
 """
@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.calls import CallOutcome, OutcomeError, instance_from_dict
+from fleet.celery.calls import CallOutcome, OutcomeError, instance_from_dict
 from fleet.gc.decide import Listed, timestamp
+from providers.text import clip
 
 MAX_INSTANCES = 100_000  # per provider and answer
 MAX_TEXT = 300  # error messages kept for the log
@@ -40,7 +41,7 @@ class ListAnswer:
 
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
+    return clip(text, limit)
 
 
 def instance(raw: Any) -> Listed | None:

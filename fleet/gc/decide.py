@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from fleet.calls import created_from_iso
+from fleet.celery.calls import created_from_iso
 from fleet.settings import ALL_NAMESPACES
 
 KEEP, DELETE = "keep", "delete"

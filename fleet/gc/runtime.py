@@ -10,22 +10,22 @@ from typing import Any
 from prometheus_client.registry import Collector
 
 from fleet import runtime
-from fleet.app import app
+from fleet.celery.app import app
 from fleet.config import ProvidersConfig
-from fleet.gc import gauges, live
+from fleet.gc import live, metrics
 from fleet.gc.sweep import Policy, Sweeper
 
 
 def send(task: str, kwargs: dict[str, Any], link_task: str, link_kwargs: dict[str, Any]) -> None:
-    """A provider call on its provider's queue (placed by `fleet.routing`), answered
+    """A provider call on its provider's queue (placed by `fleet.celery.routing`), answered
     to `link_task`; it expires with its deadline, so a call nobody started in
     time never runs late (the sweep has lapsed by then)."""
     app.send_task(task, kwargs=kwargs, link=app.signature(link_task, kwargs=link_kwargs), expires=float(kwargs["timeout"]))
 
 
 @functools.cache
-def counters() -> gauges.GcCounters:
-    return gauges.GcCounters(runtime.providers_config().names())
+def counters() -> metrics.GcCounters:
+    return metrics.GcCounters(runtime.providers_config().names())
 
 
 @functools.cache
@@ -47,7 +47,7 @@ def collectors() -> list[Collector]:
     """GC's part of the controller's /metrics: the last-success gauge (read
     from Redis at scrape time) and this process's counters."""
     store = runtime.store()
-    return [gauges.LastSuccessCollector(lambda: runtime.providers_config().names(), store.gc.last), *counters().collectors()]
+    return [metrics.LastSuccessCollector(lambda: runtime.providers_config().names(), store.gc.last), *counters().collectors()]
 
 
 def reconfigure(new: ProvidersConfig, _change: object = None) -> None:

@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fleet import routing
-from fleet.calls import CallOutcome, OutcomeError
-from fleet.gc import answers, gauges
+from fleet.celery import routing
+from fleet.celery.calls import CallOutcome, OutcomeError
+from fleet.gc import answers, metrics
 from fleet.gc.decide import DEFAULT_MAX_DELETES, EVERY_NAMESPACE, decide_all, short_duration
 from fleet.gc.live import LiveUids
 from fleet.store import StoreError
@@ -74,7 +74,7 @@ class Policy:
 
 class Sweeper:
     def __init__(self, state: GcState, providers: Iterable[str], live: LiveUids | None, no_source: str,
-                 workers: Callable[[], Iterable[str]], send: Send, policy: Policy, counters: gauges.GcCounters,
+                 workers: Callable[[], Iterable[str]], send: Send, policy: Policy, counters: metrics.GcCounters,
                  clock: Callable[[], float] = time.time, timer: Timer = _thread_timer) -> None:
         self.state, self.providers, self.live, self.no_source = state, tuple(providers), live, no_source
         self.workers, self.send, self.policy, self.counters = workers, send, policy, counters
@@ -91,16 +91,16 @@ class Sweeper:
     def start(self) -> str:
         """Begin a sweep; what happened, for logs and tests."""
         if self.live is None:
-            return self._skip_all(gauges.NO_SOURCE, self.no_source)
+            return self._skip_all(metrics.NO_SOURCE, self.no_source)
         try:
             self.live()  # vouch for the live set before asking anyone for a list
         except Exception as exc:
-            return self._skip_all(gauges.LIVE_UNAVAILABLE, str(exc))
+            return self._skip_all(metrics.LIVE_UNAVAILABLE, str(exc))
         now = self.clock()
         try:
             live_workers = set(self.workers())
         except StoreError as exc:
-            return self._skip_all(gauges.STORE_ERROR, str(exc))
+            return self._skip_all(metrics.STORE_ERROR, str(exc))
         send_to = [p for p in self.providers if p in live_workers]
         sweep = uuid.uuid4().hex
         deadline = now + self.policy.deadline_after
@@ -108,14 +108,14 @@ class Sweeper:
             started, unanswered = self.state.begin(sweep, send_to, now, deadline,
                                                    ttl=self.policy.deadline_after + 2 * self.policy.interval + 60)
         except StoreError as exc:
-            return self._skip_all(gauges.STORE_ERROR, str(exc))
+            return self._skip_all(metrics.STORE_ERROR, str(exc))
         for p in unanswered:
-            self._skip(p, gauges.NO_ANSWER, "no list answer came within the previous sweep's deadline")
+            self._skip(p, metrics.NO_ANSWER, "no list answer came within the previous sweep's deadline")
         if not started:
-            return self._skip_all(gauges.IN_PROGRESS, "the previous sweep still waits for list answers")
+            return self._skip_all(metrics.IN_PROGRESS, "the previous sweep still waits for list answers")
         for p in self.providers:
             if p not in live_workers:
-                self._skip(p, gauges.NO_WORKER, f"no live worker consumes {routing.provider_queue(p)}")
+                self._skip(p, metrics.NO_WORKER, f"no live worker consumes {routing.provider_queue(p)}")
         for p in send_to:
             try:
                 self.send(routing.LIST_INSTANCES, {"provider": p, "timeout": self.policy.call_timeout},
@@ -134,7 +134,7 @@ class Sweeper:
             log.warning("GC: could not close the sweep", extra={"fields": {"sweep": sweep, "error": str(exc)[:300]}})
             return []
         for p in gone:
-            self._skip(p, gauges.NO_ANSWER, f"no list answer within {short_duration(self.policy.deadline_after)}")
+            self._skip(p, metrics.NO_ANSWER, f"no list answer within {short_duration(self.policy.deadline_after)}")
         return gone
 
     # -- a provider's list answer -----------------------------------------------------------
@@ -153,14 +153,14 @@ class Sweeper:
             return "dropped: store error"
         answer = answers.parse(outcome, provider)
         if answer.failed:
-            return self._settle_skip(sweep, provider, gauges.LIST_FAILED, f"the list failed: {answer.failed}")
+            return self._settle_skip(sweep, provider, metrics.LIST_FAILED, f"the list failed: {answer.failed}")
         if answer.invalid:
-            return self._settle_skip(sweep, provider, gauges.INVALID_ANSWER, answer.invalid)
+            return self._settle_skip(sweep, provider, metrics.INVALID_ANSWER, answer.invalid)
         assert self.live is not None  # a sweep is only started with a source
         try:
             live = self.live()
         except Exception as exc:
-            return self._settle_skip(sweep, provider, gauges.LIVE_UNAVAILABLE, str(exc))
+            return self._settle_skip(sweep, provider, metrics.LIVE_UNAVAILABLE, str(exc))
         now = self.clock()
         p = self.policy
         with span("gc.sweep", **{"provider.name": provider, "gc.sweep": sweep}) as s:
@@ -187,7 +187,7 @@ class Sweeper:
             log.warning("GC: left out malformed instances of the list (kept)",
                         extra={"fields": {"provider": provider, "malformed": answer.malformed}})
         if unsent:
-            return self._settle_skip(sweep, provider, gauges.DELETE_FAILED, f"{unsent} delete(s) could not be sent")
+            return self._settle_skip(sweep, provider, metrics.DELETE_FAILED, f"{unsent} delete(s) could not be sent")
         try:
             self.state.set_last(provider, now)
             self.state.settle(sweep, provider, SWEPT)
@@ -212,7 +212,7 @@ class Sweeper:
             self.counters.delete(provider)
             log.info("GC: deleted an orphan", extra={"fields": {"provider": provider, "instance": provider_id}})
             return "deleted"
-        self.counters.skip(provider, gauges.DELETE_FAILED)
+        self.counters.skip(provider, metrics.DELETE_FAILED)
         log.warning("GC: an orphan's delete failed (the next sweep tries again)", extra={"fields": {
             "provider": provider, "instance": provider_id, "error": answers.cut(message)}})
         return "failed"
@@ -220,7 +220,7 @@ class Sweeper:
     # -- skips ---------------------------------------------------------------------------------
 
     def _skip_all(self, reason: str, why: str) -> str:
-        self.counters.skip(gauges.ALL, reason)
+        self.counters.skip(metrics.ALL, reason)
         log.warning("GC sweep skipped: %s", why[:500], extra={"fields": {"reason": reason}})
         return f"skipped: {reason}"
 

@@ -1,7 +1,7 @@
 """Sending one check by hand (`fleet` tests, benchmarks), with the same
 message as beat's round (`beat.schedule`'s check entry, fanned out by
 `beat.fanout`; tests/beat pins the two together). No queue here: the router
-(`fleet.routing`) places the check by its `provider` and the callback on the
+(`fleet.celery.routing`) places the check by its `provider` and the callback on the
 controller."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery, signature
 
-from fleet import routing
+from fleet.celery import routing
 
 
 def check_kwargs(name: str, timeout: float, scheduled_at: float) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 `validate_message(raw, now, limits)` turns the decoded `fleet.record_check`
 argument (or a value read back from Redis) into a `CheckResult`, or says why
 not with a `Rejection(reason, field, detail)`; the reasons are the
-`proxy_operator_results_dropped_total` labels in `fleet.metrics`. It never
+`proxy_operator_results_dropped_total` labels in `fleet.serving`. It never
 raises on any JSON value and looks at no more than `limits.max_message_bytes`
 of it before giving up, so one crafted or clock-skewed message is dropped and
 counted instead of freezing a provider (a `checkedAt` in year 5024 won every
@@ -26,8 +26,9 @@ from typing import Any
 from fleet.config import validate_name
 from fleet.health.limits import LIMITS, Limits
 from fleet.health.results import CheckResult
-from fleet.metrics import DROP_FUTURE, DROP_INVALID, DROP_TOO_LARGE
+from fleet.serving import DROP_FUTURE, DROP_INVALID, DROP_TOO_LARGE
 from providers.base import TargetStatus
+from providers.text import clip, show
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class _Rejected(Exception):
 def _show(value: Any) -> str:
     """A short description of a value for a rejection: type, and a prefix of strings."""
     if isinstance(value, str):
-        return repr(value[:40] + "…") if len(value) > 40 else repr(value)
+        return show(value, 40)
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, int | float):
@@ -143,7 +144,7 @@ def _identifier(v: Any, field: str, maximum: int, required: bool = False) -> str
 def _text(v: Any, field: str, maximum: int) -> str:
     if not isinstance(v, str):
         raise _Rejected(DROP_INVALID, field, f"must be a string, got {_show(v)}")
-    return v if len(v) <= maximum else v[: maximum - 1] + "…"
+    return clip(v, maximum)
 
 
 def _timestamp(v: Any, field: str, now: float, limits: Limits, latest: float, late_reason: str) -> float:

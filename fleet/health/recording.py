@@ -4,7 +4,7 @@ thread, not a beat message, so a dead beat is reported too); clean up at start.
 
 Stateless between messages (the previous verdict comes from Redis), so
 replicas and restarts behave the same. Status decisions are in
-`fleet.health.status`; which messages are accepted is `fleet.health.messages` (types,
+`fleet.health.decide`; which messages are accepted is `fleet.health.messages` (types,
 sizes, a `checkedAt` not in the future) and `drop_reason`. Results of
 providers this controller does not track are dropped before they reach Redis
 or the cluster (a removed provider's worker that still runs must not
@@ -21,15 +21,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fleet import beatstate, kube, metrics
+from fleet import kube, serving
+from fleet.celery import beat
+from fleet.celery.routing import provider_queue
 from fleet.config import ProvidersConfig
-from fleet.health import status
+from fleet.health import decide
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of, unpack_args, validate_message
 from fleet.health.results import CheckResult, Verdict
 from fleet.health.stored import StoredResults
 from fleet.logs import kv
-from fleet.routing import provider_queue
 from fleet.settings import Settings
 from fleet.store import Store
 
@@ -41,9 +42,9 @@ DROPPED = "dropped"  # record's outcome for a result refused or of a provider no
 def drop_reason(provider: str, configured: set[str], checks_enabled: bool) -> str | None:
     """Why a result of `provider` must not be recorded, or None to record it."""
     if provider not in configured:
-        return metrics.DROP_UNCONFIGURED
+        return serving.DROP_UNCONFIGURED
     if not checks_enabled:
-        return metrics.DROP_CHECKS_OFF
+        return serving.DROP_CHECKS_OFF
     return None
 
 
@@ -57,7 +58,7 @@ class Controller:
         self.results = StoredResults(store)
         self.writer = writer
         self.mode = mode
-        self.counters = metrics.ControllerCounters(kinds=(kube.PROVIDER_HEALTH.kind,))
+        self.counters = serving.ControllerCounters(kinds=(kube.PROVIDER_HEALTH.kind,))
         self._configured = set(config.names())
         self._reported: set[tuple[str, str]] = set()  # (provider, reason) this process has logged at WARNING
         self._lock = threading.Lock()
@@ -133,7 +134,7 @@ class Controller:
         if self.writer is None:
             return "stored"
         outcome = self.writer.publish(
-            kube.PROVIDER_HEALTH, name, None, lambda current: status.decide(current, build, checked_at, time.time())
+            kube.PROVIDER_HEALTH, name, None, lambda current: decide.decide(current, build, checked_at, time.time())
         )
         if outcome == kube.FOREIGN:
             self.counters.skipped_foreign(kube.PROVIDER_HEALTH.kind)
@@ -148,9 +149,9 @@ class Controller:
         if not stored:
             log.debug("dropped a result no newer than the stored one", extra=kv(provider=result.provider))
             return "stale"
-        for t in status.transitions(prev, result):
+        for t in decide.transitions(prev, result):
             log.log(t.level, t.message, extra=kv(**t.fields))
-        return self._publish(result.provider, result.checked_at, lambda prev: status.build_status(prev, result))
+        return self._publish(result.provider, result.checked_at, lambda prev: decide.build_status(prev, result))
 
     def sweep_overdue(self, now: float | None = None) -> list[str]:
         """Mark providers without a fresh result CheckOverdue (none with checks
@@ -159,22 +160,22 @@ class Controller:
             return []
         now = time.time() if now is None else now
         after = self.settings.overdue_after
-        last_round = beatstate.last_round(self.store)
-        stopped = status.rounds_stopped(last_round, now, after)
+        last_round = beat.last_round(self.store)
+        stopped = decide.rounds_stopped(last_round, now, after)
         overdue = []
         for pc in self.config.providers:
             last = self.results.latest(pc.name)
             seen = self.store.marks.first_seen(pc.name, now)
             checked = last.checked_at if last else None
-            if not status.is_overdue(checked, seen, now, after):
+            if not decide.is_overdue(checked, seen, now, after):
                 continue
             overdue.append(pc.name)
-            v = status.overdue_verdict(checked, provider_queue(pc.name), after, stopped, last_round)
+            v = decide.overdue_verdict(checked, provider_queue(pc.name), after, stopped, last_round)
             if self.store.marks.mark_overdue(pc.name):
                 log.warning("provider check overdue", extra=kv(provider=pc.name, message=v.message))
 
             def build(prev: dict[str, Any], type_name: str = pc.type, v: Verdict = v) -> dict[str, Any]:
-                return status.overdue_status(prev, type_name, v, now)
+                return decide.overdue_status(prev, type_name, v, now)
 
             self._publish(pc.name, None, build)
         return overdue

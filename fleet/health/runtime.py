@@ -1,14 +1,15 @@
 """The health feature's per-process state: the controller (built on first
 use from `fleet.runtime`'s settings and config) and this worker's latest
 result per provider, which `celery inspect provider_status` reports
-(registered with `fleet.inspection`)."""
+(registered with `fleet.celery.inspection`)."""
 
 from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Any
 
-from fleet import inspection, runtime
+from fleet import runtime
+from fleet.celery import inspection
 from fleet.durations import rfc3339
 from fleet.health.results import CheckResult
 

@@ -2,13 +2,13 @@
 field of `providerhealths.crawl.example.com`, from which
 `deploy/crd/generate.py` writes deploy/crd/crawl.example.com_providerhealths.yaml
 and README's table of ProviderHealth fields. There is no spec: the
-controller writes the status (`fleet.health.status`, which truncates a
+controller writes the status (`fleet.health.decide`, which truncates a
 target's message to `MAX_MESSAGE`).
 """
 
 from __future__ import annotations
 
-from fleet.crd import Column, Crd, array, boolean, conditions, integer, obj, root, string
+from fleet.kube.crd import Column, Crd, array, boolean, conditions, integer, obj, root, string
 from fleet.kube.resources import PROVIDER_HEALTH
 
 MAX_MESSAGE = 1024  # a target's message, in characters

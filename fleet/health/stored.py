@@ -25,7 +25,7 @@ from fleet.health.limits import LIMITS, Limits
 from fleet.health.messages import Rejection, validate_message
 from fleet.health.results import CheckResult
 from fleet.logs import kv
-from fleet.metrics import DROP_INVALID, DROP_TOO_LARGE
+from fleet.serving import DROP_INVALID, DROP_TOO_LARGE
 from fleet.store import Raw, Store
 
 log = logging.getLogger("fleet.store")

@@ -10,9 +10,12 @@
     objects     `Writer.read` / `create` / `patch` of whole objects (the claims' Leases)
     secrets     `Writer.read_secret_key`: one key of a Secret, bounded, never logged
     resources   the kinds as data (`Resource`) and a feature's `Patch` / `Skip`
+    crd         a CRD's schema as a table (`Field`, `Crd`), from which
+                deploy/crd/generate.py writes the CRDs (imported as
+                `fleet.kube.crd`, not re-exported)
 
 Call sites import the package (`from fleet import kube; kube.Writer`): every
-name is re-exported here. `resources` and `errors` import neither the SDK
+name but `crd`'s is re-exported here. `resources` and `errors` import neither the SDK
 nor the rest of fleet, so pure feature modules may use them; the other
 names load on first use (`fleet.kube._lazy`). The kubernetes SDK is
 imported in this package only (and in providers.kubernetes).

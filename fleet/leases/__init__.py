@@ -2,10 +2,10 @@
 serving crawlers the fleet's Running, healthy proxies on `:8090`.
 
 Modules: `requests` (what a request may say: bodies, filters, lease ids;
-pure), `rules` (what is leasable, the answers' bodies and status codes;
-pure), `openapi` (the OpenAPI document it serves), `series` (its /metrics),
+pure), `decide` (what is leasable, the answers' bodies and status codes;
+pure), `openapi` (the OpenAPI document it serves), `metrics` (its /metrics),
 `app` (the ASGI application: routing, auth, bounded bodies, spans; thin
-I/O over `fleet.store.leases`), `runtime` (the token, the server, the
+I/O over `fleet.store.leases`), `process` (the token, the server, the
 process), `client` (the small client behind `fleet lease`).
 
 The state lives in Redis (`fleet.store.leases`, one Lua script per

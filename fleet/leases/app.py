@@ -1,8 +1,8 @@
 """The lease API as a plain ASGI application (served by uvicorn with
-httptools and uvloop: `fleet.leases.runtime`). Thin I/O: each route reads a
+httptools and uvloop: `fleet.leases.process`). Thin I/O: each route reads a
 bounded body, checks the token, hands the request to `fleet.leases.requests`
 (pure validation) and to one Lua script (`fleet.store.leases`), and turns
-the answer into JSON with `fleet.leases.rules` (pure).
+the answer into JSON with `fleet.leases.decide` (pure).
 
 Eight routes need no framework: a dict of paths and one prefix match cost
 less per request than a router, and reading the body ourselves is what
@@ -30,8 +30,9 @@ import orjson
 from opentelemetry import propagate, trace
 
 from fleet import tracing
-from fleet.leases import openapi, rules
+from fleet.leases import decide, openapi
 from fleet.leases.guard import CHECK_EVERY, WHY, EpochView, should_wait
+from fleet.leases.metrics import ApiSeries
 from fleet.leases.requests import (
     DEFAULT_TTL,
     MAX_BODY,
@@ -42,7 +43,6 @@ from fleet.leases.requests import (
     parse_renew,
     parse_report,
 )
-from fleet.leases.series import ApiSeries
 from fleet.logs import kv
 from fleet.store import StoreError
 from fleet.store.leases import AsyncLeases, Busy, Epoch, Grace, Granted, LeaseCall, RenewCall, Renewed, ReportCall
@@ -174,7 +174,7 @@ class Api:
         self.series.recovering(self.view.in_grace(now))
         if why and not was:
             log.warning("Redis lost lease data: no new leases for the grace period, renewals re-create lost leases",
-                        extra=kv(why=WHY.get(why, why), until=rules.timestamp(self.view.grace_until), epoch=epoch.id))
+                        extra=kv(why=WHY.get(why, why), until=decide.timestamp(self.view.grace_until), epoch=epoch.id))
 
     def _waited(self, acked: int | None) -> None:
         if acked is not None and acked < 1:
@@ -267,7 +267,7 @@ class Api:
         req = parse_lease(await _read_body(headers, receive), self.config.max_ttl)
         now = self.clock()
         if self.view.in_grace(now):
-            return rules.recovering(self.view.grace_until, now, self.view.lost)
+            return decide.recovering(self.view.grace_until, now, self.view.lost)
         lease_id = uuid.uuid4().hex
         expires = now + req.ttl
         call = LeaseCall(lease_id, req.target, expires, self.config.max_per_proxy, req.sticky, req.ttl + STICKY_KEEP,
@@ -276,15 +276,15 @@ class Api:
                                                     should_wait(self.replicas, self._wait_ms))
         self._observe(epoch, now)
         if isinstance(got, Grace):
-            return rules.recovering(self.view.grace_until, now, self.view.lost)
+            return decide.recovering(self.view.grace_until, now, self.view.lost)
         if isinstance(got, Granted):
             self._waited(acked)
-            endpoint = rules.decode(got.endpoint) or {}
-            return 200, rules.granted(lease_id, got.proxy, endpoint, expires, req.ttl, got.egress_ip)
+            endpoint = decide.decode(got.endpoint) or {}
+            return 200, decide.granted(lease_id, got.proxy, endpoint, expires, req.ttl, got.egress_ip)
         if isinstance(got, Busy):
-            status, body, _ = rules.busy(got.free_at, now)
+            status, body, _ = decide.busy(got.free_at, now)
             return status, body
-        return rules.no_proxy(req.filters)
+        return decide.no_proxy(req.filters)
 
     async def renew(self, lease_id: str, body: bytes) -> tuple[int, Any]:
         req = parse_renew(body, self.config.max_ttl)
@@ -297,20 +297,20 @@ class Api:
             self._waited(acked)
             if got.recreated:
                 log.info("a lease Redis lost is re-created", extra=kv(lease=lease_id, proxy=got.proxy))
-            endpoint = rules.decode(got.endpoint) or {}
-            return 200, rules.renewed(lease_id, got.proxy, endpoint, got.expires, got.ttl, got.egress_ip, got.recreated)
-        return rules.not_renewed(lease_id, got.kind, got.reason)
+            endpoint = decide.decode(got.endpoint) or {}
+            return 200, decide.renewed(lease_id, got.proxy, endpoint, got.expires, got.ttl, got.egress_ip, got.recreated)
+        return decide.not_renewed(lease_id, got.kind, got.reason)
 
     async def release(self, raw_id: str) -> tuple[int, Any]:
         lease_id = check_lease_id(raw_id)
-        return rules.released(lease_id, await self.leases.release(lease_id, self.clock()))
+        return decide.released(lease_id, await self.leases.release(lease_id, self.clock()))
 
     async def report(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes]) -> tuple[int, Any]:
         req = parse_report(await _read_body(headers, receive))
         c = self.config
         got = await self.leases.report(ReportCall(req.outcome, req.lease, req.proxy, req.target), self.clock(),
                                        c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
-        status, body = rules.reported(got, req.outcome)
+        status, body = decide.reported(got, req.outcome)
         if status == 200:
             self.series.report(req.outcome)
             if body.get("cooldown"):
@@ -320,7 +320,7 @@ class Api:
     async def proxies(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes]) -> tuple[int, Any]:
         filters = parse_filters(scope.get("query_string", b""))
         snap = await self.leases.snapshot()
-        return 200, {"proxies": rules.listing(snap.endpoints, snap.verdicts, snap.loads, snap.cooling, filters,
+        return 200, {"proxies": decide.listing(snap.endpoints, snap.verdicts, snap.loads, snap.cooling, filters,
                                               self.config.max_per_proxy, self.clock())}
 
     async def healthz(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes]) -> tuple[int, Any]:
@@ -329,7 +329,7 @@ class Api:
             body["warning"] = INSECURE_WARNING
         if self.view.in_grace(self.clock()):
             body["recovering"] = True
-            body["graceUntil"] = rules.timestamp(self.view.grace_until)
+            body["graceUntil"] = decide.timestamp(self.view.grace_until)
         try:
             await self.leases.ping()
         except _Unavailable as exc:

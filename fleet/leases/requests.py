@@ -21,20 +21,21 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from fleet.settings import show
+from providers import names
+from providers.text import show
 
 MAX_BODY = 64 * 1024  # bytes of a request body read at most
 DEFAULT_TTL = 300  # seconds, when a lease request names none (capped by --lease-max-ttl)
 OUTCOMES = ("ok", "blocked", "error")
 
 # A host name (RFC 1123 labels, dot-separated, an optional trailing dot), at most 253 characters.
-HOST_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?$"
-HOST_MAX = 253
+HOST_PATTERN = names.anchored(names.HOSTNAME + r"\.?")
+HOST_MAX = names.MAX_HOSTNAME
 STICKY_PATTERN = r"^[!-~]{1,128}$"  # printable ASCII, no spaces
-PROVIDER_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a provider name (DNS-1123 label)
+PROVIDER_PATTERN = names.anchored(names.LABEL)  # a provider name (DNS-1123 label, at most 63)
 PLACE_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"  # a region or zone
 LEASE_ID_PATTERN = r"^[0-9a-f]{32}$"
-PROXY_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$"  # namespace/name
+PROXY_PATTERN = names.anchored(f"{names.LABEL}/{names.SUBDOMAIN}")  # namespace/name
 
 _HOST = re.compile(HOST_PATTERN[1:-1], re.ASCII)
 _STICKY = re.compile(STICKY_PATTERN[1:-1], re.ASCII)

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.crd import Field
 from fleet.durations import parse_rfc3339
+from fleet.kube.crd import Field
 from fleet.pools import schema
 from fleet.proxies.decide import LATCHES, R_QUOTA
 from fleet.proxies.manifests import ManifestError, parse_proxy
 from fleet.proxies.model import FAILED, HEALTHY, PROVISIONED, READY, CloudInit, Condition, Proxy
-from fleet.proxies.schema import DNS1123_LABEL, MAX_LABEL
+from providers import names
 from providers.base import Placement
 
 API_VERSION = "crawl.example.com/v1alpha1"
@@ -219,7 +219,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not isinstance(meta.get("namespace"), str):
         raise PoolError("metadata: a namespaced object with a name is required")
     name, namespace = meta["name"], meta["namespace"]
-    if len(name) > schema.MAX_POOL_NAME or not re.match(DNS1123_LABEL, name):
+    if not names.is_label(name, schema.MAX_POOL_NAME):
         raise PoolError(f"metadata.name: a DNS-1123 label of at most {schema.MAX_POOL_NAME} characters, got {name[:80]!r}")
     sp = schema.SPEC
     spec = _obj(obj.get("spec"), "spec", sp)
@@ -234,7 +234,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         path = f"spec.providers[{i}]"
         raw = _obj(entry, path, ent)
         prov = raw.get("provider")
-        if not isinstance(prov, str) or not re.match(DNS1123_LABEL, prov) or len(prov) > MAX_LABEL:
+        if not isinstance(prov, str) or not names.is_label(prov):
             raise PoolError(f"{path}.provider: a DNS-1123 label is required")
         if prov in seen:
             raise PoolError(f"{path}.provider: {prov!r} is listed twice")

@@ -14,7 +14,7 @@ member is an ordinary Proxy.
 
 from __future__ import annotations
 
-from fleet.crd import Column, Crd, Rule, Scale, array, conditions, int_or_percent, integer, obj, root, string
+from fleet.kube.crd import Column, Crd, Rule, Scale, array, conditions, int_or_percent, integer, obj, root, string
 from fleet.kube.resources import PROXY_POOL
 from fleet.proxies.schema import CLOUD_INIT, DNS1123_LABEL, MAX_LABEL, PLACEMENT, PORT
 

@@ -20,6 +20,7 @@ import socket
 import struct
 
 from fleet.durations import format_duration
+from fleet.prober.decide import Outcome, bounded
 from fleet.prober.target import (
     MAX_BODY,
     MAX_HEAD,
@@ -31,7 +32,6 @@ from fleet.prober.target import (
     is_chunked,
     status_code,
 )
-from fleet.prober.verdicts import Outcome, bounded
 
 _LINGER_RESET = struct.pack("ii", 1, 0)
 

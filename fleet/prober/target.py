@@ -18,7 +18,8 @@ import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from fleet.settings import probe_target_problem, redact_url, show
+from fleet.settings import probe_target_problem, redact_url
+from providers.text import show
 
 MAX_HEAD = 16 * 1024  # a status line plus headers, per response
 MAX_BODY = 4 * 1024  # the part of the target's body read for an egress address

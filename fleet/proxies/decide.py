@@ -99,7 +99,7 @@ CREATE, GET, DELETE = "create", "get", "delete"
 
 @dataclass(frozen=True)
 class Outcome:
-    """A provider call's answer (`fleet.calls.CallOutcome`, read back by the
+    """A provider call's answer (`fleet.celery.calls.CallOutcome`, read back by the
     reconciler), tied to the call."""
 
     op: str

@@ -31,15 +31,17 @@ Identity: a manifest carries no uid and no generation; they stay "" and 0 here
 assigns both (uids in Redis) -- nothing here invents them.
 
 Errors are `ManifestError`s: `<source>#<document>: <field path>: <why>, got
-<value>`, the value shown through `fleet.settings.show` so no value floods a
+<value>`, the value shown through `providers.text.show` so no value floods a
 message. Documents are counted from 1 in a file. Cloud-init text never appears
 in a message or a repr, only its length.
 
-The files are hostile input: each is read only if it is a regular file of at
-most `MAX_FILE_BYTES`, strict UTF-8; YAML goes through the safe loader only.
-Each document's node graph is checked before it is built: at most `MAX_DEPTH`
-levels, at most `MAX_NODES` values per file counted as aliases expand (so an
-alias bomb stops early), no alias to a node containing it, no duplicate keys.
+The files are hostile input, read through `fleet.untrusted` (the reader
+the providers file uses too): each only if it is a regular file of at most
+`MAX_FILE_BYTES`, strict UTF-8; YAML through the safe constructor only, each
+document bounded before it is built: at most `MAX_DEPTH` levels, at most
+`MAX_NODES` values per file counted as aliases expand (so an alias bomb
+stops early), numbers of at most 40 characters, no alias to a node
+containing it, no duplicate keys.
 A bad document is reported and the next one is read; a YAML syntax error ends
 its file (the parser cannot resynchronise), never the other files. In a
 directory, every entry with a manifest's suffix is read: one that is no
@@ -57,15 +59,14 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import yaml
-
-from fleet.files import FileProblem, read_bounded
 from fleet.proxies import schema
 from fleet.proxies.model import API_VERSION, KIND, CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
-from fleet.settings import show
+from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, documents, key_step, read_bounded
+from providers import names
 from providers.base import Placement
+from providers.text import show
 
 LIST_KINDS = ("List", "ProxyList")  # `kubectl get -o yaml` writes List; the API's list is ProxyList
 DEFAULT_NAMESPACE = "default"
@@ -87,25 +88,18 @@ MAX_DOCUMENTS = 10_000  # per file, List items included
 MAX_FILES = 1_000  # per directory
 MAX_NODES = 250_000  # per file, aliases counted as they expand; a full 1 MiB List is below this
 MAX_DEPTH = 32  # the deepest real path, items[0].status.conditions[0].type, is 6 levels
-MAX_PROBLEM = 160  # characters of a YAML parser's own message
 
-_LABEL = re.compile(schema.DNS1123_LABEL, re.ASCII)
+_LABEL = re.compile(names.LABEL, re.ASCII)
 _PROVIDER = re.compile(schema.PROVIDER.pattern or "", re.ASCII)
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+_SUBDOMAIN = re.compile(names.SUBDOMAIN, re.ASCII)
 _SECRET_KEY = re.compile(schema.SECRET_REF["key"].pattern or "", re.ASCII)
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
-_SIMPLE_KEY = re.compile(r"[A-Za-z_][-A-Za-z0-9_]{0,63}", re.ASCII)
 
 _TOP = schema.CRD.schema.names()
 _SPEC = schema.SPEC.names()
 _PLACEMENT = {key: re.sub("([A-Z])", lambda m: "_" + m[1].lower(), key) for key in schema.PLACEMENT.names()}  # -> Placement
 _CLOUD_INIT = schema.CLOUD_INIT.names()
 _SECRET_REF = schema.SECRET_REF.names()
-
-if TYPE_CHECKING:  # the stubs' CSafeLoader is no SafeLoader subclass; both build the same
-    _BASE_LOADER = yaml.SafeLoader
-else:
-    _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ManifestError(ValueError):
@@ -289,9 +283,9 @@ def _annotations(value: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, item in value.items():
         if not isinstance(key, str):
-            raise ManifestError(f"metadata.annotations{_key(key)}", "keys must be strings")
+            raise ManifestError(f"metadata.annotations{key_step(key)}", "keys must be strings")
         if not isinstance(item, str):  # `true` unquoted is a boolean: kubectl refuses it too
-            raise ManifestError(f"metadata.annotations{_key(key)}", f"must be a string, got {show(item)}")
+            raise ManifestError(f"metadata.annotations{key_step(key)}", f"must be a string, got {show(item)}")
         out[key] = item
     return out
 
@@ -364,13 +358,6 @@ def _lenient_int(value: Any) -> int:
 # --- shared helpers ---------------------------------------------------------------
 
 
-def _key(key: Any) -> str:
-    """A mapping key as a path step: `.name` when plain, else `[<bounded repr>]`."""
-    if isinstance(key, str) and _SIMPLE_KEY.fullmatch(key):
-        return f".{key}"
-    return f"[{show(key, 40)}]"
-
-
 def _type_of(value: Any) -> str:
     """What a value is, without showing it."""
     if value is None:
@@ -389,7 +376,7 @@ def _no_unknown(at: str, obj: Mapping[Any, Any], known: tuple[str, ...]) -> None
         if isinstance(key, str) and len(key) <= 64:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-        path = f"{at}{_key(key)}".lstrip(".")
+        path = f"{at}{key_step(key)}".lstrip(".")
         raise ManifestError(path, f"unknown key{hint} (its value, {_type_of(obj[key])}, is not shown)")
 
 
@@ -528,140 +515,20 @@ def _read(file: str) -> Iterator[Declared | ManifestError]:
 
 def _text(file: str) -> str:
     """The file's text: only a regular file, at most MAX_FILE_BYTES, strict
-    UTF-8. Never blocks on a FIFO or a device."""
-    def fail(why: str) -> ManifestError:
-        return ManifestError("", why, source=file)
-
+    UTF-8 (`fleet.untrusted`). Never blocks on a FIFO or a device."""
     try:
-        data = read_bounded(file, MAX_FILE_BYTES)
+        return decode(read_bounded(file, MAX_FILE_BYTES))
     except FileProblem as exc:
-        raise fail(str(exc)) from None
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise fail("the file looks UTF-16 encoded; save it as UTF-8")
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise fail(f"not UTF-8: invalid byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line})") from None
-
-
-class _Loader(_BASE_LOADER):
-    """The safe loader, turning a value it cannot build (an integer of 5,000
-    digits, 2024-13-45) into a YAML error at its node, never a traceback."""
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except (ValueError, OverflowError, TypeError, ArithmeticError, AttributeError, LookupError) as exc:
-            what = node.tag.rsplit(":", 1)[-1]
-            raise yaml.constructor.ConstructorError(
-                None, None, f"not a valid {what} ({type(exc).__name__})", node.start_mark) from None
+        raise ManifestError("", str(exc), source=file) from None
 
 
 def _documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
-    """(index from 1, the document's data or a ManifestError) for each document."""
-    loader = _Loader(text)
-    budget = [MAX_NODES]
-    index = 0
-    try:
-        while True:
-            try:
-                if not loader.check_node():
-                    return
-                index += 1
-                node = loader.get_node()
-            except yaml.YAMLError as exc:  # a syntax error: the parser cannot go on
-                yield index, ManifestError("", _problem(exc, {}) + "; the rest of the file is not read", source=f"{file}#{index}")
-                return
-            except RecursionError:  # the pure-Python composer only; libyaml stops at 1000 levels
-                yield index, ManifestError("", f"nested deeper than {MAX_DEPTH} levels; the rest of the file is not read",
-                                           source=f"{file}#{index}")
-                return
-            if node is None:
-                continue
-            paths: dict[tuple[int, int], str] = {}
-            try:
-                _check(node, paths, budget)
-            except ManifestError as exc:
-                yield index, exc.moved(f"{file}#{index}")
-                if budget[0] < 0:
-                    return
-                continue
-            try:
-                yield index, loader.construct_document(node)
-            except yaml.YAMLError as exc:
-                yield index, ManifestError("", _problem(exc, paths), source=f"{file}#{index}")
-            except RecursionError:
-                yield index, ManifestError("", f"nested deeper than {MAX_DEPTH} levels", source=f"{file}#{index}")
-    finally:
-        loader.dispose()
-
-
-def _problem(exc: yaml.YAMLError, paths: dict[tuple[int, int], str]) -> str:
-    """The parser's reason and place, never its snippet of the text (it may be cloud-init)."""
-    if isinstance(exc, yaml.reader.ReaderError):
-        return f"not valid YAML: unacceptable character #x{exc.character:04x} at character {exc.position}"
-    mark = getattr(exc, "problem_mark", None)
-    problem = str(getattr(exc, "problem", None) or type(exc).__name__)
-    problem = problem if len(problem) <= MAX_PROBLEM else problem[:MAX_PROBLEM] + "..."
-    if mark is None:
-        return f"not valid YAML: {problem}"
-    path = paths.get((mark.line, mark.column))
-    where = f"{path.lstrip('.') or 'the document'}: " if path is not None else ""
-    return f"{where}not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
-
-
-def _check(root: yaml.Node, paths: dict[tuple[int, int], str], budget: list[int]) -> None:
-    """Bound a composed document before building it: depth, values counted as
-    aliases expand (each shared node is walked once), aliases into
-    themselves, duplicate and non-scalar keys. Records each node's path."""
-    done: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, height)
-    open_: set[int] = set()
-
-    def visit(node: yaml.Node, path: str, level: int) -> tuple[int, int]:
-        ident = id(node)
-        if ident in open_:
-            raise ManifestError(path.lstrip("."), "an alias refers to a node that contains it")
-        known = done.get(ident)
-        if known is not None:  # an alias: it expands to the whole node again
-            if level + known[1] > MAX_DEPTH:
-                raise ManifestError(path.lstrip("."), f"nested deeper than {MAX_DEPTH} levels")
-            spend(known[0], path)
-            return known
-        if level > MAX_DEPTH:
-            raise ManifestError(path.lstrip("."), f"nested deeper than {MAX_DEPTH} levels")
-        spend(1, path)
-        paths.setdefault((node.start_mark.line, node.start_mark.column), path)
-        known = done[ident] = walk(node, path, level)
-        return known
-
-    def spend(values: int, path: str) -> None:
-        budget[0] -= values
-        if budget[0] < 0:
-            raise ManifestError(path.lstrip("."), f"the file has more than {MAX_NODES} values (aliases counted as they "
-                                                  "expand); the rest of the file is not read")
-
-    def walk(node: yaml.Node, path: str, level: int) -> tuple[int, int]:
-        size, height = 1, 0
-        if isinstance(node, yaml.SequenceNode):
-            open_.add(id(node))
-            for i, child in enumerate(node.value):
-                s, h = visit(child, f"{path}[{i}]", level + 1)
-                size, height = size + s, max(height, h + 1)
-            open_.discard(id(node))
-        elif isinstance(node, yaml.MappingNode):
-            open_.add(id(node))
-            lines: dict[str, int] = {}
-            for key, child in node.value:
-                if not isinstance(key, yaml.ScalarNode):
-                    raise ManifestError(path.lstrip("."), "mapping keys must be plain strings or numbers")
-                at = path + _key(key.value)
-                if key.value in lines:
-                    raise ManifestError(at.lstrip("."), f"duplicate key (first at line {lines[key.value]})")
-                lines[key.value] = key.start_mark.line + 1
-                s, h = visit(child, at, level + 1)
-                size, height = size + 1 + s, max(height, h + 1)
-            open_.discard(id(node))
-        return size, height
-
-    visit(root, "", 0)
+    """(index from 1, the document's data or a ManifestError) for each
+    document, bounded by `fleet.untrusted.documents`."""
+    limits = YamlLimits(max_nodes=MAX_NODES, max_depth=MAX_DEPTH)
+    for index, doc in enumerate(documents(text, limits), 1):
+        if isinstance(doc, YamlProblem):
+            rest = "; the rest of the file is not read" if doc.fatal else ""
+            yield index, ManifestError(doc.where, doc.why + rest, source=f"{file}#{index}")
+        else:
+            yield index, doc

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fleet import routing
-from fleet.calls import CallOutcome, OutcomeError, instance_from_dict
+from fleet.celery import routing
+from fleet.celery.calls import CallOutcome, OutcomeError, instance_from_dict
 from fleet.config import ProvidersConfig
 from fleet.proxies import decide as rules
 from fleet.proxies.decide import Call, Env, Outcome, Probe, Step

@@ -14,8 +14,9 @@ import threading
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from fleet import kube, reload, routing, runtime
-from fleet.app import app
+from fleet import kube, reload, runtime
+from fleet.celery import routing
+from fleet.celery.app import app
 from fleet.config import ProvidersConfig
 from fleet.proxies.reconciler import Objects, Reconciler, Timing
 from fleet.proxies.standalone import Standalone

@@ -11,13 +11,14 @@ Names users see (phases, the finalizer) stay in `fleet.proxies.model`.
 
 from __future__ import annotations
 
-from fleet.crd import Column, Crd, Rule, conditions, integer, obj, root, string
+from fleet.kube.crd import Column, Crd, Rule, conditions, integer, obj, root, string
 from fleet.kube.resources import PROXY
 from fleet.proxies.model import DEFAULT_PORT, PHASES
+from providers import names
 
-DNS1123_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-MAX_LABEL = 63  # a DNS-1123 label
-MAX_SUBDOMAIN = 253  # a DNS-1123 subdomain: a Secret's or a Proxy's name
+DNS1123_LABEL = names.anchored(names.LABEL)
+MAX_LABEL = names.MAX_LABEL  # a DNS-1123 label
+MAX_SUBDOMAIN = names.MAX_SUBDOMAIN  # a DNS-1123 subdomain: a Secret's or a Proxy's name
 SECRET_KEY = "^[-._a-zA-Z0-9]+$"  # Kubernetes' rule for a Secret's data key
 _ADDRESS = 64  # an IPv4 or IPv6 address, with room
 

@@ -24,17 +24,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import yaml
 
+from fleet.durations import age
 from fleet.proxies import model
 from fleet.proxies.model import LAST_APPLIED, READY, Proxy
 
 COLUMNS = ("NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE")
 NAMESPACE_COLUMN = "NAMESPACE"
-UNKNOWN_AGE = "<unknown>"
 
 
 def columns(all_namespaces: bool = False) -> tuple[str, ...]:
@@ -59,51 +58,6 @@ def rows(proxies: Sequence[Proxy], now: float, all_namespaces: bool = False) -> 
         ]
         out.append([p.namespace, *row] if all_namespaces else row)
     return out
-
-
-def age(created_at: str, now: float) -> str:
-    """kubectl's AGE for an RFC 3339 creation time; `<unknown>` without one."""
-    if not created_at:
-        return UNKNOWN_AGE
-    try:
-        created = datetime.fromisoformat(created_at.upper()).timestamp()
-    except ValueError:
-        return UNKNOWN_AGE
-    return human_duration(now - created)
-
-
-def human_duration(seconds: float) -> str:
-    """k8s.io/apimachinery's duration.HumanDuration: precise when young,
-    coarser with age (2m0s is "120s", 9m59s, 10m, 3h, 7h59m, 47h, 2d3h,
-    8d, 2y3d, 9y). Up to 2 s in the future is clock skew ("0s")."""
-    whole = int(seconds)  # toward zero, like Go's int(d.Seconds())
-    if whole < -1:
-        return "<invalid>"
-    if whole < 0:
-        return "0s"
-    if whole < 120:
-        return f"{whole}s"
-    minutes = whole // 60
-    if minutes < 10:
-        s = whole % 60
-        return f"{minutes}m" if s == 0 else f"{minutes}m{s}s"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = whole // 3600
-    if hours < 8:
-        m = minutes % 60
-        return f"{hours}h" if m == 0 else f"{hours}h{m}m"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        h = hours % 24
-        return f"{hours // 24}d" if h == 0 else f"{hours // 24}d{h}h"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
-    return f"{hours // 24 // 365}y"
 
 
 REDACTED = re.compile(r"<redacted: [0-9]+ bytes>")

@@ -1,7 +1,7 @@
 """Beat's state: the lock (`SET NX PX` with an owner id, taken or extended
 by one Lua script so only its holder extends it; released by
 compare-and-delete), the last round's stamp, the published schedule and the
-checks skipped. Raw values; `fleet.beatstate` reads them."""
+checks skipped. Raw values; `fleet.celery.beat` reads them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Provider workers' heartbeats: `fleet:worker:<provider>:<node>`, one key
-per provider a worker serves, refreshed with a TTL (`fleet.heartbeat` says
+per provider a worker serves, refreshed with a TTL (`fleet.celery.presence` says
 how often). A lapsed key is a worker gone."""
 
 from __future__ import annotations

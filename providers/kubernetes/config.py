@@ -13,10 +13,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
+from providers import names
 from providers.blocks import Block, Runtime, SourceRange
 
 DEFAULT_IMAGE = "ubuntu/squid:6.6-24.04_edge"
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # Who may use a proxy pod when `allowedSources` is not set. The cluster's pod
 # network cannot be discovered reliably (no portable API names it), so the
@@ -149,7 +149,7 @@ class KubernetesConfig(Block):
     @field_validator("namespace")
     @classmethod
     def _namespace(cls, v: str | None) -> str | None:
-        if v is not None and not DNS1123_LABEL.match(v):
+        if v is not None and not names.is_label(v):
             raise ValueError("namespace must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63)")
         return v
 

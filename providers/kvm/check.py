@@ -30,6 +30,7 @@ from providers.kvm.errors import (
     is_transport_error,
     libvirt_code,
 )
+from providers.text import clip
 
 REASON_SSH_MATERIAL_UNAVAILABLE = "SSHMaterialUnavailable"
 REASON_SSH_HANDSHAKE_FAILED = "SSHHandshakeFailed"
@@ -147,7 +148,7 @@ def check_reason(exc: BaseException) -> str:
 
 def _message(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    return text if len(text) <= 1024 else text[:1021] + "..."
+    return clip(text, 1024)
 
 
 def format_lib_version(v: int) -> str:

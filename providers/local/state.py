@@ -21,7 +21,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,14 +28,13 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import base
+from providers import base, names
 from providers.base import Deadline
 from providers.local.errors import BadRequest, Busy, CorruptRecord, DeadlineError, RecordMissing
 
 FORMAT = 1
 ID_PREFIX = "local/"
 # A DNS-1123 label: what name_from_uid makes, safe as a file name and in squid.conf.
-NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LOCK_POLL = 0.02
 FIELD_TYPES: dict[str, type] = {
     "name": str, "uid": str, "port": int, "bindAddress": str, "service": str, "createdAt": str,
@@ -45,7 +43,7 @@ FIELD_TYPES: dict[str, type] = {
 
 
 def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not names.is_label(name):
         raise BadRequest(f"name {name!r} is not a DNS-1123 label (lowercase letters, digits, '-'; at most 63)")
     return name
 
@@ -59,7 +57,7 @@ def parse_id(pid: str) -> str:
     if not isinstance(pid, str) or not pid.startswith(ID_PREFIX):
         raise BadRequest(f"malformed id {pid!r}, want local/<name>")
     name = pid[len(ID_PREFIX):]
-    if not NAME.match(name):
+    if not names.is_label(name):
         raise BadRequest(f"malformed id {pid!r}, want local/<name> with a DNS-1123 name")
     return name
 
@@ -208,7 +206,7 @@ class Store:
         out = []
         for entry in entries:
             stem, dot, ext = entry.rpartition(".")
-            if dot and ext == "json" and NAME.match(stem):
+            if dot and ext == "json" and names.is_label(stem):
                 out.append(stem)
         return sorted(out)
 

@@ -8,7 +8,7 @@ import pytest
 
 from beat import fanout
 from beat.schedule import GC, ROUND, Entry, build_schedule, celery_entries
-from fleet import routing
+from fleet.celery import routing
 from fleet.config import parse
 from fleet.health import dispatch
 from fleet.settings import Settings

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import metrics
+from fleet import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "deploy/prometheus"
@@ -41,10 +41,13 @@ REQUIRED = {
     # issue 19: provider workers and the lease API
     "ProviderCallsFailing",
     "LeaseRefusals",
+    # issue 23: the gateway
+    "GatewayNoProxies",
+    "GatewayUpstreamErrors",
 }
 # not about one provider
 FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown", "ConfigReloadRefused",
-              "LeaseRefusals"}
+              "LeaseRefusals", "GatewayNoProxies", "GatewayUpstreamErrors"}
 CONTROLLER_JOB = "fleet-controller-metrics"
 PROBER_JOB = "fleet-prober"
 # The scrape job each process' ServiceMonitor must make (by the component its
@@ -133,14 +136,14 @@ def test_severities():
 
 
 def test_rules_use_only_exported_metric_names():
-    exported = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
+    exported = {v for k, v in vars(serving).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
     used = {m for r in ALERTS.values() for m in re.findall(r"proxy_operator_\w+", r["expr"])}
     assert used and used <= exported, used - exported
 
 
 def test_proxies_unhealthy_is_a_ratio_guarded_against_no_running_proxies():
     expr = ALERTS["ProxiesUnhealthy"]["expr"]
-    assert metrics.PROXIES_UNHEALTHY in expr
+    assert serving.PROXIES_UNHEALTHY in expr
     assert re.search(r'/ on \(namespace, job\)\s*\(max by \(namespace, job\) \(proxy_operator_proxies\{phase="Running"\}\) > 0\)', expr), (
         "divide by the Running Proxies, dropping a zero denominator"
     )
@@ -156,7 +159,7 @@ def test_proxy_stuck_watches_the_transitional_phases_only():
 
 def test_gc_failing_watches_skips_and_the_last_success():
     expr = ALERTS["GCFailing"]["expr"]
-    assert metrics.GC_SKIPPED in expr and metrics.GC_LAST_SUCCESS in expr
+    assert serving.GC_SKIPPED in expr and serving.GC_LAST_SUCCESS in expr
     # one alert per provider: both branches keep the same labels (`or` then dedupes)
     assert expr.count("by (namespace, job, provider)") == 2
     assert '"*"' in ALERTS["GCFailing"]["annotations"]["summary"], "a whole sweep skipped (provider *) says so"
@@ -164,7 +167,7 @@ def test_gc_failing_watches_skips_and_the_last_success():
 
 def test_rounds_stopped_watches_beats_stamp_and_spares_checks_off():
     expr = ALERTS["RoundsStopped"]["expr"]
-    assert metrics.LAST_ROUND in expr
+    assert serving.LAST_ROUND in expr
     assert expr.count("proxy_operator_provider_check_interval_seconds > 0") == 2, "an interval of 0 (checks off) never alerts"
 
 
@@ -178,20 +181,20 @@ def _label_values(expr: str, metric: str, label: str) -> set[str]:
 
 
 def test_provider_calls_failing_counts_error_classes_the_workers_export_and_spares_not_found():
-    from fleet.calls import RESULTS
+    from fleet.celery.calls import RESULTS
 
     expr = ALERTS["ProviderCallsFailing"]["expr"]
-    named = _label_values(expr, metrics.REQUESTS_TOTAL, "result")
+    named = _label_values(expr, serving.REQUESTS_TOTAL, "result")
     assert named == {"transient", "permanent", "quota_exceeded", "not_found"} and named <= set(RESULTS)
     assert re.search(r'result=~"[\w|]+"', expr) and 'result!="not_found"' in expr, "errors over calls, not_found apart"
     assert expr.count("sum by (namespace, job, provider, op)") == 2, "one alert per provider and operation, over pods"
 
 
 def test_lease_refusals_watch_the_apis_refusals_of_valid_requests():
-    from fleet.leases.series import RESULTS
+    from fleet.leases.metrics import RESULTS
 
     expr = ALERTS["LeaseRefusals"]["expr"]
-    named = _label_values(expr, metrics.LEASE_REQUESTS, "result")
+    named = _label_values(expr, serving.LEASE_REQUESTS, "result")
     assert named == {"no_proxy", "none_free", "bad_request", "unauthorized"} and named <= set(RESULTS)
     assert "> 0)" in expr, "a quiet API (no requests) never divides by zero"
 
@@ -217,7 +220,7 @@ def test_every_runbook_belongs_to_an_alert():
 
 
 def test_runbooks_name_the_first_commands():
-    for cmd in ("fleet get ph", "kubectl get ph", "celery -A fleet.app inspect active_queues"):
+    for cmd in ("fleet get ph", "kubectl get ph", "celery -A fleet.celery.app inspect active_queues"):
         assert any(cmd in (RUNBOOKS / f"{n}.md").read_text() for n in ALERTS), cmd
     firsts = {
         "ProxiesUnhealthy": ("kubectl get px -A", "fleet get px", "/metrics"),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet.health import status
+from fleet.health import decide
 from fleet.health.results import CheckResult
 from fleet.kube import PROVIDER_HEALTH
 from providers.base import TargetStatus
@@ -45,7 +45,7 @@ def test_list_maps_required_fields_and_message_limit():
     assert props["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
     target = props["targets"]["items"]
     assert target["required"] == ["lastTransitionTime", "name", "ready"]
-    assert target["properties"]["message"]["maxLength"] == status.MAX_MESSAGE
+    assert target["properties"]["message"]["maxLength"] == decide.MAX_MESSAGE
 
 
 def check(value, schema, path="status"):
@@ -87,10 +87,10 @@ def check(value, schema, path="status"):
     ],
 )
 def test_what_the_controller_writes_fits_the_schema(result):
-    st = status.build_status(None, result)
+    st = decide.build_status(None, result)
     check(st, STATUS)
-    v = status.overdue_verdict(None, "provider.p", 135)
-    check(status.overdue_status(st, "kvm", v, 1.8e9 + 500), STATUS)
+    v = decide.overdue_verdict(None, "provider.p", 135)
+    check(decide.overdue_status(st, "kvm", v, 1.8e9 + 500), STATUS)
 
 
 # --- the Proxy CRD (issue 12) ---------------------------------------------------------
@@ -157,11 +157,11 @@ def test_proxy_spec_provider_is_a_required_immutable_dns_label():
 def test_the_provider_pattern_is_the_one_the_config_accepts(name, ok):
     import re
 
-    from fleet.cli.render import DNS1123_LABEL
+    from providers import names
 
     provider = PX_SPEC["properties"]["provider"]
     fits = bool(re.fullmatch(provider["pattern"].strip("^$"), name)) and 1 <= len(name) <= provider["maxLength"]
-    assert fits is ok is bool(DNS1123_LABEL.match(name))
+    assert fits is ok is names.is_label(name)
 
 
 def test_proxy_spec_placement_port_and_cloud_init():

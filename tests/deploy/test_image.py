@@ -138,7 +138,7 @@ def test_the_role_is_the_command(dockerfile, installed):
     exposed = {int(p) for word, rest in final if word == "EXPOSE" for p in rest.split()}
     ports = {p["containerPort"] for d in by_kind(installed, "Deployment").values() for c in pod(d)["containers"]
              if c["image"].startswith("ghcr.io/example/fleet") for p in c.get("ports", ())}
-    assert ports == exposed == {8080, 5555, 9090, 8081, 8090}
+    assert ports == exposed == {8080, 5555, 9090, 8081, 8090, 8888, 8083}
 
 
 # --- docker-compose.yml -------------------------------------------------------------
@@ -155,7 +155,8 @@ def fleet_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_one_worker_per_example_provider_and_nothing_else(compose):
     names = load(str(EXAMPLE)).names()
-    assert set(compose["services"]) == {"redis", "controller", "beat", "flower", "prober", "api"} | {f"worker-{n}" for n in names}
+    assert set(compose["services"]) == ({"redis", "controller", "beat", "flower", "prober", "api", "gateway"}
+                                        | {f"worker-{n}" for n in names})
     for n in names:
         argv = compose["services"][f"worker-{n}"]["command"]
         args = cli.parser().parse_args(argv[1:])

@@ -26,14 +26,15 @@ def test_the_default_install_applies_on_a_plain_cluster(installed):
 
 
 def test_the_operator_objects_are_opt_in_and_all_of_them(monitoring):
-    # the ServiceMonitors of the controller, the prober and the API, the workers' PodMonitor, and the alerts
+    # the ServiceMonitors of the controller, the prober, the API and the gateway, the workers' PodMonitor, and the alerts
     assert sorted(o["kind"] for o in monitoring) == ["PodMonitor", "PrometheusRule", "ServiceMonitor", "ServiceMonitor",
-                                                      "ServiceMonitor"]
+                                                      "ServiceMonitor", "ServiceMonitor"]
     assert all(o["apiVersion"].startswith(OPERATOR_GROUP) for o in monitoring)
     # on a plain cluster this command (alone) fails, as the issue's did ...
     assert sorted(cluster.apply(monitoring)) == [
         'no matches for kind "PodMonitor" in version "monitoring.coreos.com/v1"',
         'no matches for kind "PrometheusRule" in version "monitoring.coreos.com/v1"',
+        'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"',
         'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"',
         'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"',
         'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"',

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.cli import subcommands as cli
 from fleet.cli.render import BROKER_SECRET, CONFIG_DIR, CONFIG_MAP, TMP_SIZE, UID
 from tests.deploy import kustomize
@@ -25,7 +25,7 @@ K8S_VERSION = "1.30"
 # API groups of CRDs the schemas don't know (the Prometheus Operator's);
 # their objects are checked structurally below.
 CRD_GROUPS = ("monitoring.coreos.com/",)
-FLEET_COMPONENTS = {"controller", "beat", "flower", "worker", "prober", "api"}
+FLEET_COMPONENTS = {"controller", "beat", "flower", "worker", "prober", "api", "gateway"}
 
 
 def validate(objects: list[dict[str, Any]]) -> None:
@@ -93,7 +93,8 @@ def test_fleet_processes_share_config_broker_and_image(installed):
         images.add(c["image"])
         env = {e["name"]: e for e in c["env"]}
         assert env["FLEET_BROKER_URL"]["valueFrom"] == {"secretKeyRef": {"name": BROKER_SECRET, "key": "url"}}
-        if component(d) in ("flower", "prober", "api"):  # reads no providers file, so nothing to roll it for (the image's default is unset)
+        # reads no providers file, so nothing to roll it for (the image's default is unset)
+        if component(d) in ("flower", "prober", "api", "gateway"):
             assert env["FLEET_PROVIDERS_CONFIG"]["value"] == ""
             assert not [v for v in spec["volumes"] if "configMap" in v]
             continue

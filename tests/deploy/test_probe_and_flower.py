@@ -9,7 +9,7 @@ import sys
 import fakeredis
 import pytest
 
-from fleet import heartbeat
+from fleet.celery import presence
 from fleet.cli import commands, probe
 from fleet.cli import subcommands as cli
 from fleet.serving import with_probes
@@ -33,7 +33,7 @@ def test_not_ready_when_it_does_not():
 
 def test_alive_needs_this_pods_heartbeat(client):
     assert probe.live(client, "kvm-home", "pod-a")[0] == probe.FAILED
-    heartbeat.beat_once(client, ["kvm-home"], probe.node_name("kvm-home", "pod-a"))
+    presence.beat_once(client, ["kvm-home"], probe.node_name("kvm-home", "pod-a"))
     assert probe.live(client, "kvm-home", "pod-a")[0] == probe.OK
     assert probe.live(client, "kvm-home", "pod-b")[0] == probe.FAILED, "another pod's heartbeat is not ours"
 

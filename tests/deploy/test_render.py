@@ -45,7 +45,8 @@ def mounts(d: dict[str, Any]) -> dict[str, str]:
 def test_three_providers_three_worker_deployments(workers):
     deployments = by_kind(of_component(workers, "worker"), "Deployment")
     assert sorted(deployments) == sorted(f"fleet-worker-{n}" for n in NAMES)
-    assert set(by_kind(workers, "Deployment")) == set(deployments) | {"fleet-controller", "fleet-beat", "fleet-prober", "fleet-api"}
+    assert set(by_kind(workers, "Deployment")) == set(deployments) | {"fleet-controller", "fleet-beat", "fleet-prober", "fleet-api",
+                                                                      "fleet-gateway"}
     validate(workers)
     for name in NAMES:
         d = deployments[f"fleet-worker-{name}"]
@@ -184,7 +185,7 @@ def test_unmountable_credential_paths_are_refused(tmp_path, key_file, problem):
 def test_cli_prints_yaml_or_json(three_path, capsys):
     assert cli.main(["render", "-c", str(three_path), "--image", "reg.example/fleet:1", "--namespace", "proxies"]) == 0
     objs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert len(by_kind(objs, "Deployment")) == 7  # controller, beat, prober, api, three workers
+    assert len(by_kind(objs, "Deployment")) == 8  # controller, beat, prober, api, gateway, three workers
     for d in by_kind(objs, "Deployment").values():
         assert d["metadata"]["namespace"] == "proxies"
         assert d["metadata"]["labels"][INSTALLATION_LABEL] == "proxies"  # the installation defaults to the namespace

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fleet import metrics
+from fleet import serving
 from fleet.settings import Settings, parse_bind_address
 from tests.deploy.conftest import ROOT
 
@@ -24,7 +24,8 @@ RULES = ROOT / "deploy/prometheus/rules.yaml"
 SUFFIXES = ("_bucket", "_count", "_sum", "_created")
 # The setting (environment variable) with the address each process serves its /metrics on.
 BIND = {"controller": "metrics_bind_address", "worker": "worker_metrics_bind_address",
-        "prober": "prober_metrics_bind_address", "api": "api_bind_address"}
+        "prober": "prober_metrics_bind_address", "api": "api_bind_address",
+        "gateway": "gateway_metrics_bind_address"}
 
 
 def _families(registry: CollectorRegistry) -> set[str]:
@@ -34,34 +35,35 @@ def _families(registry: CollectorRegistry) -> set[str]:
 
 def _registries() -> dict[str, CollectorRegistry]:
     """Each process' /metrics registry, from the collectors its entry point composes, on empty inputs:
-    controller (tasks/controller.py: fleet.health.gauges.collectors, ProxiesCollector, fleet.gc.runtime.collectors),
-    worker (fleet.exposition.registry_for), prober (fleet.prober.runtime: ProberSeries), api (fleet.leases.app:
+    controller (tasks/controller.py: fleet.health.metrics.collectors, ProxiesCollector, fleet.gc.runtime.collectors),
+    worker (fleet.celery.calls.worker_registry), prober (fleet.prober.process: ProberSeries), api (fleet.leases.app:
     ApiSeries, with its Redis-read gauges answered)."""
-    from fleet import exposition, reload
-    from fleet.calls import CallMetrics
-    from fleet.gc.gauges import GcCounters, LastSuccessCollector
-    from fleet.health.gauges import ProviderTargetCollector
+    from fleet import reload
+    from fleet.celery.calls import CallMetrics, worker_registry
+    from fleet.gateway.metrics import GatewaySeries
+    from fleet.gc.metrics import GcCounters, LastSuccessCollector
+    from fleet.health.metrics import ProviderTargetCollector
     from fleet.httpguard import Guard, Limits
-    from fleet.leases.series import ApiSeries
-    from fleet.metrics import ControllerCounters
-    from fleet.prober.series import ProberSeries
-    from fleet.proxies.gauges import ProxiesCollector
-    from fleet.serving import registry_of
+    from fleet.leases.metrics import ApiSeries
+    from fleet.prober.metrics import ProberSeries
+    from fleet.proxies.metrics import ProxiesCollector
+    from fleet.serving import ControllerCounters, registry_of
 
     status = reload.STATUS  # the worker's registry serves this process' one
     status.loaded(1.0)  # a process that has read its providers file (time 0 reads as never)
     api = ApiSeries()
     api.gauges.values = (0, 0, 0)
-    api.registry.register(Guard(Limits()))  # fleet.leases.runtime adds the connection guard's series
+    api.registry.register(Guard(Limits()))  # fleet.leases.process adds the connection guard's series
     return {
         "controller": registry_of([ProviderTargetCollector(lambda: [], lambda _checked: [], 60.0, read_last_round=lambda: None),
                                    *ControllerCounters(["ProviderHealth"]).collectors(),
                                    ProxiesCollector(lambda: {}, lambda: {}),
                                    LastSuccessCollector(["p"], lambda: {}), *GcCounters(["p"]).collectors(),
                                    status.collector()]),
-        "worker": exposition.registry_for(CallMetrics()),
+        "worker": worker_registry(CallMetrics()),
         "prober": registry_of(ProberSeries().collectors()),
         "api": api.registry,
+        "gateway": registry_of([GatewaySeries(), Guard(Limits())]),  # fleet.gateway.process
     }
 
 
@@ -70,7 +72,9 @@ for _process, _reg in _registries().items():
     for _f in _families(_reg):
         SERVED_BY.setdefault(_f, set()).add(_process)
 # Families every process that reads the providers file serves of its own (fleet.reload): the rest belong to one.
-PER_PROCESS = {metrics.CONFIG_RELOAD_SUCCESSFUL, metrics.CONFIG_RELOAD_SUCCESS_TIMESTAMP, metrics.CONFIG_RELOAD_FAILURES}
+# The connection guard's (fleet.httpguard) are served by the API and the gateway alike, each of its own.
+PER_PROCESS = {serving.CONFIG_RELOAD_SUCCESSFUL, serving.CONFIG_RELOAD_SUCCESS_TIMESTAMP, serving.CONFIG_RELOAD_FAILURES,
+               serving.HTTP_CONNECTIONS, serving.HTTP_CONNECTIONS_CLOSED}
 
 
 def _family(name: str) -> str:
@@ -118,20 +122,20 @@ def test_readme_names_every_family_with_its_process():
 
 
 def _exported() -> dict[str, str]:
-    """fleet.metrics' metric names: constant → family."""
-    return {k: v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
+    """fleet.serving's metric names: constant → family."""
+    return {k: v for k, v in vars(serving).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
 
 
 def test_every_metric_name_in_fleet_metrics_is_in_readmes_table_and_back():
-    """Issue 20: each name in fleet/metrics.py is pinned, one to one, by a row of README's metrics table."""
+    """Issue 20: each name in fleet/serving.py is pinned, one to one, by a row of README's metrics table."""
     exported = _exported()
-    assert len(set(exported.values())) == len(exported), "two constants of fleet.metrics name one family"
+    assert len(set(exported.values())) == len(exported), "two constants of fleet.serving name one family"
     table = set(_readme_table())
     assert set(exported.values()) == table, (sorted(set(exported.values()) - table), sorted(table - set(exported.values())))
 
 
 def test_metric_names_are_written_in_fleet_metrics_only():
-    """A family's name is a string literal in fleet/metrics.py and nowhere else in the code (docstrings aside)."""
+    """A family's name is a string literal in fleet/serving.py and nowhere else in the code (docstrings aside)."""
     import ast
 
     found: dict[str, list[str]] = {}
@@ -141,8 +145,8 @@ def test_metric_names_are_written_in_fleet_metrics_only():
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                         re.fullmatch(r"proxy_operator_\w+", node.value):
                     found.setdefault(str(path.relative_to(ROOT)), []).append(node.value)
-    assert set(found) == {"fleet/metrics.py"}, {k: v for k, v in found.items() if k != "fleet/metrics.py"}
-    assert sorted(found["fleet/metrics.py"]) == sorted(_exported().values())
+    assert set(found) == {"fleet/serving.py"}, {k: v for k, v in found.items() if k != "fleet/serving.py"}
+    assert sorted(found["fleet/serving.py"]) == sorted(_exported().values())
 
 
 def test_the_alert_rules_name_served_families_only():

@@ -1,4 +1,4 @@
-"""fleet.brokerfix: on a closed channel, kombu's restore and ack are skipped
+"""fleet.celery.brokerfix: on a closed channel, kombu's restore and ack are skipped
 instead of crashing the worker (the integration test's Redis restart hits
 this only when the timing is unlucky, so the guard is pinned here too)."""
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from kombu.transport import redis as transport
 
-from fleet import brokerfix
+from fleet.celery import brokerfix
 
 
 def qos_on(client):

@@ -1,4 +1,4 @@
-"""fleet.calls: the provider-call task base — outcomes, counter, histogram,
+"""fleet.celery.calls: the provider-call task base — outcomes, counter, histogram,
 span, refusals — without a broker (the tasks run in this process)."""
 
 import json
@@ -10,7 +10,8 @@ import yaml
 from opentelemetry.trace import StatusCode
 from prometheus_client import generate_latest
 
-from fleet import calls, exposition, runtime
+from fleet import runtime
+from fleet.celery import calls
 from providers import base
 from providers.base import Deadline, Instance, State
 from providers.retry import BACKOFF_FIRST, LATCH_PERMANENT, QUOTA_RETRY, Gone, Latch, Retry
@@ -186,12 +187,12 @@ def test_a_call_from_another_providers_queue_is_refused(configured):
 def test_worker_exposition_serves_the_series_at_zero():
     rec = calls.CallMetrics()
     rec.start(["edge"])
-    text = generate_latest(exposition.registry_for(rec)).decode()
+    text = generate_latest(calls.worker_registry(rec)).decode()
     assert 'proxy_operator_provider_requests_total{op="get",provider="edge",result="permanent"} 0.0' in text
     assert 'proxy_operator_provider_request_duration_seconds_count{op="list",provider="edge"} 0.0' in text
-    assert exposition.serve("0", ["edge"], rec) is None
+    assert calls.serve_worker("0", ["edge"], rec) is None
     with pytest.raises(ValueError, match="--worker-metrics-bind-address must be host:port"):
-        exposition.serve("nope", ["edge"], rec)
+        calls.serve_worker("nope", ["edge"], rec)
 
 
 @pytest.mark.parametrize(("value", "ok"), [("0", True), (":9090", True), ("127.0.0.1:9", True), ("9090", False), (":0", False)])

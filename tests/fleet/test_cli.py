@@ -155,7 +155,7 @@ def test_get_judges_overdue_by_the_deployed_schedule(capsys, config, monkeypatch
 
     import fakeredis
 
-    from fleet import beatstate
+    from fleet.celery import beat
     from fleet.health.results import CheckResult
     from fleet.health.stored import StoredResults
     from fleet.store import Store, keys
@@ -168,7 +168,7 @@ def test_get_judges_overdue_by_the_deployed_schedule(capsys, config, monkeypatch
     assert code == 0
     assert "AllTargetsReady" in out or "NoTargets" in out, out  # by the caller's 1m: fresh
     assert "no schedule published by beat" in err
-    beatstate.publish_schedule(Store(r), beatstate.schedule_doc(10, 10, 30, "default", ["ok"], "beat-1", now))
+    beat.publish_schedule(Store(r), beat.schedule_doc(10, 10, 30, "default", ["ok"], "beat-1", now))
     r.set(keys.BEAT_LAST_ROUND, repr(now - 1))
     _, out, err = run(capsys, "get", "ph", "-c", config)
     assert "CheckOverdue" in out and err == "", (out, err)

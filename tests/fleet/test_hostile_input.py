@@ -55,7 +55,7 @@ CONFIGS: dict[str, tuple[bytes | str, str]] = {
     "20,000 nested mappings": (b"providers: " + b"{a: " * 20000 + b"1" + b"}" * 20000, "providers.a.a.a"),
     "20,000 nested block sequences": (
         b"providers:\n" + b"- " * 20000 + b"x\n", "providers[0][0][0]"),
-    "billion laughs": (BOMB, "providers[4][8]: the document has more than 50000 values (aliases counted as they expand)"),
+    "billion laughs": (BOMB, "providers[4][8]: the file has more than 50000 values (aliases counted as they expand)"),
     "self-referencing alias": (b"providers: &a [*a]\n", "providers[0]: alias *a refers to a node that contains it"),
     "name with a newline": (b'providers:\n  - name: "abc\\n"\n    type: fake\n', "providers[0].name: must be a DNS-1123 label"),
     "duplicate key": (b"providers:\n  - name: a\n    type: fake\n    name: b\n",
@@ -70,7 +70,7 @@ CONFIGS: dict[str, tuple[bytes | str, str]] = {
     "1,001 targets": (fake(targets=[{"name": f"t{i}"} for i in range(1001)]), "providers[0].fake.targets: List should have at most 1000"),
     "100,000 targets in 1 MiB": (
         b"providers: [{name: a, type: fake, fake: {targets: [" + b",".join([b"{name: x}"] * 100000) + b"]}}]\n",
-        "providers[0].fake.targets[16662].name: the document has more than 50000 values"),
+        "providers[0].fake.targets[16662].name: the file has more than 50000 values"),
     "770,000 targets": (b"providers: [{name: a, type: fake, fake: {targets: [" + b",".join([b"{name: x}"] * 770000) + b"]}}]\n",
                         "the providers file is 7700055 bytes; at most 1048576 are read"),
     "2 MiB of comments": (b"providers: []\n" + b"#" * (2 << 20), "at most 1048576 are read"),

@@ -12,7 +12,7 @@ from fleet import logs
 
 
 def test_no_results_and_no_events_by_default():
-    from fleet.app import app
+    from fleet.celery.app import app
 
     conf = app.conf
     assert conf.task_ignore_result is True

@@ -97,7 +97,7 @@ def test_proxy():
 def test_the_kinds_and_errors_load_without_the_sdk():
     """A pure module (and the `fleet` command's tables) may import the kinds and
     the error tree without loading the kubernetes SDK; `kube.Writer` loads it."""
-    code = ("import sys; from fleet import kube; import fleet.health.status, fleet.cli.tables; "
+    code = ("import sys; from fleet import kube; import fleet.health.decide, fleet.cli.tables; "
             "kube.PROXY, kube.KubeError; assert 'kubernetes' not in sys.modules, 'loaded early'; "
             "kube.Writer; assert 'kubernetes' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

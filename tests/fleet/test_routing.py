@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 from celery.canvas import Signature
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.health import dispatch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_unroutable(name, args, kwargs, problem):
 
 
 def test_every_fleet_task_is_placed():
-    from fleet.app import app
+    from fleet.celery.app import app
 
     app.loader.import_default_modules()
     registered = {n for n in app.tasks if not n.startswith("celery.")}
@@ -93,7 +93,7 @@ def test_an_explicit_queue_would_not_be_needed():
     """`queue=` / "queue" appear only in the router (and the queue
     declarations) in fleet/, tasks/ and beat/."""
     pattern = re.compile(r"""\bqueue=|["']queue["']\s*:""")
-    allowed = {"fleet/routing.py", "fleet/inspection.py"}  # the router; `celery inspect provider_status` names the queue
+    allowed = {"fleet/celery/routing.py", "fleet/celery/inspection.py"}  # the router; `celery inspect provider_status` names the queue
     offenders = []
     for top in ("fleet", "tasks", "beat"):
         for path in (ROOT / top).rglob("*.py"):

@@ -19,7 +19,7 @@ import redis
 import yaml
 from celery import Celery
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.cli import commands
 from tests.procs import die_with_parent
 
@@ -132,7 +132,7 @@ class Stack:
         self.procs: dict[str, subprocess.Popen] = {}
         self.broker = broker
         self.sender = Celery("fleet-test", broker=broker, set_as_current=False)
-        # routed like production (fleet.routing): senders never name a queue
+        # routed like production (fleet.celery.routing): senders never name a queue
         self.sender.conf.update(task_serializer="json", accept_content=["json"], task_routes=(routing.route,),
                                 task_create_missing_queues=True)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import routing
+from fleet.celery import routing
 from fleet.health.results import rfc3339
 from fleet.health.stored import StoredResults
 from fleet.store import Store, keys

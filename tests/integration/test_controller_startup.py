@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from fleet import beatstate
+from fleet.celery import beat
 from fleet.store import Store
 from tests.integration.conftest import free_port, wait_for
 
@@ -57,7 +57,7 @@ def test_beat_killed_controller_reports_overdue_on_its_own_clock(redis_server, m
     r = redis_server.client()
     wait_for(lambda: (kubeapi.objects.get("p") or {}).get("status", {}).get("lastCheckTime"), 40, "a first result")
     stack.kill("beat")
-    last = beatstate.last_round(Store(r))
+    last = beat.last_round(Store(r))
     assert last is not None
 
     def ready():

@@ -53,7 +53,7 @@ def test_inspect_provider_status_and_config(stack, redis_server):
     wait_for(lambda: store.latest("edge-a"), 20, "edge-a's result")
 
     # the plain CLI, as an operator types it
-    out = subprocess.run([sys.executable, "-m", "celery", "-A", "fleet.app", "inspect", "provider_status", "--json",
+    out = subprocess.run([sys.executable, "-m", "celery", "-A", "fleet.celery.app", "inspect", "provider_status", "--json",
                           "--timeout", "3"], env=stack.env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     answers = {k.split("@")[0]: v for k, v in json.loads(out.stdout).items()}

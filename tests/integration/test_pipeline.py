@@ -139,7 +139,7 @@ def test_redis_restart_between_rounds_loses_no_later_result(redis_server, make_s
 
     r = wait_for(next_round, 60, "workers and controller to reconnect and record", interval=0.5)
     assert r.checked_at > first.checked_at
-    # nobody crashed on the way (kombu's closed-channel bug: fleet.brokerfix)
+    # nobody crashed on the way (kombu's closed-channel bug: fleet.celery.brokerfix)
     assert all(p.poll() is None for p in stack.procs.values())
     assert "Unrecoverable" not in stack.log("controller") + stack.log("worker:p")
     wait_for(lambda: kubeapi.objects["p"]["status"]["lastCheckTime"] >= time.strftime(

@@ -80,7 +80,7 @@ class Up:
             self.proc.wait()
         for pid in set(kids + list(started_pids(self.log()).values())):
             with contextlib.suppress(OSError):  # only our children still running, never a reused pid
-                if alive(pid) and b"fleet.app" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if alive(pid) and b"fleet.celery.app" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     os.kill(pid, signal.SIGKILL)
         self._log.close()
 

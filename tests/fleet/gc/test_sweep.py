@@ -9,14 +9,13 @@ import json
 import fakeredis
 import pytest
 
-from fleet import routing
-from fleet.gc import gauges
+from fleet.celery import routing
+from fleet.gc import metrics
 from fleet.gc.decide import DEFAULT_MAX_DELETES
-from fleet.gc.gauges import GcCounters, LastSuccessCollector
 from fleet.gc.live import Unavailable, from_documents
+from fleet.gc.metrics import GcCounters, LastSuccessCollector
 from fleet.gc.sweep import Policy, Sweeper
-from fleet.metrics import GC_DELETED, GC_LAST_SUCCESS, GC_SKIPPED
-from fleet.serving import registry_of
+from fleet.serving import GC_DELETED, GC_LAST_SUCCESS, GC_SKIPPED, registry_of
 from fleet.store import Store
 
 T0 = 1_700_000_000.0
@@ -76,7 +75,7 @@ def test_a_sweep_lists_every_provider_with_a_worker_and_deletes_only_orphans(spa
     assert [p for p, _ in w.lists()] == ["a", "b"]
     (m, *_) = [m for m in w.sent if m[1]["provider"] == "a"]
     assert m[1] == {"provider": "a", "timeout": 60.0} and m[2] == routing.RECORD_GC_LIST
-    assert w.sample(GC_SKIPPED, provider="c", reason=gauges.NO_WORKER) == 1
+    assert w.sample(GC_SKIPPED, provider="c", reason=metrics.NO_WORKER) == 1
     sweep = w.lists()[0][1]
 
     w.now += 5
@@ -100,7 +99,7 @@ def test_a_sweep_lists_every_provider_with_a_worker_and_deletes_only_orphans(spa
     assert w.sweeper.record_delete({"ok": True, "provider": "a", "op": "delete", "result": None}, "a", sweep, "a/orphan") == "deleted"
     assert w.sweeper.record_delete({"ok": False, "provider": "a", "op": "delete", "message": "x"}, "a", sweep, "a/unknown-age") == "failed"
     assert w.sample(GC_DELETED, provider="a") == 1
-    assert w.sample(GC_SKIPPED, provider="a", reason=gauges.DELETE_FAILED) == 1
+    assert w.sample(GC_SKIPPED, provider="a", reason=metrics.DELETE_FAILED) == 1
 
 
 def test_a_reloaded_config_changes_whom_the_next_sweep_asks():
@@ -109,7 +108,7 @@ def test_a_reloaded_config_changes_whom_the_next_sweep_asks():
     old = w.lists()[0][1]
     w.sweeper.reconfigure(["a", "late"])  # b removed, late added
     assert w.sweeper.record_list(ok("b", [listed("b/orphan", "uid-gone")]), "b", old) == "dropped: unconfigured provider"
-    assert w.sample(GC_SKIPPED, provider="late", reason=gauges.NO_WORKER) == 0  # its series from the reload on
+    assert w.sample(GC_SKIPPED, provider="late", reason=metrics.NO_WORKER) == 0  # its series from the reload on
     w.now += 3600
     w.sent.clear()
     w.sweeper.lapse(old)
@@ -139,9 +138,9 @@ def test_a_provider_whose_list_fails_is_skipped_while_the_others_are_swept():
     assert w.sweeper.record_list(failed, "a", sweep) == "skipped: list-failed"
     assert w.sweeper.record_list(ok("b", [listed("b/orphan", "uid-gone")]), "b", sweep).startswith("swept: 1")
     assert w.deletes() == [("b", "b/orphan")]
-    assert w.sample(GC_SKIPPED, provider="a", reason=gauges.LIST_FAILED) == 1
+    assert w.sample(GC_SKIPPED, provider="a", reason=metrics.LIST_FAILED) == 1
     assert w.sample(GC_LAST_SUCCESS, provider="a") is None and w.sample(GC_LAST_SUCCESS, provider="b") == T0
-    assert w.store.gc.current()["p:a"] == gauges.LIST_FAILED and w.store.gc.current()["p:b"] == "swept"
+    assert w.store.gc.current()["p:a"] == metrics.LIST_FAILED and w.store.gc.current()["p:b"] == "swept"
 
 
 def test_an_answer_is_taken_once_and_only_for_the_current_sweep():
@@ -175,12 +174,12 @@ def test_live_uids_unavailable_at_an_answer_skips_that_provider():
     w.live_error = None
     assert w.sweeper.record_list(ok("b", [listed("b/orphan", "uid-gone")]), "b", sweep).startswith("swept: 1")
     assert w.deletes() == [("b", "b/orphan")]
-    assert w.sample(GC_SKIPPED, provider="a", reason=gauges.LIVE_UNAVAILABLE) == 1
+    assert w.sample(GC_SKIPPED, provider="a", reason=metrics.LIVE_UNAVAILABLE) == 1
 
 
 @pytest.mark.parametrize(("no_source", "error", "reason"), [
-    (True, None, gauges.NO_SOURCE),
-    (False, Unavailable("Redis: down"), gauges.LIVE_UNAVAILABLE),
+    (True, None, metrics.NO_SOURCE),
+    (False, Unavailable("Redis: down"), metrics.LIVE_UNAVAILABLE),
 ])
 def test_the_whole_sweep_is_skipped_when_the_live_uids_cannot_be_vouched_for(no_source, error, reason):
     w = World(no_source=no_source)
@@ -197,13 +196,13 @@ def test_a_provider_that_never_answers_lapses_once_and_the_lock_frees():
     w.sweeper.record_list(ok("b", []), "b", sweep)
     w.now += 30
     assert w.sweeper.start() == "skipped: in-progress"  # "a" still pending before the deadline
-    assert w.sample(GC_SKIPPED, provider="*", reason=gauges.IN_PROGRESS) == 1
+    assert w.sample(GC_SKIPPED, provider="*", reason=metrics.IN_PROGRESS) == 1
     ((delay, fire),) = w.timers
     assert delay == pytest.approx(90.5)  # call timeout + grace (30 s) + 0.5
     assert w.sweeper.lapse(sweep) == []  # not yet
     w.now = T0 + 91
     assert fire() == ["a"] and w.sweeper.lapse(sweep) == []  # once
-    assert w.sample(GC_SKIPPED, provider="a", reason=gauges.NO_ANSWER) == 1
+    assert w.sample(GC_SKIPPED, provider="a", reason=metrics.NO_ANSWER) == 1
     assert w.sweeper.record_list(ok("a", [listed("a/orphan", "uid-gone")]), "a", sweep) == "dropped: not awaited"
     assert w.sweeper.start().startswith("started")
 
@@ -213,8 +212,8 @@ def test_the_next_sweep_skips_the_providers_a_dead_controller_never_heard_from()
     w.sweeper.start()  # its timer never fires (the process died)
     w.now += 600
     assert w.sweeper.start().startswith("started")
-    assert w.sample(GC_SKIPPED, provider="a", reason=gauges.NO_ANSWER) == 1
-    assert w.sample(GC_SKIPPED, provider="b", reason=gauges.NO_ANSWER) == 1
+    assert w.sample(GC_SKIPPED, provider="a", reason=metrics.NO_ANSWER) == 1
+    assert w.sample(GC_SKIPPED, provider="b", reason=metrics.NO_ANSWER) == 1
 
 
 def test_deletes_are_capped_per_sweep():
@@ -230,9 +229,9 @@ def test_every_series_exists_from_the_start():
     w = World()
     for p in ("a", "b", "c"):
         assert w.sample(GC_DELETED, provider=p) == 0
-        for reason in gauges.SKIP_REASONS:
+        for reason in metrics.SKIP_REASONS:
             assert w.sample(GC_SKIPPED, provider=p, reason=reason) == 0
-    for reason in gauges.SWEEP_REASONS:
+    for reason in metrics.SWEEP_REASONS:
         assert w.sample(GC_SKIPPED, provider="*", reason=reason) == 0
     with pytest.raises(ValueError):
         w.counters.skip("a", "whatever")

@@ -1,10 +1,10 @@
-"""`status.decide`: what the writer patches into a ProviderHealth, pure
+"""`decide.decide`: what the writer patches into a ProviderHealth, pure
 (the stale check on lastCheckTime with its "from the future" guard, and the
 merge patch from the status read to the one wanted)."""
 
 import pytest
 
-from fleet.health import status
+from fleet.health import decide
 from fleet.health.results import rfc3339
 from fleet.kube import UNCHANGED, Patch, Skip
 
@@ -26,9 +26,9 @@ def checked(at):
     # a newer check: only what changed
     (obj(lastCheckTime=rfc3339(T0), type="fake"), checked(T0 + 5), T0 + 5, Patch({"lastCheckTime": rfc3339(T0 + 5)})),
     # the object holds a newer check (another replica won): stale
-    (obj(lastCheckTime=rfc3339(T0 + 5), type="fake"), checked(T0), T0, Skip(status.STALE)),
+    (obj(lastCheckTime=rfc3339(T0 + 5), type="fake"), checked(T0), T0, Skip(decide.STALE)),
     # ... up to now + the clock skew
-    (obj(lastCheckTime=rfc3339(NOW + 30), type="fake"), checked(T0), T0, Skip(status.STALE)),
+    (obj(lastCheckTime=rfc3339(NOW + 30), type="fake"), checked(T0), T0, Skip(decide.STALE)),
     # a lastCheckTime from the future (written before validation) does not block newer writes
     (obj(lastCheckTime=rfc3339(NOW + 31), type="fake"), checked(T0), T0, Patch({"lastCheckTime": rfc3339(T0)})),
     (obj(lastCheckTime="5024-06-01T00:00:00Z"), checked(T0), T0, Patch({"lastCheckTime": rfc3339(T0), "type": "fake"})),
@@ -44,12 +44,12 @@ def checked(at):
 ])
 def test_decide(current, want, checked_at, decision):
     before = repr(current)
-    assert status.decide(current, want, checked_at, NOW) == decision
+    assert decide.decide(current, want, checked_at, NOW) == decision
     assert repr(current) == before  # the object read is left untouched
 
 
 def test_decide_with_build_status_patches_the_seed_status():
     from tests.fleet.health.test_recording import res
 
-    got = status.decide(obj(), lambda prev: status.build_status(prev, res(at=T0)), T0, NOW)
-    assert got == Patch(status.build_status(None, res(at=T0)))
+    got = decide.decide(obj(), lambda prev: decide.build_status(prev, res(at=T0)), T0, NOW)
+    assert got == Patch(decide.build_status(None, res(at=T0)))

@@ -2,8 +2,8 @@
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fleet import metrics
-from fleet.health import gauges
+from fleet import serving
+from fleet.health import metrics
 from fleet.health.results import CheckResult
 from fleet.store import keys
 from providers.base import TargetStatus
@@ -13,14 +13,14 @@ CHECKED = 1757602800.0
 
 def scrape(results, providers=(), interval=None):
     reg = CollectorRegistry()
-    reg.register(gauges.ProviderTargetCollector(lambda: results, lambda _checked: providers, interval))
+    reg.register(metrics.ProviderTargetCollector(lambda: results, lambda _checked: providers, interval))
     return generate_latest(reg).decode()
 
 
 def test_scrape():
     r = CheckResult("kvm-home", "kvm", True, CHECKED, (
         TargetStatus("nas1", ready=True, latency=0.084), TargetStatus("nas2", ready=False, latency=15.0)))
-    text = scrape([r], [gauges.ProviderGauges("kvm-home", "provider.kvm-home", 3, 2, True)], 60.0)
+    text = scrape([r], [metrics.ProviderGauges("kvm-home", "provider.kvm-home", 3, 2, True)], 60.0)
     expected = """\
 # HELP proxy_operator_provider_target_up Whether the target passed its latest provider health check (1) or not (0).
 # TYPE proxy_operator_provider_target_up gauge
@@ -64,7 +64,7 @@ def test_redis_outage_gives_an_empty_scrape_not_an_error():
         raise ConnectionError("redis down")
 
     reg = CollectorRegistry()
-    reg.register(gauges.ProviderTargetCollector(broken))
+    reg.register(metrics.ProviderTargetCollector(broken))
     assert "{" not in generate_latest(reg).decode()
 
 
@@ -76,13 +76,13 @@ def test_series_are_bounded_per_provider_and_in_all():
 
     results = [many("a", 50), many("b", 200_000), many("c", 50)]
     reg = CollectorRegistry()
-    reg.register(gauges.ProviderTargetCollector(lambda: iter(results), limits=Limits(max_targets=100, max_series=180)))
+    reg.register(metrics.ProviderTargetCollector(lambda: iter(results), limits=Limits(max_targets=100, max_series=180)))
     text = generate_latest(reg).decode()
-    up = [line for line in text.splitlines() if line.startswith(metrics.TARGET_UP + "{")]
+    up = [line for line in text.splitlines() if line.startswith(serving.TARGET_UP + "{")]
     assert sum('provider="a"' in line for line in up) == 50
     assert sum('provider="b"' in line for line in up) == 100  # per provider
     assert sum('provider="c"' in line for line in up) == 30  # in all: 180
-    assert reg.get_sample_value(metrics.METRICS_TRUNCATED) == (200_000 - 100) + 20
+    assert reg.get_sample_value(serving.METRICS_TRUNCATED) == (200_000 - 100) + 20
 
 
 def test_overdue_uses_the_checked_at_of_the_results_read():
@@ -94,7 +94,7 @@ def test_overdue_uses_the_checked_at_of_the_results_read():
 
     r = CheckResult("a", "fake", True, CHECKED)
     reg = CollectorRegistry()
-    reg.register(gauges.ProviderTargetCollector(lambda: [r], providers))
+    reg.register(metrics.ProviderTargetCollector(lambda: [r], providers))
     generate_latest(reg)
     assert got == {"a": CHECKED}
 
@@ -106,7 +106,7 @@ def test_scrape_of_a_store_holding_bad_values(tmp_path):
     import fakeredis
 
     from fleet.config import parse
-    from fleet.health.gauges import registry_for
+    from fleet.health.metrics import registry_for
     from fleet.health.recording import Controller
     from fleet.settings import Settings
     from fleet.store import Store
@@ -130,10 +130,10 @@ def test_scrape_of_a_store_holding_bad_values(tmp_path):
 def test_last_round_gauge_has_a_sample_only_when_beat_stamped_one():
     def last_round_lines(read):
         reg = CollectorRegistry()
-        reg.register(gauges.ProviderTargetCollector(lambda: [], read_last_round=read))
-        return [x for x in generate_latest(reg).decode().splitlines() if x.startswith(metrics.LAST_ROUND + " ")]
+        reg.register(metrics.ProviderTargetCollector(lambda: [], read_last_round=read))
+        return [x for x in generate_latest(reg).decode().splitlines() if x.startswith(serving.LAST_ROUND + " ")]
 
-    assert last_round_lines(lambda: CHECKED) == [f"{metrics.LAST_ROUND} 1.7576028e+09"]
+    assert last_round_lines(lambda: CHECKED) == [f"{serving.LAST_ROUND} 1.7576028e+09"]
     assert last_round_lines(lambda: None) == []  # none on record: the alert's absent branch, not a 0
 
     def down():

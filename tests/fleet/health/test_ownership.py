@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry, generate_latest
 
-from fleet import metrics
-from fleet.health.gauges import registry_for
+from fleet import serving
+from fleet.health.metrics import registry_for
 from fleet.health.recording import DROPPED, Controller, drop_reason
 from fleet.health.results import rfc3339
 from fleet.kube import (
@@ -56,11 +56,11 @@ def sample(ctl, name, **labels):
 
 
 def foreign_count(ctl):
-    return sample(ctl, metrics.FOREIGN_SKIPPED, kind=KIND)
+    return sample(ctl, serving.FOREIGN_SKIPPED, kind=KIND)
 
 
 def dropped_count(ctl, reason):
-    return sample(ctl, metrics.RESULTS_DROPPED, reason=reason)
+    return sample(ctl, serving.RESULTS_DROPPED, reason=reason)
 
 
 def ready(obj):

@@ -231,12 +231,12 @@ def test_overdue_sweep_without_rounds_blames_beat(make, kubeapi, redis_client):
 def dropped(ctl, reason):
     from prometheus_client import CollectorRegistry
 
-    from fleet import metrics
+    from fleet import serving
 
     reg = CollectorRegistry()
     for c in ctl.counters.collectors():
         reg.register(c)
-    return reg.get_sample_value(metrics.RESULTS_DROPPED, {"reason": reason})
+    return reg.get_sample_value(serving.RESULTS_DROPPED, {"reason": reason})
 
 
 CRAFTED = [

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from fleet.health import status
+from fleet.health import decide
 from fleet.health.results import CheckResult, rfc3339
 from providers import base
 from providers.base import TargetStatus
@@ -51,8 +51,8 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "prev", "res", "st", "reason", "message", "targets_ready", "transitions"), CASES)
 def test_build_status(name, prev, res, st, reason, message, targets_ready, transitions):
-    got = status.build_status(prev, res)
-    cond = status.ready_of(got)
+    got = decide.build_status(prev, res)
+    cond = decide.ready_of(got)
     assert (cond["status"], cond["reason"], cond["message"]) == (st, reason, message)
     assert got.get("targetsReady") == targets_ready
     assert got["type"] == res.type
@@ -61,51 +61,51 @@ def test_build_status(name, prev, res, st, reason, message, targets_ready, trans
 
 
 def test_condition_keeps_transition_while_unchanged():
-    first = status.build_status(None, result(up("nas1"), at=T0))
+    first = decide.build_status(None, result(up("nas1"), at=T0))
     snapshot = repr(first)
-    second = status.build_status(first, result(up("nas1"), at=T1))
-    assert status.ready_of(second)["lastTransitionTime"] == rfc3339(T0)
+    second = decide.build_status(first, result(up("nas1"), at=T1))
+    assert decide.ready_of(second)["lastTransitionTime"] == rfc3339(T0)
     assert repr(first) == snapshot, "build_status modified the previous status"
-    third = status.build_status(second, result(down("nas1", "Timeout"), at=T1 + 60))
-    assert status.ready_of(third)["lastTransitionTime"] == rfc3339(T1 + 60)
+    third = decide.build_status(second, result(down("nas1", "Timeout"), at=T1 + 60))
+    assert decide.ready_of(third)["lastTransitionTime"] == rfc3339(T1 + 60)
 
 
 def test_truncates_long_messages():
-    got = status.build_status(None, result(TargetStatus("nas1", "", False, "Unreachable", "é" * 3000)))
+    got = decide.build_status(None, result(TargetStatus("nas1", "", False, "Unreachable", "é" * 3000)))
     msg = got["targets"][0]["message"]
-    assert len(msg) == status.MAX_MESSAGE and msg.endswith("…")
+    assert len(msg) == decide.MAX_MESSAGE and msg.endswith("…")
 
 
 def test_condition_message_truncated_too():
     many = [down(f"host-{i:03d}-with-a-long-name", "Unreachable") for i in range(100)]
-    cond = status.ready_of(status.build_status(None, result(*many)))
-    assert len(cond["message"]) == status.MAX_MESSAGE
+    cond = decide.ready_of(decide.build_status(None, result(*many)))
+    assert len(cond["message"]) == decide.MAX_MESSAGE
 
 
 def test_target_fields_follow_the_crd_omitempty():
     t = TargetStatus("nas1", "", True, "Reachable", "", 0.084, {"pool": "default"})
-    got = status.build_status(None, result(t))["targets"][0]
+    got = decide.build_status(None, result(t))["targets"][0]
     assert got == {"name": "nas1", "ready": True, "reason": "Reachable", "latencyMillis": 84,
                    "lastTransitionTime": rfc3339(T1), "details": {"pool": "default"}}
 
 
 def test_dropped_target_disappears():
-    prev = status.build_status(None, result(up("a"), up("b")))
-    got = status.build_status(prev, result(up("a")))
+    prev = decide.build_status(None, result(up("a"), up("b")))
+    got = decide.build_status(prev, result(up("a")))
     assert [t["name"] for t in got["targets"]] == ["a"]
 
 
 def test_overdue_status_never_keeps_ready_true():
-    prev = status.build_status(None, result(up("nas1"), at=T0))
-    v = status.overdue_verdict(T0, "provider.kvm-home", 135)
-    got = status.overdue_status(prev, "kvm", v, T0 + 200)
-    cond = status.ready_of(got)
+    prev = decide.build_status(None, result(up("nas1"), at=T0))
+    v = decide.overdue_verdict(T0, "provider.kvm-home", 135)
+    got = decide.overdue_status(prev, "kvm", v, T0 + 200)
+    cond = decide.ready_of(got)
     assert (cond["status"], cond["reason"]) == ("Unknown", "CheckOverdue")
     assert "provider.kvm-home" in cond["message"] and rfc3339(T0) in cond["message"]
     assert cond["lastTransitionTime"] == rfc3339(T0 + 200)
     assert got["targets"] == prev["targets"]
     # applied again later: same status, so no write
-    assert status.overdue_status(got, "kvm", v, T0 + 400) == got
+    assert decide.overdue_status(got, "kvm", v, T0 + 400) == got
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_overdue_status_never_keeps_ready_true():
      (None, 900, 1000, False), (950, 100, 1000, False)],
 )
 def test_is_overdue(last, seen, now, want):
-    assert status.is_overdue(last, seen, now, 135) is want
+    assert decide.is_overdue(last, seen, now, 135) is want
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_is_overdue(last, seen, now, want):
     ],
 )
 def test_merge_patch(old, new, patch):
-    assert status.merge_patch(old, new) == patch
+    assert decide.merge_patch(old, new) == patch
 
 
 # The seed's TestMonitor_logsOnlyTransitions, as a table over rounds.
@@ -146,7 +146,7 @@ def test_transitions_only_on_change():
     prev = None
     for i, targets in enumerate(rounds):
         cur = result(*targets, at=T0 + i)
-        logged += [(t.level, t.message, t.fields["reason"]) for t in status.transitions(prev, cur)]
+        logged += [(t.level, t.message, t.fields["reason"]) for t in decide.transitions(prev, cur)]
         prev = cur
     assert logged == [
         (logging.DEBUG, "provider target ready", "Reachable"),
@@ -157,7 +157,7 @@ def test_transitions_only_on_change():
 
 
 def test_down_at_first_sight_warns_with_message():
-    (t,) = status.transitions(None, result(down("nas1", "PoolNotFound")))
+    (t,) = decide.transitions(None, result(down("nas1", "PoolNotFound")))
     assert t.level == logging.WARNING
     assert t.fields == {"provider": "kvm-home", "target": "nas1", "address": "nas1:22", "reason": "PoolNotFound",
                         "message": "nas1 is down"}
@@ -175,7 +175,7 @@ def test_down_at_first_sight_warns_with_message():
 )
 def test_current_verdict(has_result, seen, now, enabled, want):
     r = result(up("nas1")) if has_result else None
-    v = status.current_verdict(r, seen, now, 135, "provider.kvm-home", enabled)
+    v = decide.current_verdict(r, seen, now, 135, "provider.kvm-home", enabled)
     assert v.reason == want
 
 
@@ -188,18 +188,18 @@ def test_current_verdict(has_result, seen, now, enabled, want):
     ],
 )
 def test_overdue_says_when_beat_stopped(last_round, now, blames):
-    v = status.current_verdict(result(up("nas1")), None, now, 135, "provider.kvm-home", True, last_round)
+    v = decide.current_verdict(result(up("nas1")), None, now, 135, "provider.kvm-home", True, last_round)
     assert v.reason == "CheckOverdue" and blames in v.message
 
 
 def test_rounds_stopped():
-    assert status.rounds_stopped(None, T1, 135)
-    assert status.rounds_stopped(T1 - 136, T1, 135)
-    assert not status.rounds_stopped(T1 - 135, T1, 135)
+    assert decide.rounds_stopped(None, T1, 135)
+    assert decide.rounds_stopped(T1 - 136, T1, 135)
+    assert not decide.rounds_stopped(T1 - 135, T1, 135)
 
 
 def test_beat_stopped_message_is_steady():
     """Stamps, not ages: the same dead beat gives the same message later (no writes)."""
-    a = status.current_verdict(result(up("nas1")), None, T1 + 200, 135, "q", True, T1 - 10)
-    b = status.current_verdict(result(up("nas1")), None, T1 + 900, 135, "q", True, T1 - 10)
+    a = decide.current_verdict(result(up("nas1")), None, T1 + 200, 135, "q", True, T1 - 10)
+    b = decide.current_verdict(result(up("nas1")), None, T1 + 900, 135, "q", True, T1 - 10)
     assert a == b

@@ -10,10 +10,10 @@ import fakeredis
 import pytest
 from openapi_spec_validator import validate
 
-from fleet.leases import openapi, rules
+from fleet.leases import decide, openapi
 from fleet.leases.app import Api, ApiConfig
+from fleet.leases.process import TokenError, load_token
 from fleet.leases.requests import Filters
-from fleet.leases.runtime import TokenError, load_token
 from fleet.settings import Settings
 from fleet.store import keys
 from fleet.store.leases import AsyncLeases
@@ -62,7 +62,7 @@ def test_a_lease_and_its_release(app):
     app.raw.hset(keys.PX_ENDPOINTS, "ns/a", json.dumps({"uid": "u", "ip": "10.0.0.1", "port": 3128, "provider": "lab"}))
     status, doc, _ = run(call(app, "POST", "/v1/leases", b'{"target": "example.com", "ttl": 60}', AUTH))
     assert status == 200 and doc["url"] == "http://10.0.0.1:3128" and doc["proxy"] == "ns/a" and doc["ttl"] == 60
-    assert doc["expiresAt"] == rules.timestamp(NOW + 60)
+    assert doc["expiresAt"] == decide.timestamp(NOW + 60)
     status, busy, headers = run(call(app, "POST", "/v1/leases", b'{"target": "example.com"}', AUTH))
     assert status == 409 and busy["retryAfter"] == 60 and headers[b"retry-after"] == b"60"
     status, doc, _ = run(call(app, "POST", f"/v1/leases/{doc['lease']}/release", b"", AUTH))
@@ -131,11 +131,11 @@ def test_listing_rules():
            "ns/bad": "{"}
     verdicts = {"ns/a": json.dumps({"uid": "1", "healthy": False}),
                 "ns/b": json.dumps({"uid": "old", "healthy": False, "egressIP": "203.0.113.1"})}
-    got = rules.listing(eps, verdicts, {"ns/b": 1}, {"ns/b": NOW + 5}, Filters(provider="lab"), 2, NOW)
+    got = decide.listing(eps, verdicts, {"ns/b": 1}, {"ns/b": NOW + 5}, Filters(provider="lab"), 2, NOW)
     assert got == [{"proxy": "ns/b", "ip": "1.1.1.2", "port": 1, "egressIP": None, "provider": "lab", "region": None,
-                    "zone": None, "leases": 1, "capacity": 2, "coolingUntil": rules.timestamp(NOW + 5)}]
+                    "zone": None, "leases": 1, "capacity": 2, "coolingUntil": decide.timestamp(NOW + 5)}]
     verdicts["ns/b"] = json.dumps({"uid": "2", "healthy": True, "egressIP": "203.0.113.2"})
-    assert rules.listing(eps, verdicts, {}, {}, Filters(provider="lab"), 2, NOW)[0]["egressIP"] == "203.0.113.2"
+    assert decide.listing(eps, verdicts, {}, {}, Filters(provider="lab"), 2, NOW)[0]["egressIP"] == "203.0.113.2"
 
 
 @pytest.mark.parametrize("verdict, egress", [
@@ -147,7 +147,7 @@ def test_listing_rules():
     ({"uid": "other", "healthy": True, "egressIP": "198.51.100.4"}, None),
 ])
 def test_egress_rules(verdict, egress):
-    assert rules.egress_of({"uid": "u"}, verdict) == egress
+    assert decide.egress_of({"uid": "u"}, verdict) == egress
 
 
 @pytest.mark.parametrize("got, status, state", [
@@ -155,12 +155,12 @@ def test_egress_rules(verdict, egress):
     (["revoked", "replaced"], 200, "revoked"), (["expired"], 404, None), (["unknown"], 404, None),
 ])
 def test_release_answers(got, status, state):
-    code, body = rules.released("0" * 32, got)
+    code, body = decide.released("0" * 32, got)
     assert code == status and body.get("status") == state
 
 
 def test_a_report_on_a_revoked_lease_is_a_410_naming_the_reason():
-    code, body = rules.reported(["revoked", "replaced"], "blocked")
+    code, body = decide.reported(["revoked", "replaced"], "blocked")
     assert (code, body["field"], body["reason"]) == (410, "lease", "replaced") and "nothing was recorded" in body["error"]
 
 
@@ -203,8 +203,8 @@ def test_more_than_one_authorization_header_is_refused(app, insecure):
 
 
 def test_busy_and_no_proxy_bodies():
-    assert rules.busy(NOW + 0.2, NOW)[2] == 1
-    status, body = rules.no_proxy(Filters(provider="lab"))
+    assert decide.busy(NOW + 0.2, NOW)[2] == 1
+    status, body = decide.no_proxy(Filters(provider="lab"))
     assert status == 503 and "provider=lab" in body["error"] and body["freeAt"] is None
 
 

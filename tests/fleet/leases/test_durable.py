@@ -12,7 +12,7 @@ import json
 import fakeredis
 import pytest
 
-from fleet.leases import rules
+from fleet.leases import decide
 from fleet.leases.app import Api, ApiConfig
 from fleet.leases.guard import EpochView, should_wait
 from fleet.store import Store, keys
@@ -211,7 +211,7 @@ def test_renew_through_the_api_and_the_grace_after_a_flush(app):
     assert status == 200
     app.clock_[0] = NOW + 30
     status, doc, _ = run(call(app, "POST", f"/v1/leases/{lease['lease']}/renew", b"", AUTH))
-    assert status == 200 and doc["expiresAt"] == rules.timestamp(NOW + 90) and doc["recreated"] is False
+    assert status == 200 and doc["expiresAt"] == decide.timestamp(NOW + 90) and doc["recreated"] is False
     assert doc["url"] == lease["url"]
     status, doc, _ = run(call(app, "POST", f"/v1/leases/{lease['lease']}/renew", b'{"ttl": 601}', AUTH))
     assert (status, doc["field"]) == (400, "ttl")

@@ -13,11 +13,11 @@ import redis
 from prometheus_client import generate_latest
 
 from fleet import serving
-from fleet.metrics import HEALTHCHECK_DURATION, HEALTHCHECK_FAILURES, PROBER_PROXIES
-from fleet.prober.runtime import Config, Prober
+from fleet.prober.decide import Outcome, Thresholds
+from fleet.prober.process import Config, Prober
 from fleet.prober.share import Endpoint
 from fleet.prober.target import Target
-from fleet.prober.verdicts import Outcome, Thresholds
+from fleet.serving import HEALTHCHECK_DURATION, HEALTHCHECK_FAILURES, PROBER_PROXIES
 from fleet.store import Store, keys
 from tests.fleet.prober.fakeproxy import FakeProxy
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleet.prober.verdicts import MAX_MESSAGE, Outcome, State, Thresholds, Verdict, bounded, judge, mismatch, restored
+from fleet.prober.decide import MAX_MESSAGE, Outcome, State, Thresholds, Verdict, bounded, judge, mismatch, restored
 
 OK = Outcome(True, "CONNECT 200 in 3 ms")
 FAIL = Outcome(False, "connect to 10.0.0.1:3128: connection refused")
@@ -83,7 +83,7 @@ def test_mismatch(egress, ip, flag):
 def test_messages_are_bounded_and_printable():
     long = Outcome(False, "x" * 2000 + "\n\x00")
     _, v = judge(State(UID), long, KEY, IP, 1.0, Thresholds())
-    assert v is not None and len(v.message) == MAX_MESSAGE and v.message.endswith("...")
+    assert v is not None and len(v.message) == MAX_MESSAGE and v.message.endswith("…")
     assert bounded("a\nb") == "a b"
 
 

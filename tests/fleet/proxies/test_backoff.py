@@ -1,6 +1,6 @@
 """Issue 18, items 1 and 3, through the applied path: the real reconciler,
 the store on fakeredis (its Lua scripts included), standalone manifests and
-calls run through `fleet.calls.call` on a fake provider, on a clock the test
+calls run through `fleet.celery.calls.call` on a fake provider, on a clock the test
 moves. Each test lives the sequence a user would: failures in a row (with a
 controller restart in the middle), a spec change, a latch that lifts."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fleet import calls
+from fleet.celery import calls
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.reconciler import Reconciler
 from fleet.proxies.standalone import Standalone

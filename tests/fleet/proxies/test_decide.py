@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from fleet.calls import instance_dict
+from fleet.celery.calls import instance_dict
 from fleet.proxies import decide as d
 from fleet.proxies.decide import CREATE, DELETE, GET, Call, Env, Outcome, decide
 from fleet.proxies.model import FINALIZER, SKIP_CLEANUP, Condition, Proxy, ProxySpec, ProxyStatus
@@ -303,7 +303,7 @@ def test_a_lifted_latch_starts_afresh_with_no_failed_conditions():
 
 
 def test_an_answer_reads_back_typed():
-    from fleet import calls
+    from fleet.celery import calls
     from fleet.proxies.reconciler import outcome_of
 
     got = outcome_of(calls.succeeded("p1", GET, 1, calls.instance_dict(RUNNING_INST)), spec_hash="h1")

@@ -6,7 +6,7 @@ import json
 from prometheus_client import generate_latest
 
 from fleet import serving
-from fleet.proxies.gauges import ProxiesCollector
+from fleet.proxies.metrics import ProxiesCollector
 
 
 def scrape(phases, verdicts=None, now=1000.0) -> str:

@@ -469,12 +469,13 @@ def test_empty_files_and_documents_are_skipped(tmp_path: Any) -> None:
 MALFORMED_DOCUMENTS = [
     ("- a\n- b\n", "#1: a Proxy must be a mapping, got a list of 2 item(s)", True),
     ("just text\n", "#1: a Proxy must be a mapping, got 'just text'", True),
-    ("a: 1\nb: 2\na: 3\n", "#1: a: duplicate key (first at line 1)", True),
-    ("metadata:\n  name: x\n  name: y\n", "#1: metadata.name: duplicate key (first at line 2)", True),
+    ("a: 1\nb: 2\na: 3\n", "#1: a: duplicate key 'a' (first at line 1) (line 3)", True),
+    ("metadata:\n  name: x\n  name: y\n", "#1: metadata.name: duplicate key 'name' (first at line 2) (line 3)", True),
     ("? [a]\n: 1\n", "#1: mapping keys must be plain strings or numbers", True),
-    ("a: &x [1, *x]\n", "#1: a[1]: an alias refers to a node that contains it", True),
+    ("a: &x [1, *x]\n", "#1: a[1]: alias *x refers to a node that contains it (line 1)", True),
     ("a: " + "[" * 40 + "]" * 40 + "\n", "#1: a" + "[0]" * 32 + ": nested deeper than 32 levels", True),
-    ("spec: {port: " + "9" * 5000 + "}\n", "#1: spec.port: not valid YAML at line 1, column 14: not a valid int (ValueError)", True),
+    ("spec: {port: " + "9" * 5000 + "}\n",
+     "#1: spec.port: not valid YAML at line 1, column 14: a number of 5000 characters (at most 40)", True),
     ("metadata: {creationTimestamp: 2024-13-45}\n",
      "#1: metadata.creationTimestamp: not valid YAML at line 1, column 31: not a valid timestamp (ValueError)", True),
     ("a: !!python/object:os.system x\n", "#1: a: not valid YAML at line 1, column 4: could not determine a constructor", True),
@@ -505,7 +506,8 @@ def test_an_alias_bomb_stops_early(tmp_path: Any) -> None:
     proxies, errors = load_manifests(path)
     assert time.monotonic() - start < 2
     assert proxies == [] and len(errors) == 1
-    assert "the file has more than 250000 values (aliases counted as they expand); the rest of the file is not read" in str(errors[0])
+    assert ("the file has more than 250000 values (aliases counted as they expand) (line 6); "
+            "the rest of the file is not read") in str(errors[0])
 
 
 def test_a_shared_alias_below_the_bound_is_fine(tmp_path: Any) -> None:
@@ -550,7 +552,7 @@ def test_too_many_files(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        (b"a: \xff\n", "not UTF-8: invalid byte 0xff at offset 3 (line 1)"),
+        (b"a: \xff\n", "the file is not UTF-8: invalid byte 0xff at offset 3 (line 1); save it as UTF-8"),
         ("a: 1\n".encode("utf-16"), "the file looks UTF-16 encoded; save it as UTF-8"),
         (b"\xef\xbb\xbf" + GOOD.format(name="bom").encode(), None),
     ],

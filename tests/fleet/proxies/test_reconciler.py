@@ -1,6 +1,6 @@
 """The reconciler applied end to end in one process: standalone manifests,
 the store on fakeredis (its Lua scripts included), a clock the test moves,
-and a scripted "worker" that runs each sent call through `fleet.calls.call`
+and a scripted "worker" that runs each sent call through `fleet.celery.calls.call`
 on a fake provider, so outcomes have the real shape."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from fleet import calls
+from fleet.celery import calls
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies import decide as rules
 from fleet.proxies.reconciler import Reconciler, Timing

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fleet.crd import Field
+from fleet.kube.crd import Field
 from fleet.proxies import schema
 from fleet.proxies.manifests import ManifestError, parse_proxy
 

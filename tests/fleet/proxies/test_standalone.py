@@ -2,7 +2,7 @@
 applied: `Standalone` and the real `Reconciler` on one store (fakeredis,
 its Lua scripts included), two fake providers each with its own instances,
 a clock the test moves, and a "worker" that runs every sent call through
-`fleet.calls.call` on the provider the message names -- the way a real
+`fleet.celery.calls.call` on the provider the message names -- the way a real
 worker on `provider.<name>` would -- taking the staged cloud-init as
 tasks/provider_calls.py does (once)."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from fleet import calls
+from fleet.celery import calls
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.model import CloudInit, InlineDigest, Proxy
 from fleet.proxies.reconciler import CloudInitUnavailable, Reconciler, Timing

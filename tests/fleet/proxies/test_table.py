@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from fleet.durations import age, human_duration
 from fleet.proxies.manifests import parse_proxy
 from fleet.proxies.model import CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
-from fleet.proxies.table import COLUMNS, age, as_json, as_list, as_yaml, columns, human_duration, rows, to_object
+from fleet.proxies.table import COLUMNS, as_json, as_list, as_yaml, columns, rows, to_object
 from providers.base import Placement
 
 SENTINEL = "s3cr3t-SENTINEL-7f1c"

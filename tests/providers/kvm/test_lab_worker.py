@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from fleet import routing
+from fleet.celery import routing
 from tests.integration.conftest import make_stack, redis_server, wait_for  # noqa: F401  (fixtures)
 from tests.providers.kvm.lab import TEST_POOL, TEST_URI
 

@@ -20,6 +20,7 @@ from fleet.health.limits import LIMITS
 from fleet.health.results import CheckResult, Verdict, rfc3339
 from fleet.kube import UNCHANGED, Patch, Skip
 from providers.base import TargetStatus
+from providers.text import clip
 
 CONDITION_READY = "Ready"
 REASON_ALL_TARGETS_READY = "AllTargetsReady"
@@ -34,11 +35,6 @@ REASON_NOT_CHECKED = "NotCheckedYet"
 MAX_MESSAGE = schema.MAX_MESSAGE  # the CRD's maxLength of a target's message
 
 
-def truncate(s: str, n: int = MAX_MESSAGE) -> str:
-    """At most n characters (how the API server counts maxLength)."""
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
 def verdict(result: CheckResult) -> Verdict:
     """The Ready condition for a fresh result."""
     targets = result.targets
@@ -50,7 +46,7 @@ def verdict(result: CheckResult) -> Verdict:
         return Verdict("Unknown", REASON_NO_TARGETS, "the provider has nothing to check")
     if not failing:
         return Verdict("True", REASON_ALL_TARGETS_READY, f"{ready} of {len(targets)} targets ready")
-    return Verdict("False", REASON_TARGETS_NOT_READY, truncate("; ".join(failing)))
+    return Verdict("False", REASON_TARGETS_NOT_READY, clip("; ".join(failing), MAX_MESSAGE))
 
 
 def overdue_verdict(last_checked: float | None, queue: str, after: float, beat_stopped: bool = False,
@@ -127,7 +123,7 @@ def _target(ts: TargetStatus, transition: str) -> dict[str, Any]:
     if ts.reason:
         t["reason"] = ts.reason
     if ts.message:
-        t["message"] = truncate(ts.message)
+        t["message"] = clip(ts.message, MAX_MESSAGE)
     millis = int(ts.latency * 1000)
     if millis:
         t["latencyMillis"] = millis

@@ -1,6 +1,6 @@
 """The Celery app: broker, serialization, queues and routing, in one place.
 
-`celery -A fleet.app worker|beat|inspect ...` and the `fleet` CLI both use
+`celery -A fleet.celery.app worker|beat|inspect ...` and the `fleet` CLI both use
 it. Settings come from FLEET_* variables (the CLI exports its flags). The
 task modules are named, not imported, so this module stays free of them.
 """
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from celery import Celery, signals
 
-from fleet import brokerfix, inspection, logs, routing, runtime, tracing
-from fleet.celeryconf import MESSAGING
+from fleet import logs, runtime, tracing
+from fleet.celery import brokerfix, inspection, routing
+from fleet.celery.conf import MESSAGING
 from fleet.store import target
 
 settings = runtime.settings()
@@ -23,7 +24,7 @@ _messaging = {**MESSAGING, "broker_transport_options": {**MESSAGING["broker_tran
                                                         **_redis.pop("broker_transport_options", {})}}
 app.conf.update(
     **_redis,
-    # Every message is placed by the one router (fleet.routing.PLACEMENT):
+    # Every message is placed by the one router (fleet.celery.routing.PLACEMENT):
     # senders name no queue, and a task the table lacks cannot be sent. The
     # default queue is only what a worker without -Q consumes.
     task_routes=(routing.route,),

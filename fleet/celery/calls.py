@@ -58,13 +58,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
-from prometheus_client import Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.registry import Collector
 
-from fleet import metrics, routing, runtime, tracing
+from fleet import reload, runtime, serving, tracing
+from fleet.celery import routing
+from fleet.settings import parse_bind_address
 from providers import base
 from providers.base import OPS, Deadline, ErrorClass, Instance, Provider, State
 from providers.retry import BACKOFF_MAX, QUOTA_RETRY, Gone, Latch, Retry, Step, next_step
+from providers.text import clip
 
 log = logging.getLogger("fleet.calls")
 
@@ -89,15 +92,15 @@ MAX_MARK = 63  # an installation or namespace mark: a DNS-1123 label
 class CallMetrics:
     """This process's provider-call counter and histogram, unregistered:
     `collectors()` go into the registry a worker's /metrics serves
-    (fleet.exposition); tests build their own."""
+    (`serve_worker`); tests build their own."""
 
     def __init__(self) -> None:
         self.requests = Counter(
-            metrics.REQUESTS_TOTAL, "Provider calls made by this worker, by operation and result (ok or the error class).",
+            serving.REQUESTS_TOTAL, "Provider calls made by this worker, by operation and result (ok or the error class).",
             ["provider", "op", "result"], registry=None,
         )
         self.duration = Histogram(
-            metrics.REQUEST_DURATION, "Duration of provider calls made by this worker, by operation.",
+            serving.REQUEST_DURATION, "Duration of provider calls made by this worker, by operation.",
             ["provider", "op"], buckets=BUCKETS, registry=None,
         )
 
@@ -157,7 +160,7 @@ def _delay(v: float) -> bool:
 
 
 def cut(text: str, limit: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+    return clip(text, limit)
 
 
 RESULT_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
@@ -379,3 +382,31 @@ class ProviderCallTask(_TaskBase):
         if queue and queue != routing.provider_queue(provider):
             return f"a call for provider {provider} must come from {routing.provider_queue(provider)}, not {cut(queue, 80)}"
         return None
+
+
+# --- a provider worker's own /metrics -------------------------------------------
+#
+# The provider-call counter and histogram (`METRICS`) of this process and its
+# config-reload status (`fleet.reload.STATUS`), on
+# `--worker-metrics-bind-address` (off by default). Provider workers run the
+# threads pool, one process each, so a plain in-process registry is the whole
+# truth: no prometheus_client multiprocess mode (files in a shared directory,
+# needed only with a forking pool). Prometheus scrapes each worker pod, the
+# controller keeps its own /metrics.
+
+WORKER_FLAG = "--worker-metrics-bind-address"
+
+
+def worker_registry(recorder: CallMetrics) -> CollectorRegistry:
+    """A provider worker's /metrics: `recorder`'s series and the config-reload status."""
+    return serving.registry_of([*recorder.collectors(), reload.STATUS.collector()])
+
+
+def serve_worker(address: str, providers: Iterable[str], recorder: CallMetrics = METRICS) -> object | None:
+    """Serve `recorder`'s series (at 0 for `providers`) on `address`; None when off.
+    Raises OSError naming the address when it cannot bind."""
+    if parse_bind_address(address, WORKER_FLAG) is None:
+        log.info("worker metrics endpoint off")
+        return None
+    recorder.start(providers)
+    return serving.serve_metrics(address, worker_registry(recorder), None, WORKER_FLAG, who="worker ")

@@ -1,4 +1,4 @@
-"""A guard around one kombu Redis-transport bug, installed by `fleet.app`.
+"""A guard around one kombu Redis-transport bug, installed by `fleet.celery.app`.
 
 When the broker connection drops while a late-acked message is in flight
 (Redis restarted under a busy controller), kombu 5.x later touches the

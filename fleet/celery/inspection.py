@@ -1,4 +1,4 @@
-"""Read-only remote-control commands for `celery -A fleet.app inspect ...`.
+"""Read-only remote-control commands for `celery -A fleet.celery.app inspect ...`.
 
     inspect provider_status   per worker: its providers, the last verdict of
                               each target, and connection state (KVM: per
@@ -7,7 +7,7 @@
                               secret fields redacted
 
 Every worker answers, the controller included (it says so), so a missing
-answer means a missing worker. Imported by `fleet.app`, so the commands are
+answer means a missing worker. Imported by `fleet.celery.app`, so the commands are
 registered in the `celery inspect` client as well as in the workers (the
 client refuses commands it does not know).
 
@@ -22,7 +22,8 @@ from typing import Any
 
 from celery.worker.control import inspect_command
 
-from fleet import roles, routing, runtime
+from fleet import runtime
+from fleet.celery import roles, routing
 
 # Each adds its fields to a provider's `provider_status` entry.
 _reporters: list[Callable[[str], dict[str, Any]]] = []

@@ -10,7 +10,7 @@
   sent), read from Redis at scrape time, so every replica reports the same.
 
 The counters are events of one controller process, unregistered (as
-`fleet.metrics.ControllerCounters`): `collectors()` go into its registry.
+`fleet.serving.ControllerCounters`): `collectors()` go into its registry.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fleet.metrics import GC_DELETED, GC_LAST_SUCCESS, GC_SKIPPED
+from fleet.serving import GC_DELETED, GC_LAST_SUCCESS, GC_SKIPPED
 from fleet.store import StoreError
 
 ALL = "*"  # the provider label of a skip of the whole sweep

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.kube.resources import Resource
+from providers import names
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,7 @@ CONDITION = obj(
         "type": string(
             "type of condition in CamelCase or in foo.example.com/CamelCase.",
             max_length=316,
-            pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+            pattern=rf"^({names.SUBDOMAIN}/)?"
                     r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"),
     },
     required=("lastTransitionTime", "message", "reason", "status", "type"),

@@ -16,12 +16,12 @@ import os
 from collections.abc import Mapping
 
 from fleet import httpguard, runtime, tracing
-from fleet.files import FileProblem, raise_open_files_limit, read_bounded
 from fleet.leases.app import INSECURE_WARNING, Api, ApiConfig
 from fleet.logs import kv
 from fleet.settings import Settings, parse_bind_address
 from fleet.store import Store, target
 from fleet.store.leases import AsyncLeases
+from fleet.untrusted import FileProblem, raise_open_files_limit, read_bounded
 
 log = logging.getLogger("fleet.api")
 

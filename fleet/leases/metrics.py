@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from fleet.leases.requests import OUTCOMES
-from fleet.metrics import (
+from fleet.serving import (
     COOLDOWNS_ACTIVE,
     LEASE_RECOVERING,
     LEASE_RENEWALS,

@@ -72,7 +72,7 @@ def queue_of(name: str, kwargs: Mapping[str, Any] | None = None) -> str:
     """The queue of a message of task `name` with these keyword arguments."""
     placement = PLACEMENT.get(name)
     if placement is None:
-        raise Unroutable(f"task {name!r} has no placement in fleet.routing.PLACEMENT")
+        raise Unroutable(f"task {name!r} has no placement in fleet.celery.routing.PLACEMENT")
     if placement is Placement.CONTROLLER:
         return CONTROLLER_QUEUE
     provider = (kwargs or {}).get("provider")

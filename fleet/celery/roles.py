@@ -1,5 +1,5 @@
 """What a worker process is, from the queues it consumes: worked out once,
-for `celery inspect` (`fleet.inspection`), the provider heartbeat
+for `celery inspect` (`fleet.celery.inspection`), the provider heartbeat
 (`tasks.checks`) and the controller's start-up (`tasks.controller`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fleet import routing
+from fleet.celery import routing
 
 PROVIDER_WORKER, CONTROLLER, OTHER = "provider-worker", "controller", "other"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.registry import Collector
 
-from fleet.metrics import HEALTHCHECK_DURATION, HEALTHCHECK_FAILURES, PROBER_PROXIES
+from fleet.serving import HEALTHCHECK_DURATION, HEALTHCHECK_FAILURES, PROBER_PROXIES
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

@@ -14,7 +14,7 @@
   probe still running is skipped and counted), and at most MAX_IN_FLIGHT
   in all. The delay from a probe's scheduled time to its start is kept
   (`delays`) for the periodic log line and the benchmark.
-- Each outcome goes through `verdicts.judge`; a verdict is written only on
+- Each outcome goes through `decide.judge`; a verdict is written only on
   a transition (`store.proxies.put_verdict`, which makes the Proxy due for
   the controller), and only if the Proxy still has the endpoint (uid, ip,
   port) the probe started with. A replica that gains a Proxy (start,
@@ -40,15 +40,15 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode
 
 from fleet import runtime, tracing
-from fleet.files import raise_open_files_limit
 from fleet.logs import kv
 from fleet.prober import share as sharing
+from fleet.prober.decide import Outcome, State, Thresholds, Verdict, judge, restored
+from fleet.prober.metrics import ProberSeries
 from fleet.prober.probe import probe
-from fleet.prober.series import ProberSeries
 from fleet.prober.target import Target, parse_target
-from fleet.prober.verdicts import Outcome, State, Thresholds, Verdict, judge, restored
 from fleet.settings import Settings
 from fleet.store import Store, StoreError, target
+from fleet.untrusted import raise_open_files_limit
 
 log = logging.getLogger("fleet.prober")
 

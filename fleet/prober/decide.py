@@ -26,6 +26,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from providers.text import clip
+
 MAX_MESSAGE = 512
 
 
@@ -78,7 +80,7 @@ class Verdict:
 
 def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
     text = "".join(c if c.isprintable() else " " for c in message)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def mismatch(egress: str, endpoint_ip: str) -> bool:

@@ -2,7 +2,7 @@
 store at every scrape: each target's latest verdict, duration and time, and
 per provider its queue length, live workers and whether it is overdue; the
 configured interval and beat's last round. Metric names are in
-`fleet.metrics`; the HTTP server is `fleet.serving`.
+`fleet.serving`; the HTTP server is `fleet.serving`.
 
 Scrape-time collectors never drift and never leak series: a provider that
 was never checked has no series, and one removed from the config disappears.
@@ -20,11 +20,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fleet import beatstate, heartbeat, serving
-from fleet.health import status
+from fleet import serving
+from fleet.celery import beat, presence
+from fleet.celery.routing import provider_queue
+from fleet.health import decide
 from fleet.health.limits import LIMITS, Limits
 from fleet.health.results import CheckResult
-from fleet.metrics import (
+from fleet.serving import (
     CHECK_DURATION,
     CHECK_INTERVAL,
     CHECK_OVERDUE,
@@ -36,7 +38,6 @@ from fleet.metrics import (
     TARGET_UP,
     WORKERS,
 )
-from fleet.routing import provider_queue
 
 if TYPE_CHECKING:
     from fleet.health.recording import Controller
@@ -155,17 +156,17 @@ def collector_for(ctl: Controller) -> ProviderTargetCollector:
 
     def providers(checked: dict[str, float]) -> list[ProviderGauges]:
         now = time.time()
-        live = heartbeat.live_workers(ctl.store)
+        live = presence.live_workers(ctl.store)
         out = []
         for n in ctl.config.names():
             q = provider_queue(n)
-            overdue = ctl.settings.checks_enabled and status.is_overdue(
+            overdue = ctl.settings.checks_enabled and decide.is_overdue(
                 checked.get(n), ctl.store.marks.seen(n), now, ctl.settings.overdue_after)
             out.append(ProviderGauges(n, q, ctl.store.queue_length(q), len(live.get(n, ())), overdue))
         return out
 
     return ProviderTargetCollector(results, providers, ctl.settings.provider_check_interval,
-                                   read_last_round=lambda: beatstate.last_round(ctl.store))
+                                   read_last_round=lambda: beat.last_round(ctl.store))
 
 
 def collectors(ctl: Controller) -> list[Collector]:

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fleet.metrics import PROXIES, PROXIES_EGRESS_MISMATCH, PROXIES_EGRESS_SHARED, PROXIES_OLDEST_IN_PHASE, PROXIES_UNHEALTHY
 from fleet.proxies.model import PHASES, RUNNING
 from fleet.proxies.reconciler import phase_since
+from fleet.serving import PROXIES, PROXIES_EGRESS_MISMATCH, PROXIES_EGRESS_SHARED, PROXIES_OLDEST_IN_PHASE, PROXIES_UNHEALTHY
 
 Raws = Callable[[], Mapping[str, bytes | str]]
 

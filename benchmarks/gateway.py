@@ -1,0 +1,272 @@
+"""`fleet gateway` against connecting to the same Squids directly, side by side in one run (issue 23).
+
+Set-up: a real redis-server, `--squids` real Squid processes (the local provider) written into Redis as
+Running proxies, one `fleet gateway` process, and an origin (an asyncio HTTP/1.1 server in its own process:
+`/` answers 2 bytes, `/big` 1 MiB, keep-alive). The client is this process (uvloop).
+
+Measured, each through the gateway and directly to a Squid:
+
+- added latency per CONNECT: time from connecting to the tunnel's 200, p50/p99 over `--connects`
+  sequential tunnels (each then makes one GET);
+- requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each);
+- 1 MiB bodies through one tunnel, `--bodies` times: MB/s, and CPU seconds per MB of the gateway process
+  (directly: of the Squid);
+- the gateway's RSS with `--open` tunnels open at once.
+
+    python benchmarks/gateway.py                          # 4 squids, 200 tunnels, 1000 open
+    python benchmarks/gateway.py --tunnels 50 --open 300 --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from benchmarks.procstats import cpu_s, free_port, rss_mib, stop  # noqa: E402
+from fleet.store import keys  # noqa: E402
+from providers import base  # noqa: E402
+from providers.base import CreateRequest, Deadline  # noqa: E402
+from providers.local.config import LocalConfig  # noqa: E402
+from providers.local.provider import LocalProvider  # noqa: E402
+
+TOKEN = "bench-token-0123456789abcdef"
+AUTH = "Basic " + base64.b64encode(f"bench:{TOKEN}".encode()).decode()
+
+ORIGIN = r"""
+import asyncio, sys
+BIG = b"x" * (1024 * 1024)
+SMALL = b"ok"
+async def serve(r, w):
+    try:
+        while True:
+            head = await r.readuntil(b"\r\n\r\n")
+            body = BIG if b" /big " in head.split(b"\r\n", 1)[0] else SMALL
+            w.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            await w.drain()
+    except Exception:
+        pass
+    finally:
+        w.close()
+async def main():
+    srv = await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[1]), backlog=4096)
+    await srv.serve_forever()
+try:
+    import uvloop; uvloop.install()
+except ImportError:
+    pass
+asyncio.run(main())
+"""
+
+
+async def read_head(r: asyncio.StreamReader) -> int:
+    head = await r.readuntil(b"\r\n\r\n")
+    return int(head[9:12])
+
+
+async def get(r: asyncio.StreamReader, w: asyncio.StreamWriter, host: str, path: str = "/") -> int:
+    w.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    head = await r.readuntil(b"\r\n\r\n")
+    n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    await r.readexactly(n)
+    return n
+
+
+async def tunnel(proxy: tuple[str, int], target: str, auth: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
+    t0 = time.perf_counter()
+    r, w = await asyncio.open_connection(*proxy, limit=1 << 20)
+    w.write((f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n" + (f"Proxy-Authorization: {AUTH}\r\n" if auth else "")
+             + "\r\n").encode())
+    status = await read_head(r)
+    if status != 200:
+        w.close()
+        raise RuntimeError(f"CONNECT answered {status}")
+    return r, w, time.perf_counter() - t0
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def run(args: argparse.Namespace, gw: tuple[str, int], squids: list[tuple[str, int]], target: str,
+              gw_pid: int, squid_pids: list[int]) -> dict:
+    out: dict = {}
+    host = target.split(":")[0]
+    # 1. CONNECT latency
+    for name, pick, auth in (("direct", lambda i: squids[i % len(squids)], False), ("gateway", lambda i: gw, True)):
+        lat = []
+        for i in range(args.connects):
+            r, w, dt = await tunnel(pick(i), target, auth)
+            lat.append(dt * 1000)
+            await get(r, w, host)
+            w.close()
+        out[f"connect_{name}"] = (statistics.median(lat), pct(lat, 0.99))
+        await asyncio.sleep(0.5)  # the gateway's releases
+    # 2. requests/s through keep-alive tunnels
+    for name, pick, auth in (("direct", lambda i: squids[i % len(squids)], False), ("gateway", lambda i: gw, True)):
+        conns = [await tunnel(pick(i), target, auth) for i in range(args.tunnels)]
+        count = 0
+        end = time.perf_counter() + args.seconds
+
+        async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end) -> None:
+            nonlocal count
+            while time.perf_counter() < end:
+                await get(r, w, host)
+                count += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(loop(r, w) for r, w, _ in conns))
+        out[f"rps_{name}"] = count / (time.perf_counter() - t0)
+        for _, w, _ in conns:
+            w.close()
+        await asyncio.sleep(0.5)
+    # 3. 1 MiB bodies
+    for name, proxy, auth, pid in (("direct", squids[0], False, squid_pids[0]), ("gateway", gw, True, gw_pid)):
+        r, w, _ = await tunnel(proxy, target, auth)
+        c0, t0 = cpu_s(pid), time.perf_counter()
+        total = 0
+        for _ in range(args.bodies):
+            total += await get(r, w, host, "/big")
+        dt = time.perf_counter() - t0
+        mb = total / 1e6
+        out[f"body_{name}"] = (mb / dt, (cpu_s(pid) - c0) / mb)
+        w.close()
+    await asyncio.sleep(0.5)
+    # 4. RSS with many tunnels open
+    base_rss = rss_mib(gw_pid)[0]
+    conns = []
+    sem = asyncio.Semaphore(100)
+
+    async def opened(_: int) -> None:
+        async with sem:
+            conns.append(await tunnel(gw, target, True))
+
+    await asyncio.gather(*(opened(i) for i in range(args.open)))
+    await asyncio.sleep(1)
+    out["rss"] = (base_rss, rss_mib(gw_pid)[0], len(conns))
+    for _, w, _ in conns:
+        w.close()
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--squids", type=int, default=4)
+    p.add_argument("--connects", type=int, default=300)
+    p.add_argument("--tunnels", type=int, default=200)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--bodies", type=int, default=100)
+    p.add_argument("--open", type=int, default=1000)
+    args = p.parse_args()
+    binary = shutil.which("redis-server")
+    if not binary:
+        raise SystemExit("redis-server is not installed (make deps installs it)")
+    work = Path(tempfile.mkdtemp(prefix="fleet-bench-gw-"))
+    os.chmod(work, 0o755)
+    procs: list[subprocess.Popen[bytes]] = []
+    provider = None
+    made: list[str] = []
+    try:
+        rport, oport, gport, mport = free_port(), free_port(), free_port(), free_port()
+        procs.append(subprocess.Popen([binary, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                                       "--appendonly", "no"], stdout=subprocess.DEVNULL))
+        procs.append(subprocess.Popen([sys.executable, "-c", ORIGIN, str(oport)]))
+        r = redis.Redis(port=rport)
+        for _ in range(100):
+            with contextlib.suppress(redis.ConnectionError):
+                if r.ping():
+                    break
+            time.sleep(0.05)
+        lo = 30000 + (os.getpid() % 200) * 50
+        provider = LocalProvider("bench", LocalConfig.model_validate({"stateDir": str(work / "squid"),
+                                                                       "portRange": f"{lo}-{lo + 49}"}))
+        squids = []
+        for i in range(args.squids):
+            uid = str(uuid.uuid4())
+            pid_id = provider.create(CreateRequest(name=base.name_from_uid(uid), uid=uid, namespace="bench",
+                                                   proxy_name=f"p{i}", port=lo + i), Deadline.after(30))
+            made.append(pid_id)
+            squids.append(("127.0.0.1", lo + i))
+            r.hset(keys.PX_ENDPOINTS, f"bench/p{i}", json.dumps({"uid": uid, "ip": "127.0.0.1", "port": lo + i,
+                                                                "provider": "bench", "region": "r", "zone": "z",
+                                                                "instance": pid_id}))
+        deadline = time.monotonic() + 30
+        for s in squids:
+            while True:
+                try:
+                    import socket
+
+                    socket.create_connection(s, 0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"squid on {s} did not start") from None
+                    time.sleep(0.1)
+        squid_pids = []
+        for pid_id in made:
+            name = pid_id.split("/", 1)[1]
+            squid_pids.append(json.loads((work / "squid" / f"{name}.json").read_text())["pid"])
+        clients = work / "clients.yaml"
+        clients.write_text(json.dumps({"clients": {"bench": {"token": TOKEN, "ports": "*", "maxTunnels": 100000}}}))
+        env = {**os.environ, "FLEET_BROKER_URL": f"redis://127.0.0.1:{rport}/0",
+               "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{gport}", "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{mport}",
+               "FLEET_GATEWAY_CLIENTS_FILE": str(clients), "FLEET_MAX_LEASES_PER_PROXY": "10000",
+               "FLEET_GATEWAY_MAX_CONNECTIONS_PER_CLIENT": "100000", "FLEET_LOG_LEVEL": "warning"}
+        with open(work / "gateway.log", "ab") as log:
+            gw = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(gw)
+        import socket
+
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", gport), 0.5).close()
+                break
+            time.sleep(0.05)
+        try:
+            import uvloop
+
+            uvloop.install()
+        except ImportError:
+            pass
+        res = asyncio.run(run(args, ("127.0.0.1", gport), squids, f"127.0.0.1:{oport}", gw.pid, squid_pids))
+    finally:
+        stop(procs)
+        if provider is not None:
+            for pid_id in made:
+                with contextlib.suppress(Exception):
+                    provider.delete(pid_id, Deadline.after(10))
+        shutil.rmtree(work, ignore_errors=True)
+    d50, d99 = res["connect_direct"]
+    g50, g99 = res["connect_gateway"]
+    print(f"CONNECT latency ms      direct p50 {d50:.2f} p99 {d99:.2f} | gateway p50 {g50:.2f} p99 {g99:.2f} | "
+          f"added p50 {g50 - d50:+.2f} p99 {g99 - d99:+.2f}")
+    print(f"req/s, {args.tunnels} tunnels     direct {res['rps_direct']:.0f} | gateway {res['rps_gateway']:.0f} | "
+          f"ratio {res['rps_gateway'] / res['rps_direct']:.2f}")
+    (dm, dc), (gm, gc) = res["body_direct"], res["body_gateway"]
+    print(f"1 MiB bodies MB/s       direct {dm:.0f} | gateway {gm:.0f} | ratio {gm / dm:.2f}; CPU s/MB squid {dc * 1000:.2f} ms, "
+          f"gateway {gc * 1000:.2f} ms")
+    b, rss, n = res["rss"]
+    print(f"gateway RSS             {b:.0f} MiB idle, {rss:.0f} MiB with {n} tunnels open ({(rss - b) * 1024 / max(n, 1):.1f} KiB each)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""The gateway's clients: who may use it, with which token, pools and ports (`--gateway-clients-file`,
+a mounted Secret in a cluster). YAML (or JSON):
+
+```yaml
+clients:
+  acme:
+    token: "at least 16 printable characters"   # the proxy password
+    pools: [crawl, crawl-eu]     # Proxy namespaces it may use (default: every one)
+    ports: [443, 80]             # target ports (default [80, 443]; "*" any)
+    maxTunnels: 200              # its tunnels at once (default --gateway-max-tunnels-per-client)
+```
+
+`parse_clients` is pure; `ClientsFile` re-reads the file when its mtime, size or inode changed
+(checked at most every `RECHECK` s), and keeps the last good table when a new version is broken
+(logged once per version). Tokens are compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.gateway.decide import _CLIENT, _VALUES
+from fleet.logs import kv
+from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, load_one, read_bounded
+
+log = logging.getLogger("fleet.gateway")
+
+MAX_FILE = 1024 * 1024
+LIMITS = YamlLimits(max_nodes=100_000)  # the one hostile-YAML reader's bounds (fleet.untrusted)
+MIN_TOKEN = 16
+RECHECK = 2.0
+DEFAULT_PORTS = frozenset({80, 443})
+FIELDS = ("token", "pools", "ports", "maxTunnels")
+
+
+class ClientsError(ValueError):
+    """The clients file is not usable (the message names the client and field)."""
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str
+    token: bytes
+    pools: tuple[str, ...] | None = None  # None: every pool
+    ports: frozenset[int] | None = DEFAULT_PORTS  # None: any port
+    max_tunnels: int = 0  # 0: the process's per-client default
+
+    def __repr__(self) -> str:  # never the token
+        return f"Client({self.name!r}, pools={self.pools}, ports={self.ports}, max_tunnels={self.max_tunnels})"
+
+
+def parse_clients(text: str | bytes) -> dict[str, Client]:
+    try:
+        doc = load_one(decode(text) if isinstance(text, bytes) else text, LIMITS)
+    except (FileProblem, YamlProblem) as exc:
+        raise ClientsError(str(exc)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("clients"), dict) or set(doc) != {"clients"}:
+        raise ClientsError("the file must be a mapping with one key, clients: {NAME: {token: ...}}")
+    out = {}
+    for name, spec in doc["clients"].items():
+        if not isinstance(name, str) or not _CLIENT.fullmatch(name):
+            raise ClientsError(f"client {str(name)[:64]!r}: a name is 1 to 64 letters, digits, '_' or '.' (no '-')")
+        if not isinstance(spec, dict):
+            raise ClientsError(f"client {name}: must be a mapping with a token")
+        unknown = set(spec) - set(FIELDS)
+        if unknown:
+            raise ClientsError(f"client {name}: unknown field {sorted(map(str, unknown))[0][:40]!r} "
+                               f"(known: {', '.join(FIELDS)})")
+        token = spec.get("token")
+        if not isinstance(token, str) or len(token) < MIN_TOKEN or not token.isprintable() or " " in token:
+            raise ClientsError(f"client {name}: token must be at least {MIN_TOKEN} printable characters, no spaces")
+        pools = spec.get("pools")
+        if pools is not None:
+            if not isinstance(pools, list) or not all(isinstance(p, str) and _VALUES["pool"].fullmatch(p) for p in pools):
+                raise ClientsError(f"client {name}: pools must be a list of namespaces (DNS-1123 labels)")
+            pools = tuple(pools)
+        ports_raw = spec.get("ports", sorted(DEFAULT_PORTS))
+        ports: frozenset[int] | None
+        if ports_raw == "*":
+            ports = None
+        elif isinstance(ports_raw, list) and all(isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 65535
+                                                 for p in ports_raw):
+            ports = frozenset(ports_raw)
+        else:
+            raise ClientsError(f"client {name}: ports must be a list of port numbers or \"*\"")
+        most = spec.get("maxTunnels", 0)
+        if isinstance(most, bool) or not isinstance(most, int) or not 0 <= most <= 1_000_000:
+            raise ClientsError(f"client {name}: maxTunnels must be a whole number from 0 to 1000000")
+        out[name] = Client(name, token.encode(), pools, ports, most)
+    return out
+
+
+class ClientsFile:
+    """The table from a file, re-read when it changes."""
+
+    def __init__(self, path: str, clock: Any = time.monotonic) -> None:
+        self.path = path
+        self.clock = clock
+        self._stamp: tuple[int, int, int] | None = None
+        self._checked = 0.0
+        self.clients = self._load(first=True)
+
+    def _stat(self) -> tuple[int, int, int]:
+        st = os.stat(self.path)
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def _load(self, first: bool = False) -> dict[str, Client]:
+        try:
+            raw = read_bounded(self.path, MAX_FILE, f"--gateway-clients-file {self.path}")
+            stamp = self._stat()
+            clients = parse_clients(raw)
+        except (OSError, FileProblem, ClientsError) as exc:
+            if first:
+                raise ClientsError(str(exc) if isinstance(exc, FileProblem) else
+                                   f"--gateway-clients-file {self.path}: {exc}") from None
+            log.warning("the clients file is not usable; keeping the last good one", extra=kv(path=self.path, error=str(exc)[:300]))
+            self._stamp = None
+            return self.clients
+        self._stamp = stamp
+        if not first:
+            log.info("clients file re-read", extra=kv(path=self.path, clients=len(clients)))
+        return clients
+
+    def refresh(self) -> None:
+        now = self.clock()
+        if now - self._checked < RECHECK:
+            return
+        self._checked = now
+        try:
+            stamp = self._stat()
+        except OSError:
+            return
+        if stamp != self._stamp:
+            self.clients = self._load()
+
+    def check(self, name: str, password: str) -> Client | None:
+        """The client when `password` is its token (constant time in the token), else None."""
+        self.refresh()
+        client = self.clients.get(name)
+        given = password.encode()
+        if client is None:
+            hmac.compare_digest(given, b"x" * MIN_TOKEN)  # the same work for an unknown name
+            return None
+        return client if hmac.compare_digest(given, client.token) else None

@@ -1,0 +1,345 @@
+"""What the gateway decides without I/O (pure, table-tested in tests/fleet/test_gateway_decide.py):
+the proxy username's options, the client's credentials, a request's head, the ban signature, when
+to try another proxy, and the status and reason a crawler sees when none works.
+
+**The username grammar.** `CLIENT` then any of `-session-ID`, `-pool-NAME`, `-provider-P`,
+`-region-R`, `-zone-Z`, each at most once and in this order. CLIENT is a client of the clients file
+(letters, digits, `_` and `.`: no `-`). A value runs up to the next `-KEYWORD-` of a keyword that may
+still follow, so every username has exactly one reading: `acme-region-us-east-1-zone-us-east-1a` is
+region `us-east-1`, zone `us-east-1a`. What this cannot express is a value containing `-K-` for a
+keyword K later in the order (a session id `a-zone-b`); such a value is never needed for a provider,
+region or zone name, and a session id is the client's to choose. Values: a session id is 1 to 64 of
+`[A-Za-z0-9_.-]`; a pool is a Proxy namespace (a DNS-1123 label); provider, region and zone as the
+lease API takes them. A keyword out of order is part of the value before it (`acme-zone-z-region-r` is zone
+`z-region-r`). Examples: `acme`, `acme-session-s1`, `acme-session-s1-pool-crawl-eu`,
+`acme-provider-hetzner-region-fsn1`.
+
+The password is the client's token (compared in constant time by the server).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+
+KEYWORDS = ("session", "pool", "provider", "region", "zone")
+CLIENT_PATTERN = r"[A-Za-z0-9_.]{1,64}"
+_CLIENT = re.compile(CLIENT_PATTERN, re.ASCII)
+_VALUES = {
+    "session": re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII),
+    "pool": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII),
+    "provider": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII),
+    "region": re.compile(r"[A-Za-z0-9._-]{1,128}", re.ASCII),
+    "zone": re.compile(r"[A-Za-z0-9._-]{1,128}", re.ASCII),
+}
+# A host name or IPv4 address as the lease API's target (RFC 1123 labels), at most 253 characters.
+_HOST = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?",
+                   re.ASCII)
+DEFAULT_BAN_STATUSES = (403, 429, 503)
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+HOP_BY_HOP = frozenset({"connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
+                        "te", "trailer", "upgrade"})
+RETRY_BODY_MAX = 64 * 1024  # a request body up to this size is kept to be sent again to another proxy
+
+
+class Refused(Exception):
+    """An answer to the crawler before any proxy is tried: status, reason (the X-Fleet-Reason header), message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+@dataclass(frozen=True)
+class Options:
+    client: str
+    session: str = ""
+    pool: str = ""
+    provider: str = ""
+    region: str = ""
+    zone: str = ""
+
+
+def parse_username(text: str) -> Options:
+    """The options of a proxy username (the module's grammar); ValueError saying what is wrong."""
+    client, sep, rest = text.partition("-")
+    if not _CLIENT.fullmatch(client):
+        raise ValueError("the username must start with a client name (letters, digits, '_', '.'; at most 64)")
+    got: dict[str, str] = {}
+    parts = rest.split("-") if sep else []
+    i, allowed = 0, 0  # allowed: the index in KEYWORDS from which keywords may still come
+    while i < len(parts):
+        word = parts[i]
+        if word not in KEYWORDS[allowed:]:  # only at the start: a value ends at a keyword that may follow
+            raise ValueError(f"unknown option {word[:40]!r} in the username (known: {', '.join(KEYWORDS)})")
+        allowed = KEYWORDS.index(word) + 1
+        j = i + 1
+        while j < len(parts) and not (parts[j] in KEYWORDS[allowed:] and j + 1 < len(parts)):
+            j += 1
+        value = "-".join(parts[i + 1:j])
+        if not _VALUES[word].fullmatch(value):
+            raise ValueError(f"bad {word} {value[:64]!r} in the username")
+        got[word] = value
+        i = j
+    return Options(client, **got)
+
+
+def parse_basic(header: bytes) -> tuple[str, str]:
+    """(username, password) of a `Basic` Proxy-Authorization value; ValueError otherwise."""
+    scheme, _, b64 = header.strip().partition(b" ")
+    if scheme.lower() != b"basic" or not b64:
+        raise ValueError("only Basic proxy authentication is accepted")
+    try:
+        raw = base64.b64decode(b64.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise ValueError("the Basic credentials are not base64 of UTF-8 text") from None
+    user, sep, password = raw.partition(":")
+    if not sep:
+        raise ValueError("the Basic credentials have no ':' between username and password")
+    return user, password
+
+
+@dataclass(frozen=True)
+class Head:
+    """A request's line and headers as the crawler sent them."""
+
+    method: str
+    target: str
+    version: str
+    headers: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def get(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name]
+
+    def keep_alive(self) -> bool:
+        tokens = {t.strip().lower() for v in self.get("connection") + self.get("proxy-connection") for t in v.split(",")}
+        if self.version == "HTTP/1.0":
+            return "keep-alive" in tokens
+        return "close" not in tokens
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", re.ASCII)
+
+
+def parse_head(raw: bytes, max_headers: int = 100) -> Head:
+    """The request line and headers (ending in CRLF CRLF); Refused 400/431 when they are not HTTP/1.x."""
+    try:
+        text = raw.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes anything
+        raise Refused(400, "bad-request", "not an HTTP/1.1 request") from None
+    lines = text.split("\r\n")
+    while lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise Refused(400, "bad-request", "an empty request")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not parts[1]:
+        raise Refused(400, "bad-request", "not an HTTP/1.1 request line")
+    if len(lines) - 1 > max_headers:
+        raise Refused(431, "too-many-headers", f"more than {max_headers} header fields")
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
+            raise Refused(400, "bad-request", "a malformed header line")
+        headers.append((name, value.strip(" \t")))
+    return Head(parts[0], parts[1], parts[2], tuple(headers))
+
+
+def split_host_port(text: str, default_port: int | None) -> tuple[str, int]:
+    """host:port (or host alone with a default port) → (normalised host, port); Refused 400 otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, ""
+    if not port:
+        if default_port is None:
+            raise Refused(400, "bad-target", "CONNECT needs host:port")
+        port_n = default_port
+    elif port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535:
+        port_n = int(port)
+    else:
+        raise Refused(400, "bad-target", f"bad port in {text[:100]!r}")
+    if len(host) > 253 or not _HOST.fullmatch(host):
+        raise Refused(400, "bad-target", f"the target must be a host name or IPv4 address, got {host[:100]!r}")
+    return host.rstrip(".").lower(), port_n
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+    path: str  # origin-form (plain HTTP), '' for CONNECT
+
+
+def target_of(head: Head) -> Target:
+    """Where a proxy request goes: CONNECT host:port, or an absolute http:// URI; Refused otherwise."""
+    if head.method == "CONNECT":
+        host, port = split_host_port(head.target, None)
+        return Target(host, port, "")
+    if not head.target.lower().startswith("http://"):
+        if head.target.lower().startswith("https://"):
+            raise Refused(400, "bad-target", "https:// URIs go through CONNECT (set the proxy for https too)")
+        raise Refused(400, "not-a-proxy-request", "this is a forward proxy: send CONNECT host:port or an absolute "
+                                                  "http:// URI")
+    rest = head.target[len("http://"):]
+    slash = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    authority, path = rest[:slash], rest[slash:] or "/"
+    if path.startswith("?"):
+        path = "/" + path
+    if "@" in authority:
+        raise Refused(400, "bad-target", "credentials in the URI are not forwarded")
+    host, port = split_host_port(authority, 80)
+    return Target(host, port, path)
+
+
+def port_allowed(port: int, allowed: frozenset[int] | None) -> bool:
+    """None: any port."""
+    return allowed is None or port in allowed
+
+
+def pools_for(asked: str, allowed: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The pools a lease may come from: the asked one (if the client may use it) or the client's; Refused 403."""
+    if asked:
+        if allowed is not None and asked not in allowed:
+            raise Refused(403, "pool-not-allowed", f"this client may not use pool {asked!r}")
+        return (asked,)
+    return allowed or ()
+
+
+def is_ban(status: int, ban_statuses: frozenset[int]) -> bool:
+    return status in ban_statuses
+
+
+def may_resend(method: str, body_kept: bool) -> bool:
+    """A plain HTTP request may be sent again to another proxy: idempotent, and its body kept."""
+    return method in IDEMPOTENT and body_kept
+
+
+# Why one attempt on a proxy failed (the upstream_retries label, and what is reported for it).
+REFUSED, TIMEOUT, CONNECT_ERROR, BANNED, BROKEN = "refused", "timeout", "connect_error", "banned", "broken"
+REPORT_OF = {REFUSED: "error", TIMEOUT: "error", CONNECT_ERROR: "error", BROKEN: "error", BANNED: "blocked"}
+
+
+def retry(failure: str, attempt: int, max_attempts: int, resendable: bool) -> bool:
+    """Try another proxy after `attempt` (1-based) failed with `failure`? Connection failures and CONNECT errors
+    happen before the request left: always retriable within the bound; a ban or a broken exchange only when the
+    request can be sent again."""
+    if attempt >= max_attempts:
+        return False
+    if failure in (REFUSED, TIMEOUT, CONNECT_ERROR):
+        return True
+    return resendable
+
+
+def give_up(failures: list[str], lease_answer: str) -> tuple[int, str, str]:
+    """(status, reason, message) the crawler sees when no attempt worked. `lease_answer`: what the last lease
+    request said when it granted nothing ('none', 'busy', 'grace', 'unavailable'; '' when one was granted)."""
+    if failures:
+        if all(f == TIMEOUT for f in failures):
+            return 504, "upstream-timeout", f"{len(failures)} proxies did not answer in time"
+        return 502, "upstream-failed", f"{len(failures)} proxies failed ({', '.join(sorted(set(failures)))})"
+    if lease_answer == "busy":
+        return 503, "proxies-busy", "every matching proxy is in use to capacity or cooling down for this host"
+    if lease_answer == "grace":
+        return 503, "recovering", "Redis lost lease data: no new leases until the grace period ends"
+    if lease_answer == "unavailable":
+        return 503, "store-unavailable", "the gateway cannot reach Redis"
+    return 503, "no-proxy", "no Running, healthy proxy matches"
+
+
+def upstream_head(head: Head, target: Target) -> bytes:
+    """The request as sent to a Squid: absolute URI, hop-by-hop headers (and every one Connection names) dropped,
+    `Connection: close` (one exchange per upstream connection)."""
+    named = {t.strip().lower() for v in head.get("connection") + head.get("proxy-connection") for t in v.split(",")}
+    lines = [f"{head.method} http://{target.host}:{target.port}{target.path} {head.version}"]
+    lines += [f"{k}: {v}" for k, v in head.headers if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How a response's body ends: `length` bytes, chunked, at the connection's close, or no body at all."""
+
+    kind: str  # length | chunked | close | none
+    length: int = 0
+
+
+def response_framing(method: str, status: int, headers: list[tuple[str, str]]) -> Framing:
+    """RFC 9112 6.3, for a response to `method` with `status`."""
+    if method == "HEAD" or 100 <= status < 200 or status in (204, 304):
+        return Framing("none")
+    te = [v.lower() for k, v in headers if k.lower() == "transfer-encoding"]
+    if te:
+        return Framing("chunked") if te[-1].split(",")[-1].strip() == "chunked" else Framing("close")
+    lengths = {v.strip() for k, v in headers if k.lower() == "content-length"}
+    if len(lengths) == 1:
+        (value,) = lengths
+        if value.isdigit() and len(value) <= 18:
+            return Framing("length", int(value))
+    return Framing("close")
+
+
+def parse_status(raw: bytes) -> tuple[int, list[tuple[str, str]]]:
+    """A response head's status and headers; ValueError when it is not HTTP/1.x."""
+    lines = raw.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
+        raise ValueError("not an HTTP/1.x status line")
+    headers = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise ValueError("a malformed header line")
+        headers.append((name, value.strip(" \t")))
+    return int(parts[1]), headers
+
+
+def client_head(raw: bytes, keep_alive: bool, proxy: str = "") -> bytes:
+    """A response head as relayed to the crawler: its hop-by-hop headers replaced by ours, and `X-Fleet-Proxy`
+    naming the proxy that fetched it (its key, namespace/name)."""
+    lines = raw.decode("latin-1").split("\r\n")
+    kept = [lines[0]] + [ln for ln in lines[1:] if ln and ln.partition(":")[0].strip().lower() not in HOP_BY_HOP
+                         and ln.partition(":")[0].strip().lower() != "x-fleet-proxy"]
+    if proxy:
+        kept.append(f"X-Fleet-Proxy: {proxy}")
+    kept.append("Connection: keep-alive" if keep_alive else "Connection: close")
+    return ("\r\n".join(kept) + "\r\n\r\n").encode("latin-1")
+
+
+def parse_statuses(text: str) -> frozenset[int]:
+    """--gateway-ban-statuses: comma-separated status codes 100..599 ('' none)."""
+    out = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or not 100 <= int(part) <= 599:
+            raise ValueError(f"a status code is a number from 100 to 599, got {part[:20]!r}")
+        out.add(int(part))
+    return frozenset(out)
+
+
+def established(proxy: str) -> bytes:
+    """The CONNECT's 200 to the crawler, naming the proxy (its key) in `X-Fleet-Proxy`."""
+    return f"HTTP/1.1 200 Connection established\r\nX-Fleet-Proxy: {proxy}\r\n\r\n".encode()
+
+
+def answer(status: int, reason: str, message: str, extra: tuple[tuple[str, str], ...] = (),
+           keep_alive: bool = False) -> bytes:
+    """A complete response of the gateway's own: the reason in X-Fleet-Reason and in the text body."""
+    body = f"{status} {reason}: {message}\n".encode()
+    phrase = PHRASES.get(status, "Error")
+    lines = [f"HTTP/1.1 {status} {phrase}", f"X-Fleet-Reason: {reason}", "Content-Type: text/plain; charset=utf-8",
+             f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in extra),
+             "Connection: keep-alive" if keep_alive else "Connection: close"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+PHRASES = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required", 408: "Request Timeout",
+           411: "Length Required", 413: "Content Too Large", 431: "Request Header Fields Too Large",
+           501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}

@@ -1,0 +1,76 @@
+"""The gateway's metric families (one process's counts; every replica reports its own).
+
+- `proxy_operator_gateway_requests_total{client, kind, outcome}`: kind `connect` (a tunnel) or `http` (a
+  plain request); outcome `ok`, `banned` (the crawler got the origin's ban answer after the retries),
+  `upstream_failed`, `upstream_timeout`, `no_proxy`, `busy`, `unauthorized`, `forbidden`, `limited`,
+  `bad_request`, `unavailable`. `client` is `-` before a client is known.
+- `proxy_operator_gateway_upstream_retries_total{reason}`: refused, timeout, connect_error, banned, broken.
+- `proxy_operator_gateway_bytes_total{direction}`: `up` (crawler → proxy) and `down`.
+- `proxy_operator_gateway_tunnels_open`: tunnels now.
+- `proxy_operator_gateway_tunnel_duration_seconds`: a histogram of closed tunnels' lifetimes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from fleet.serving import GATEWAY_BYTES as BYTES
+from fleet.serving import GATEWAY_REQUESTS as REQUESTS
+from fleet.serving import GATEWAY_RETRIES as RETRIES
+from fleet.serving import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
+from fleet.serving import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
+
+OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "busy", "unauthorized", "forbidden",
+            "limited", "bad_request", "unavailable")
+RETRY_REASONS = ("refused", "timeout", "connect_error", "banned", "broken")
+BUCKETS = (0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 3600.0, float("inf"))
+
+
+class GatewaySeries(Collector):
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, str, str], int] = {}
+        self.retries = dict.fromkeys(RETRY_REASONS, 0)
+        self.bytes = {"up": 0, "down": 0}
+        self.tunnels_open = 0
+        self._buckets = [0] * len(BUCKETS)
+        self._duration_sum = 0.0
+
+    def request(self, client: str, kind: str, outcome: str) -> None:
+        key = (client or "-", kind, outcome)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def retry(self, reason: str) -> None:
+        self.retries[reason] = self.retries.get(reason, 0) + 1
+
+    def tunnel_closed(self, seconds: float) -> None:
+        for i, edge in enumerate(BUCKETS):
+            if seconds <= edge:
+                self._buckets[i] += 1
+                break
+        self._duration_sum += seconds
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        c = CounterMetricFamily(REQUESTS, "Requests and tunnels of this gateway, by client, kind and outcome.",
+                                labels=["client", "kind", "outcome"])
+        for (client, kind, outcome), n in sorted(self.requests.items()):
+            c.add_metric([client, kind, outcome], n)
+        yield c
+        r = CounterMetricFamily(RETRIES, "Attempts on one proxy that failed and were retried on another, by reason.",
+                                labels=["reason"])
+        for reason, n in self.retries.items():
+            r.add_metric([reason], n)
+        yield r
+        b = CounterMetricFamily(BYTES, "Bytes relayed, up (crawler to proxy) and down.", labels=["direction"])
+        for direction, n in self.bytes.items():
+            b.add_metric([direction], n)
+        yield b
+        yield GaugeMetricFamily(TUNNELS_OPEN, "Tunnels (CONNECT) open now.", value=self.tunnels_open)
+        cumulative, buckets = 0, []
+        for edge, n in zip(BUCKETS, self._buckets, strict=True):
+            cumulative += n
+            buckets.append(("+Inf" if edge == float("inf") else repr(edge), cumulative))
+        yield HistogramMetricFamily(TUNNEL_DURATION, "Lifetimes of closed tunnels.", buckets=buckets,
+                                    sum_value=self._duration_sum)

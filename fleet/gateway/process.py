@@ -1,0 +1,132 @@
+"""The `fleet gateway` process: the clients file, the Redis client, the server on uvloop (when installed),
+/metrics, the sweeper; SIGTERM/SIGINT stop accepting, and the open tunnels get `STOP_GRACE` seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import signal
+
+from fleet import httpguard, runtime, tracing
+from fleet.gateway import decide
+from fleet.gateway.clients import ClientsError, ClientsFile
+from fleet.gateway.server import Gateway, GatewayConfig, sweep
+from fleet.logs import kv
+from fleet.serving import registry_of, serve_metrics
+from fleet.settings import Settings, parse_bind_address
+from fleet.store import Store, target
+from fleet.store.leases import AsyncLeases
+from fleet.untrusted import raise_open_files_limit
+
+log = logging.getLogger("fleet.gateway")
+
+STOP_GRACE = 5.0
+
+
+class GatewayError(ValueError):
+    """The gateway cannot start as configured (exit 2)."""
+
+
+def config_of(settings: Settings) -> GatewayConfig:
+    try:
+        bans = decide.parse_statuses(settings.gateway_ban_statuses)
+    except ValueError as exc:
+        raise GatewayError(f"--gateway-ban-statuses: {exc}") from None
+    return GatewayConfig(
+        max_per_proxy=settings.max_leases_per_proxy, lease_ttl=settings.gateway_lease_ttl,
+        session_ttl=settings.gateway_session_ttl, max_attempts=settings.gateway_max_attempts,
+        connect_timeout=settings.gateway_connect_timeout, response_timeout=settings.gateway_response_timeout,
+        header_timeout=settings.gateway_header_timeout, idle_timeout=settings.gateway_idle_timeout,
+        tunnel_max_duration=settings.gateway_tunnel_max_duration, max_tunnels=settings.gateway_max_tunnels,
+        max_tunnels_per_client=settings.gateway_max_tunnels_per_client, ban_statuses=bans,
+        cooldown_blocked=settings.cooldown_blocked, cooldown_errors=settings.cooldown_errors,
+        cooldown_global=settings.cooldown_global)
+
+
+def limits_of(settings: Settings) -> httpguard.Limits:
+    return httpguard.Limits(header_timeout=settings.gateway_header_timeout, idle_timeout=settings.gateway_idle_timeout,
+                            max_connections=settings.gateway_max_connections,
+                            max_connections_per_client=settings.gateway_max_connections_per_client)
+
+
+def main(settings: Settings) -> int:
+    if not settings.gateway_clients_file:
+        raise GatewayError("--gateway-clients-file (FLEET_GATEWAY_CLIENTS_FILE) is required: the clients and tokens "
+                           "that may use the gateway")
+    try:
+        clients = ClientsFile(settings.gateway_clients_file)
+    except ClientsError as exc:
+        raise GatewayError(str(exc)) from None
+    bind = parse_bind_address(settings.gateway_bind_address, "--gateway-bind-address")
+    if bind is None:
+        raise GatewayError("--gateway-bind-address must be host:port or :port (the gateway cannot be turned off)")
+    config = config_of(settings)
+    tracing.setup("fleet-gateway")
+    marker = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
+    try:
+        runtime.own_database(marker, settings.installation_id)
+    except BaseException:
+        marker.close()
+        raise
+    target.watch(settings.broker)
+    limits = limits_of(settings)
+    files = raise_open_files_limit()
+    wanted = limits.max_connections + 2 * config.max_tunnels + 256
+    if files < wanted:
+        log.warning("the open-file limit is below what the connection and tunnel limits need",
+                    extra=kv(limit=files, wanted=wanted))
+    loop_name = "asyncio"
+    factory = None
+    if importlib.util.find_spec("uvloop"):
+        import uvloop
+
+        factory, loop_name = uvloop.new_event_loop, "uvloop"
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(_serve(settings, bind, config, limits, clients, marker, loop_name))
+
+
+async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfig, limits: httpguard.Limits,
+                 clients: ClientsFile, marker: Store, loop_name: str) -> int:
+    guard = httpguard.Guard(limits)
+    leases = AsyncLeases.from_url(settings.broker, max_connections=256)
+    gw = Gateway(leases, clients, config, guard)
+    try:
+        metrics = serve_metrics(settings.gateway_metrics_bind_address, registry_of([gw.series, guard]), marker.ping)
+    except OSError as exc:
+        log.error("cannot serve /metrics", extra=kv(error=str(exc)))
+        return 1
+    try:
+        server = await asyncio.start_server(gw.handle, bind[0], bind[1], limit=config.max_header_bytes, backlog=4096,
+                                            reuse_address=True)
+    except OSError as exc:
+        log.error("cannot listen", extra=kv(address=f"{bind[0]}:{bind[1]}", error=str(exc)))
+        return 1
+    log.info("serving the gateway", extra=kv(address=f"{bind[0]}:{bind[1]}", loop=loop_name,
+                                             clients=len(clients.clients), max_attempts=config.max_attempts,
+                                             max_leases_per_proxy=config.max_per_proxy))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sweeper = asyncio.create_task(sweep(gw), name="gateway-sweep")
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping: no new connections", extra=kv(tunnels=len(gw.tunnels)))
+        server.close()
+        end = loop.time() + STOP_GRACE
+        while gw.tunnels and loop.time() < end:
+            await asyncio.sleep(0.1)
+        for t in list(gw.tunnels):
+            t.end("stopping")
+        await asyncio.sleep(0.2)  # their releases
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+        await leases.close()
+        if metrics is not None:
+            metrics.shutdown()  # type: ignore[attr-defined]
+        marker.close()
+    return 0

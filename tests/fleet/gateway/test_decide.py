@@ -1,0 +1,272 @@
+"""The gateway's pure decisions (fleet.gateway.decide) and the clients file's parse, as tables."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from fleet.gateway import decide
+from fleet.gateway.clients import ClientsError, ClientsFile, parse_clients
+from fleet.gateway.decide import Options, Refused
+
+
+@pytest.mark.parametrize(("username", "want"), [
+    ("acme", Options("acme")),
+    ("acme-session-s1", Options("acme", session="s1")),
+    ("acme-session-1b4e28ba-2fa1-11d2", Options("acme", session="1b4e28ba-2fa1-11d2")),
+    ("acme-session-s1-pool-crawl-eu", Options("acme", session="s1", pool="crawl-eu")),
+    ("acme-pool-crawl", Options("acme", pool="crawl")),
+    ("acme-provider-hetzner-region-fsn1", Options("acme", provider="hetzner", region="fsn1")),
+    ("acme-region-us-east-1-zone-us-east-1a", Options("acme", region="us-east-1", zone="us-east-1a")),
+    ("a.b_c-zone-z", Options("a.b_c", zone="z")),
+    # a later keyword ends a value only when a value follows it: a session id may end in "-zone"
+    ("acme-session-a-zone", Options("acme", session="a-zone")),
+    # an earlier keyword inside a later value is just text
+    ("acme-region-session-x", Options("acme", region="session-x")),
+    ("acme-session-a-session-b", Options("acme", session="a-session-b")),
+    ("acme-zone-z-region-r", Options("acme", zone="z-region-r")),  # out of order: all of it is the zone
+])
+def test_usernames_have_one_reading(username, want):
+    assert decide.parse_username(username) == want
+
+
+@pytest.mark.parametrize(("username", "why"), [
+    ("", "client name"),
+    ("-session-x", "client name"),
+    ("a" * 65, "client name"),
+    ("acme-", "unknown option"),
+    ("acme-session", "bad session"),
+    ("acme-session-", "bad session"),
+    ("acme-colour-red", "unknown option"),
+    ("acme-pool-Crawl", "bad pool"),
+    ("acme-session-" + "x" * 65, "bad session"),
+    ("acme-session-a b", "bad session"),
+])
+def test_bad_usernames_say_why(username, why):
+    with pytest.raises(ValueError, match=why):
+        decide.parse_username(username)
+
+
+def _basic(text: str) -> bytes:
+    return b"Basic " + base64.b64encode(text.encode())
+
+
+@pytest.mark.parametrize(("header", "want"), [
+    (_basic("acme:tok:en"), ("acme", "tok:en")),
+    (_basic("acme-session-1:t"), ("acme-session-1", "t")),
+    (b"basic " + base64.b64encode(b"a:b"), ("a", "b")),
+    (b"Bearer abc", ValueError),
+    (b"Basic", ValueError),
+    (b"Basic !!!", ValueError),
+    (_basic("no-colon"), ValueError),
+    (b"Basic " + base64.b64encode(b"\xff:x"), ValueError),
+])
+def test_basic_credentials(header, want):
+    if want is ValueError:
+        with pytest.raises(ValueError):
+            decide.parse_basic(header)
+    else:
+        assert decide.parse_basic(header) == want
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    (b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", ("CONNECT", "example.com:443", 1)),
+    (b"GET http://a/ HTTP/1.0\r\n\r\n", ("GET", "http://a/", 0)),
+    (b"GET / HTTP/2\r\n\r\n", 400),
+    (b"GET  / HTTP/1.1\r\n\r\n", 400),
+    (b"G@T / HTTP/1.1\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nno colon\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n", 400),
+    (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n", 431),
+    (b"\r\n\r\n", 400),
+])
+def test_request_heads(raw, want):
+    if isinstance(want, int):
+        with pytest.raises(Refused) as err:
+            decide.parse_head(raw)
+        assert err.value.status == want
+    else:
+        head = decide.parse_head(raw)
+        assert (head.method, head.target, len(head.headers)) == want
+
+
+@pytest.mark.parametrize(("method", "target", "want"), [
+    ("CONNECT", "Example.COM:443", ("example.com", 443, "")),
+    ("CONNECT", "127.0.0.1:8080", ("127.0.0.1", 8080, "")),
+    ("CONNECT", "example.com", "bad-target"),
+    ("CONNECT", "example.com:0", "bad-target"),
+    ("CONNECT", "example.com:99999", "bad-target"),
+    ("CONNECT", "[::1]:443", "bad-target"),
+    ("CONNECT", "exa_mple.com:443", "bad-target"),
+    ("GET", "http://example.com/a?b=c", ("example.com", 80, "/a?b=c")),
+    ("GET", "http://example.com:8080", ("example.com", 8080, "/")),
+    ("GET", "http://example.com?q", ("example.com", 80, "/?q")),
+    ("GET", "HTTP://example.com/", ("example.com", 80, "/")),
+    ("GET", "http://user:pw@example.com/", "bad-target"),
+    ("GET", "https://example.com/", "bad-target"),
+    ("GET", "/index.html", "not-a-proxy-request"),
+])
+def test_targets(method, target, want):
+    head = decide.Head(method, target, "HTTP/1.1")
+    if isinstance(want, str):
+        with pytest.raises(Refused) as err:
+            decide.target_of(head)
+        assert err.value.reason == want
+    else:
+        t = decide.target_of(head)
+        assert (t.host, t.port, t.path) == want
+
+
+@pytest.mark.parametrize(("asked", "allowed", "want"), [
+    ("", None, ()),
+    ("", ("a", "b"), ("a", "b")),
+    ("a", None, ("a",)),
+    ("a", ("a", "b"), ("a",)),
+    ("c", ("a", "b"), 403),
+])
+def test_pools(asked, allowed, want):
+    if want == 403:
+        with pytest.raises(Refused) as err:
+            decide.pools_for(asked, allowed)
+        assert err.value.reason == "pool-not-allowed"
+    else:
+        assert decide.pools_for(asked, allowed) == want
+
+
+BANS = frozenset(decide.DEFAULT_BAN_STATUSES)
+
+
+@pytest.mark.parametrize(("status", "want"), [(403, True), (429, True), (503, True), (200, False), (404, False),
+                                              (500, False), (502, False)])
+def test_ban_signature(status, want):
+    assert decide.is_ban(status, BANS) is want
+
+
+@pytest.mark.parametrize(("failure", "attempt", "most", "resendable", "want"), [
+    (decide.REFUSED, 1, 3, False, True),  # nothing left: a POST too
+    (decide.TIMEOUT, 2, 3, False, True),
+    (decide.CONNECT_ERROR, 1, 3, True, True),
+    (decide.REFUSED, 3, 3, True, False),  # the bound
+    (decide.BANNED, 1, 3, True, True),
+    (decide.BANNED, 1, 3, False, False),  # a POST that was sent: never twice
+    (decide.BROKEN, 1, 3, False, False),
+    (decide.BROKEN, 1, 3, True, True),
+    (decide.BANNED, 1, 1, True, False),
+])
+def test_retry_choice(failure, attempt, most, resendable, want):
+    assert decide.retry(failure, attempt, most, resendable) is want
+
+
+@pytest.mark.parametrize(("method", "kept", "want"), [("GET", True, True), ("HEAD", True, True), ("PUT", True, True),
+                                                      ("POST", True, False), ("PATCH", True, False),
+                                                      ("GET", False, False)])
+def test_resend(method, kept, want):
+    assert decide.may_resend(method, kept) is want
+
+
+@pytest.mark.parametrize(("failures", "lease", "want"), [
+    ([decide.TIMEOUT, decide.TIMEOUT], "none", (504, "upstream-timeout")),
+    ([decide.TIMEOUT, decide.REFUSED], "", (502, "upstream-failed")),
+    ([decide.CONNECT_ERROR], "busy", (502, "upstream-failed")),
+    ([], "busy", (503, "proxies-busy")),
+    ([], "none", (503, "no-proxy")),
+    ([], "grace", (503, "recovering")),
+    ([], "unavailable", (503, "store-unavailable")),
+])
+def test_what_the_crawler_sees_when_nothing_worked(failures, lease, want):
+    assert decide.give_up(failures, lease)[:2] == want
+
+
+@pytest.mark.parametrize(("method", "status", "headers", "want"), [
+    ("GET", 200, [("Content-Length", "5")], ("length", 5)),
+    ("HEAD", 200, [("Content-Length", "5")], ("none", 0)),
+    ("GET", 204, [], ("none", 0)),
+    ("GET", 304, [("Content-Length", "5")], ("none", 0)),
+    ("GET", 200, [("Transfer-Encoding", "chunked"), ("Content-Length", "5")], ("chunked", 0)),
+    ("GET", 200, [("Transfer-Encoding", "gzip")], ("close", 0)),
+    ("GET", 200, [], ("close", 0)),
+    ("GET", 200, [("Content-Length", "5"), ("Content-Length", "6")], ("close", 0)),
+    ("GET", 200, [("Content-Length", "-1")], ("close", 0)),
+])
+def test_response_framing(method, status, headers, want):
+    f = decide.response_framing(method, status, headers)
+    assert (f.kind, f.length) == want
+
+
+def test_the_upstream_request_drops_hop_by_hop_headers_and_credentials():
+    head = decide.parse_head(b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nProxy-Authorization: Basic c2VjcmV0\r\n"
+                             b"Connection: keep-alive, X-Drop\r\nX-Drop: 1\r\nKeep-Alive: 5\r\nAccept: */*\r\n\r\n")
+    out = decide.upstream_head(head, decide.target_of(head))
+    assert out == (b"GET http://a.example:80/x HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+
+
+def test_the_relayed_response_head_says_our_connection_and_the_proxy():
+    raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\nX-Fleet-Proxy: forged\r\nContent-Length: 2\r\n\r\n"
+    assert decide.client_head(raw, True, "crawl/a") == (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Fleet-Proxy: crawl/a\r\n"
+                                                        b"Connection: keep-alive\r\n\r\n")
+
+
+@pytest.mark.parametrize(("text", "want"), [("403,429,503", {403, 429, 503}), ("", set()), (" 429 , ", {429}),
+                                            ("99", ValueError), ("600", ValueError), ("4xx", ValueError)])
+def test_ban_statuses_setting(text, want):
+    if want is ValueError:
+        with pytest.raises(ValueError):
+            decide.parse_statuses(text)
+    else:
+        assert decide.parse_statuses(text) == want
+
+
+def test_keep_alive():
+    assert decide.Head("GET", "/", "HTTP/1.1").keep_alive()
+    assert not decide.Head("GET", "/", "HTTP/1.1", (("Connection", "close"),)).keep_alive()
+    assert not decide.Head("GET", "/", "HTTP/1.0").keep_alive()
+    assert decide.Head("GET", "/", "HTTP/1.0", (("Proxy-Connection", "Keep-Alive"),)).keep_alive()
+
+
+TOK = "t" * 16
+
+
+@pytest.mark.parametrize(("doc", "problem"), [
+    (f"clients: {{acme: {{token: {TOK}}}}}", None),
+    (f"clients: {{acme: {{token: {TOK}, pools: [crawl], ports: '*', maxTunnels: 5}}}}", None),
+    ("[]", "one key"),
+    (f"clients: {{acme: {{token: {TOK}}}}}\nextra: 1", "one key"),
+    (f"clients: {{a-b: {{token: {TOK}}}}}", "no '-'"),
+    ("clients: {acme: {token: short}}", "at least 16"),
+    (f"clients: {{acme: {{token: {TOK}, colour: red}}}}", "unknown field"),
+    (f"clients: {{acme: {{token: {TOK}, pools: [Bad]}}}}", "pools"),
+    (f"clients: {{acme: {{token: {TOK}, ports: [0]}}}}", "ports"),
+    (f"clients: {{acme: {{token: {TOK}, ports: [true]}}}}", "ports"),
+    (f"clients: {{acme: {{token: {TOK}, maxTunnels: -1}}}}", "maxTunnels"),
+    ("clients: {acme: ", "not valid YAML"),
+    # the one hostile-YAML reader's rules (fleet.untrusted) hold here too
+    (f"clients: {{acme: {{token: {TOK}}}, acme: {{token: {TOK}}}}}", "duplicate key 'acme'"),
+    ("a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: &d [*c, *c]\ne: &e [*d, *d]\nf: &f [*e, *e]\ng: &g [*f, *f]\n"
+     "h: &h [*g, *g]\ni: &i [*h, *h]\nj: &j [*i, *i]\nk: &k [*j, *j]\nl: &l [*k, *k]\nm: &m [*l, *l]\nn: &n [*m, *m]\n"
+     "o: &o [*n, *n]\np: &p [*o, *o]\nq: [*p, *p]", "more than"),
+    (b"\xff\xfec\x00l\x00", "UTF-16"),
+])
+def test_clients_file(doc, problem):
+    if problem is None:
+        assert set(parse_clients(doc)) == {"acme"}
+    else:
+        with pytest.raises(ClientsError, match=problem):
+            parse_clients(doc)
+
+
+def test_the_clients_file_is_re_read_and_a_broken_version_keeps_the_last_good(tmp_path):
+    now = [0.0]
+    path = tmp_path / "clients.yaml"
+    path.write_text(f"clients: {{acme: {{token: {TOK}}}}}")
+    f = ClientsFile(str(path), clock=lambda: now[0])
+    assert f.check("acme", TOK) is not None and f.check("acme", TOK + "x") is None and f.check("bob", TOK) is None
+    assert TOK not in repr(f.clients["acme"])
+    path.write_text("clients: {bob: {token: %s}}" % (TOK + "b"))
+    now[0] = 10
+    assert f.check("bob", TOK + "b") is not None and f.check("acme", TOK) is None
+    path.write_text("clients: {broken")
+    now[0] = 20
+    assert f.check("bob", TOK + "b") is not None  # the last good one
+    with pytest.raises(ClientsError, match="cannot read"):
+        ClientsFile(str(tmp_path / "missing.yaml"))

@@ -1,0 +1,47 @@
+"""The lease script's two filters the gateway adds (fleet.store.leases, on fakeredis with Lua): `pools` (Proxy
+namespaces a client may use) and `skip` (the proxies a request already tried), with stickiness."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.store.leases import Busy, Granted, NoProxy
+from tests.fleet.leases.test_store import lease, running, store  # noqa: F401
+
+
+@pytest.mark.parametrize(("pools", "skip", "want"), [
+    ((), (), {"crawl/a", "crawl/b", "eu/c", "eu-x/d"}),
+    (("crawl",), (), {"crawl/a", "crawl/b"}),
+    (("eu",), (), {"eu/c"}),  # not eu-x: the namespace, not a prefix
+    (("eu", "eu-x"), (), {"eu/c", "eu-x/d"}),
+    (("nowhere",), (), set()),
+    ((), ("crawl/a", "eu/c"), {"crawl/b", "eu-x/d"}),
+    (("crawl",), ("crawl/a",), {"crawl/b"}),
+    (("crawl",), ("crawl/a", "crawl/b"), set()),
+])
+def test_pools_and_skip_filter_the_candidates(store, pools, skip, want):  # noqa: F811
+    for k in ("crawl/a", "crawl/b", "eu/c", "eu-x/d"):
+        running(store, k)
+    got = set()
+    for _ in range(6):
+        _, g = lease(store, max_per_proxy=10, pools=pools, skip=skip, rand=0.3)
+        if isinstance(g, Granted):
+            got.add(g.proxy)
+        else:
+            assert isinstance(g, NoProxy) and not want
+    assert got == want
+
+
+def test_a_skipped_sticky_proxy_moves_the_key_and_full_filtered_proxies_are_busy(store):  # noqa: F811
+    running(store, "crawl/a")
+    running(store, "crawl/b")
+    _, first = lease(store, max_per_proxy=5, sticky="gw/acme/s1")
+    _, again = lease(store, max_per_proxy=5, sticky="gw/acme/s1")
+    assert again.proxy == first.proxy
+    _, moved = lease(store, max_per_proxy=5, sticky="gw/acme/s1", skip=(first.proxy,))
+    assert moved.proxy != first.proxy
+    _, stays = lease(store, max_per_proxy=5, sticky="gw/acme/s1")
+    assert stays.proxy == moved.proxy
+    for _ in range(4):
+        lease(store, max_per_proxy=5, pools=("crawl",), skip=(first.proxy,))
+    assert isinstance(lease(store, max_per_proxy=5, skip=(first.proxy,))[1], Busy)  # the one left is full

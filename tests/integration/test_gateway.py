@@ -1,0 +1,435 @@
+"""`fleet gateway` on real processes: real Squid instances (the local provider), real gateway processes
+(`python -m fleet.cli gateway`), a real redis-server and a local origin. The proxies' endpoints are written
+to Redis as the Proxy reconciler writes them (no controller: what is under test is the gateway).
+
+CONNECT and plain HTTP reach the origin; 407 for missing and wrong credentials, 403 for a port or pool the
+client may not use; a killed Squid is skipped with a retry and no crawler-visible error, and the session
+moves off it and stays; a 429 cools that proxy down for that host only; two gateway replicas never exceed
+a proxy's capacity under 100 concurrent tunnels; hostile clients (an oversized header, a slow header, a
+flood of idle connections) get a clear status while a normal client is served and the RSS stays bounded."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+import pytest
+
+from fleet.store import keys
+from providers.base import Deadline
+from tests.integration.conftest import free_port, wait_for
+from tests.procs import die_with_parent
+from tests.providers.local.conftest import make_provider, port_window, request, squid_binary, state_dir  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "gateway-token-0123456789abcdef"
+OTHER_TOKEN = "other-token-0123456789abcdef"
+BIG = os.urandom(1024 * 1024)
+
+
+class _Origin(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    bans: ClassVar[dict[str, int]] = {}  # path → 429s still to give
+    lock = threading.Lock()
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        with self.lock:
+            left = self.bans.get(path, 0)
+            if left:
+                self.bans[path] = left - 1
+        if left:
+            body, status = b"banned\n", 429
+        elif path == "/big":
+            body, status = BIG, 200
+        else:
+            body, status = b"hello from the origin " + path.encode() + b"\n", 200
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _Backlogged(http.server.ThreadingHTTPServer):
+    request_queue_size = 1024  # socketserver's 5 drops SYNs when 100 tunnels connect at once (a 1 s retry each)
+    daemon_threads = True
+
+
+@pytest.fixture
+def origin():
+    _Origin.bans = {}
+    httpd = _Backlogged(("127.0.0.1", 0), _Origin)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="origin", daemon=True)
+    thread.start()
+    yield SimpleNamespace(url=f"http://127.0.0.1:{httpd.server_address[1]}")
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
+
+
+class GatewayProc:
+    def __init__(self, tmp: Path, broker: str, clients: Path, name: str = "gw", **env: str) -> None:
+        self.port, self.metrics_port = free_port(), free_port()
+        self.log_path = tmp / f"{name}.log"
+        self.env = {**os.environ, "FLEET_BROKER_URL": broker, "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{self.port}",
+                    "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{self.metrics_port}",
+                    "FLEET_GATEWAY_CLIENTS_FILE": str(clients), "FLEET_LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1",
+                    "FLEET_GATEWAY_CONNECT_TIMEOUT": "2s", **env}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> GatewayProc:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=self.env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
+
+        def up() -> bool:
+            assert self.proc.poll() is None, self.log()
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(up, 30, "the gateway to listen")
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as resp:
+            return resp.read().decode()
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
+
+def auth(user: str = "acme", token: str = TOKEN) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+
+
+def read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, bytes read past the head)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed after {data!r}")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    return int(lines[0].split()[1]), headers, rest
+
+
+def read_body(sock: socket.socket, headers: dict[str, str], rest: bytes) -> bytes:
+    n = int(headers["content-length"])
+    while len(rest) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return rest[:n]
+
+
+def connect(gw: GatewayProc, target: str, user: str = "acme", token: str | None = TOKEN,
+            timeout: float = 20) -> tuple[socket.socket, int, dict[str, str]]:
+    sock = socket.create_connection(("127.0.0.1", gw.port), timeout)
+    lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+    if token is not None:
+        lines.append(f"Proxy-Authorization: {auth(user, token)}")
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    status, headers, _ = read_head(sock)
+    return sock, status, headers
+
+
+def get_in_tunnel(sock: socket.socket, host: str, path: str = "/") -> tuple[int, bytes]:
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    status, headers, rest = read_head(sock)
+    return status, read_body(sock, headers, rest)
+
+
+def plain(gw: GatewayProc, url: str, user: str = "acme", token: str | None = TOKEN,
+          method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    sock = socket.create_connection(("127.0.0.1", gw.port), 20)
+    try:
+        lines = [f"{method} {url} HTTP/1.1", "Host: x", "Connection: close"]
+        if token is not None:
+            lines.append(f"Proxy-Authorization: {auth(user, token)}")
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        status, headers, rest = read_head(sock)
+        return status, headers, read_body(sock, headers, rest)
+    finally:
+        sock.close()
+
+
+class Lab:
+    """Squids of the local provider, Running as Proxies (endpoints in Redis), and gateways."""
+
+    def __init__(self, tmp: Path, redis_server, provider, ports) -> None:
+        self.tmp, self.redis_server, self.provider, self.ports = tmp, redis_server, provider, ports
+        self.r = redis_server.client()
+        self.squids: dict[str, tuple[str, int]] = {}  # proxy key → (provider id, port)
+        self.gateways: list[GatewayProc] = []
+        self.clients = tmp / "clients.yaml"
+        self.clients.write_text(json.dumps({"clients": {
+            "acme": {"token": TOKEN, "ports": "*"},
+            "narrow": {"token": OTHER_TOKEN, "ports": [443], "pools": ["other"]},
+        }}))
+
+    def squid(self, key: str) -> str:
+        port = next(self.ports)
+        uid = f"uid-{key.replace('/', '-')}"
+        pid = self.provider.create(request(port, uid=uid), Deadline.after(30))
+        from tests.providers.local.conftest import wait_for as wait
+
+        wait(lambda: self._serves(port), 20, f"squid on {port}")
+        self.r.hset(keys.PX_ENDPOINTS, key, json.dumps({"uid": uid, "ip": "127.0.0.1", "port": port, "provider": "lab",
+                                                        "region": "r1", "zone": "z1", "instance": pid}))
+        self.squids[key] = (pid, port)
+        return key
+
+    @staticmethod
+    def _serves(port: int) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return True
+        except OSError:
+            return False
+
+    def kill(self, key: str) -> None:
+        from providers.local.state import Record
+
+        pid_id, _ = self.squids[key]
+        name = pid_id.split("/", 1)[1]
+        rec = Record.from_json(Path(self.provider.root, f"{name}.json").read_text())
+        os.kill(rec.pid, signal.SIGKILL)
+        wait_for(lambda: not self._serves(self.squids[key][1]), 10, "the squid to die")
+
+    def gateway(self, name: str = "gw", **env: str) -> GatewayProc:
+        gw = GatewayProc(self.tmp, self.redis_server.url, self.clients, name, **env)
+        self.gateways.append(gw)
+        return gw.start()
+
+    def loads(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.r.zrange(keys.LEASE_LOAD, 0, -1, withscores=True)}
+
+
+@pytest.fixture
+def lab(tmp_path, redis_server, make_provider, port_window):  # noqa: F811
+    if squid_binary() is None:
+        pytest.fail("squid is not installed: run `make test`, which installs it")
+    import itertools
+
+    lab = Lab(tmp_path, redis_server, make_provider(), itertools.count(port_window[0]))
+    yield lab
+    for gw in lab.gateways:
+        gw.stop()
+    for gw in lab.gateways:
+        assert "Traceback" not in gw.log(), gw.log()[-3000:]
+
+
+def origin_hostport(origin) -> tuple[str, int]:
+    host, port = origin.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def test_connect_and_plain_http_reach_the_origin_and_bad_credentials_get_407(lab, origin):
+    lab.squid("crawl/a")
+    gw = lab.gateway()
+    host, port = origin_hostport(origin)
+    sock, status, headers = connect(gw, f"{host}:{port}")
+    assert status == 200 and headers["x-fleet-proxy"] == "crawl/a"
+    assert lab.loads() == {"crawl/a": 1}  # the tunnel holds a lease
+    assert get_in_tunnel(sock, host, "/one") == (200, b"hello from the origin /one\n")
+    assert get_in_tunnel(sock, host, "/two") == (200, b"hello from the origin /two\n")  # keep-alive in the tunnel
+    sock.close()
+    wait_for(lambda: lab.loads() == {"crawl/a": 0}, 10, "the tunnel's lease released")
+
+    status, headers, body = plain(gw, f"{origin.url}/plain")
+    assert (status, body, headers["x-fleet-proxy"]) == (200, b"hello from the origin /plain\n", "crawl/a")
+    status, headers, body = plain(gw, f"{origin.url}/big")
+    assert status == 200 and body == BIG
+
+    for token, user in ((None, "acme"), ("wrong-token-0123456789", "acme"), (TOKEN, "nobody"), (TOKEN, "acme-bogus-x")):
+        s, status, headers = connect(gw, f"{host}:{port}", user=user, token=token)
+        s.close()
+        assert status == 407 and headers["proxy-authenticate"] == 'Basic realm="fleet"', (user, token)
+        assert headers["x-fleet-reason"] in ("auth-required", "bad-credentials")
+        status, headers, _ = plain(gw, f"{origin.url}/x", user=user, token=token)
+        assert status == 407
+    for user, hostport, want in (("narrow", f"{host}:{port}", (403, "port-not-allowed")),  # only port 443
+                                 ("narrow-pool-crawl", f"{host}:443", (403, "pool-not-allowed")),
+                                 ("narrow", f"{host}:443", (503, "no-proxy"))):  # its pool has no proxy
+        s, status, headers = connect(gw, hostport, user=user, token=OTHER_TOKEN)
+        s.close()
+        assert (status, headers["x-fleet-reason"]) == want, user
+    assert lab.loads() == {"crawl/a": 0}
+    m = gw.metrics()
+    assert 'proxy_operator_gateway_requests_total{client="acme",kind="connect",outcome="ok"} 1.0' in m
+    assert 'proxy_operator_gateway_requests_total{client="-",kind="connect",outcome="unauthorized"} 4.0' in m
+    assert TOKEN not in gw.log() and OTHER_TOKEN not in gw.log()
+
+
+def test_a_killed_squid_is_skipped_and_the_session_moves_and_stays(lab, origin):
+    for key in ("crawl/a", "crawl/b", "crawl/c"):
+        lab.squid(key)
+    gw = lab.gateway(FLEET_MAX_LEASES_PER_PROXY="4")  # room for a session's next tunnel while the last is released
+    host, port = origin_hostport(origin)
+    first = None
+    for _ in range(4):  # the session sticks across connections
+        sock, status, headers = connect(gw, f"{host}:{port}", user="acme-session-s1")
+        assert status == 200
+        assert get_in_tunnel(sock, host)[0] == 200
+        sock.close()
+        first = first or headers["x-fleet-proxy"]
+        assert headers["x-fleet-proxy"] == first
+    lab.kill(first)
+    sock, status, headers = connect(gw, f"{host}:{port}", user="acme-session-s1")  # no error for the crawler
+    assert status == 200 and headers["x-fleet-proxy"] != first
+    assert get_in_tunnel(sock, host)[0] == 200
+    sock.close()
+    moved = headers["x-fleet-proxy"]
+    for _ in range(3):
+        sock, status, headers = connect(gw, f"{host}:{port}", user="acme-session-s1")
+        assert (status, headers["x-fleet-proxy"]) == (200, moved)
+        sock.close()
+    for _ in range(6):  # no session: never the dead one, and never an error
+        status, headers, _ = plain(gw, f"{origin.url}/x")
+        assert status == 200
+    m = gw.metrics()
+    assert 'proxy_operator_gateway_upstream_retries_total{reason="refused"}' in m
+    retries = [ln for ln in m.splitlines() if ln.startswith('proxy_operator_gateway_upstream_retries_total{reason="refused"}')]
+    assert float(retries[0].split()[-1]) >= 1
+    assert int(lab.r.hget(keys.LEASE_ERRORS, first) or 0) >= 1 or lab.r.zscore(keys.LEASE_COOL_GLOBAL, first)
+
+
+def test_a_429_cools_that_proxy_for_that_host_only(lab, origin):
+    lab.squid("crawl/a")
+    lab.squid("crawl/b")
+    gw = lab.gateway()
+    _Origin.bans = {"/banned": 1}
+    status, headers, body = plain(gw, f"{origin.url}/banned")
+    assert status == 200 and body == b"hello from the origin /banned\n"  # retried on the other proxy
+    cooled = {k.decode(): v for k, v in lab.r.zrange(keys.LEASE_COOL_TARGET, 0, -1, withscores=True)}
+    (entry,) = cooled
+    banned_proxy, target = entry.split("|")
+    assert target == "127.0.0.1" and banned_proxy != headers["x-fleet-proxy"]
+    assert cooled[entry] > time.time() + 500  # --cooldown-blocked 10m
+    assert not lab.r.zrange(keys.LEASE_COOL_GLOBAL, 0, -1)
+    for _ in range(5):  # that host: never the banned proxy
+        status, headers, _ = plain(gw, f"{origin.url}/x")
+        assert status == 200 and headers["x-fleet-proxy"] != banned_proxy
+    seen = set()
+    port = origin_hostport(origin)[1]
+    for _ in range(20):  # another host name of the same origin: both proxies
+        status, headers, _ = plain(gw, f"http://localhost:{port}/x")
+        assert status == 200
+        seen.add(headers["x-fleet-proxy"])
+    assert banned_proxy in seen
+    _Origin.bans = {"/always": 100}
+    status, headers, body = plain(gw, f"{origin.url}/always")  # banned by each: the crawler gets the ban
+    assert status == 429 and body == b"banned\n"
+    status, headers, body = plain(gw, f"{origin.url}/always", method="POST")
+    assert status in (429, 503)
+
+
+def test_two_replicas_never_exceed_a_proxys_capacity_under_100_tunnels(lab, origin):
+    for key in ("crawl/a", "crawl/b", "crawl/c"):
+        lab.squid(key)
+    env = {"FLEET_MAX_LEASES_PER_PROXY": "30"}
+    gws = [lab.gateway("gw1", **env), lab.gateway("gw2", **env)]
+    host, port = origin_hostport(origin)
+    barrier = threading.Barrier(100)
+
+    def one(i: int):
+        barrier.wait(30)
+        sock, status, headers = connect(gws[i % 2], f"{host}:{port}", timeout=30)
+        return sock, status, headers
+
+    with concurrent.futures.ThreadPoolExecutor(100) as pool:
+        got = list(pool.map(one, range(100)))
+    try:
+        ok = [h["x-fleet-proxy"] for _, s, h in got if s == 200]
+        refused = [h.get("x-fleet-reason") for _, s, h in got if s != 200]
+        assert len(ok) == 90 and set(refused) == {"proxies-busy"}, (len(ok), refused)
+        per = {k: ok.count(k) for k in set(ok)}
+        assert per == {"crawl/a": 30, "crawl/b": 30, "crawl/c": 30}
+        assert lab.loads() == per
+        for sock, status, _ in got[:10]:
+            if status == 200:
+                assert get_in_tunnel(sock, host)[0] == 200
+    finally:
+        for sock, _, _ in got:
+            sock.close()
+    wait_for(lambda: set(lab.loads().values()) == {0}, 15, "every tunnel's lease released")
+
+
+def test_hostile_clients_get_a_clear_status_and_memory_stays_bounded(lab, origin):
+    lab.squid("crawl/a")
+    gw = lab.gateway(FLEET_GATEWAY_HEADER_TIMEOUT="1s", FLEET_GATEWAY_MAX_CONNECTIONS="400",
+                     FLEET_GATEWAY_MAX_CONNECTIONS_PER_CLIENT="5000", FLEET_GATEWAY_IDLE_TIMEOUT="30s")
+    base = gw.rss_mib()
+    s = socket.create_connection(("127.0.0.1", gw.port), 10)  # an oversized header
+    s.sendall(b"GET http://127.0.0.1/ HTTP/1.1\r\nX-Big: " + b"a" * (200 * 1024))
+    status, headers, _ = read_head(s)
+    assert (status, headers["x-fleet-reason"]) == (431, "header-too-large")
+    s.close()
+    slow = socket.create_connection(("127.0.0.1", gw.port), 10)  # a byte at a time
+    t0 = time.monotonic()
+    for ch in b"GET http://":
+        slow.sendall(bytes([ch]))
+        time.sleep(0.2)
+    status, headers, _ = read_head(slow)
+    assert (status, headers["x-fleet-reason"]) == (408, "header-timeout") and time.monotonic() - t0 < 4
+    slow.close()
+    idle = [socket.create_connection(("127.0.0.1", gw.port), 10) for _ in range(800)]  # past the limit of 400
+    try:
+        time.sleep(0.5)
+        closed = 0
+        for c in idle[:400]:  # the oldest were evicted to make room for the newest
+            c.settimeout(5)
+            try:
+                closed += c.recv(1) == b""
+            except OSError:
+                closed += 1
+        assert closed >= 390, closed
+        status, _, _ = plain(gw, f"{origin.url}/ok")  # a normal client is served meanwhile
+        assert status == 200
+        assert gw.rss_mib() - base < 60, (base, gw.rss_mib())
+    finally:
+        for c in idle:
+            c.close()
+    m = gw.metrics()
+    assert 'proxy_operator_http_connections_closed_total{reason="evicted_idle"}' in m
