@@ -98,6 +98,19 @@ def _settings_parent() -> argparse.ArgumentParser:
     return p
 
 
+_SETTING_DESTS = frozenset(o.attr for o in OPTIONS)
+
+
+class _OwnUsage(argparse.HelpFormatter):
+    """A usage line with the command's own arguments and `[settings]` for the shared ones: the whole table
+    (~60 flags, every command takes them) made each usage error a screenful; `--help` still lists them all."""
+
+    def _format_usage(self, usage: str | None, actions: Any, groups: Any, prefix: str | None) -> str:
+        own = [a for a in actions if a.dest not in _SETTING_DESTS]
+        text = super()._format_usage(usage, own, groups, prefix)
+        return text.replace(self._prog, self._prog + " [settings]", 1) if len(own) < len(actions) else text
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     values = {o.attr: getattr(args, o.attr, None) or os.environ.get(o.env) for o in OPTIONS}
     try:
@@ -485,6 +498,8 @@ def parser() -> argparse.ArgumentParser:
     from fleet.cli import gateway as gateway_cli
 
     gateway_cli.add_parser(sub, common)
+    for command in sub.choices.values():
+        command.formatter_class = _OwnUsage
     return p
 
 
