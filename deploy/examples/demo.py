@@ -8,15 +8,21 @@ on deploy/examples/providers.yaml plus a kvm provider pointing at the lab
 and the `squid` provider of deploy/examples/local.yaml, with the three
 Proxies of deploy/examples/proxies.yaml. It waits for the first round and
 shows `fleet get ph` and the gauges; waits for the Proxies to run, shows
-`fleet get px` and fetches the origin through each; then removes the
-manifests, waits for the Squid processes to be deleted, and stops it all.
+`fleet get px` and fetches the origin through each (each Squid has its own
+egress address from the provider's `egressRange`, and the origin answers
+with the address it sees); then `curl -x` through `fleet gateway` twice at
+once (two proxies: two egress addresses) and twice with one session (the
+same one); then removes the manifests, waits for the Squid processes to be
+deleted, and stops it all.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -34,7 +40,25 @@ sys.path.insert(0, str(ROOT))
 from tests.fakes.http import LoopbackServer  # noqa: E402
 from tests.integration.conftest import RedisServer, free_port  # noqa: E402
 from tests.providers.kvm.lab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
-from tests.providers.local.conftest import _Origin  # noqa: E402
+
+EGRESS_RANGE = "127.0.1.0/24"  # each Squid its own outgoing address (docs/local-provider.md)
+
+
+class _EchoOrigin(http.server.BaseHTTPRequestHandler):
+    """Answers with the client address it sees (a proxy's egress address); /slow after a second, so two
+    requests through the gateway overlap and hold two proxies at once."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/slow"):
+            time.sleep(1.0)
+        body = self.client_address[0].encode() + b"\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
 
 
 def kvm_provider(lab) -> dict:
@@ -74,6 +98,42 @@ def _free(port: int) -> bool:
     return True
 
 
+def curl_gateway(gateway: str, user: str, token: str, url: str) -> subprocess.Popen:
+    """A real `curl -x` through the gateway, started (the caller waits: two may overlap)."""
+    return subprocess.Popen(["curl", "-s", "-i", "--max-time", "20", "-x", f"http://{gateway}", "--proxy-user",
+                             f"{user}:{token}", url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def curl_answer(proc: subprocess.Popen) -> tuple[str, str, str]:
+    """(status line, X-Fleet-Proxy, body) of a finished curl_gateway."""
+    out, _ = proc.communicate(timeout=30)
+    head, _, body = out.replace("\r\n", "\n").partition("\n\n")
+    lines = head.splitlines() or [""]
+    via = next((ln.split(":", 1)[1].strip() for ln in lines if ln.lower().startswith("x-fleet-proxy:")), "-")
+    return lines[0], via, body.strip()
+
+
+def through_gateway(gateway: str, token: str, origin_url: str) -> bool:
+    """Twice at once without a session (two proxies, two egress addresses), then twice with one (the
+    same); True when both hold."""
+    ok = True
+    print(f"\n$ curl -x http://demo:$GATEWAY_TOKEN@{gateway} {origin_url}slow   # twice at once")
+    pair = [curl_answer(p) for p in [curl_gateway(gateway, "demo", token, origin_url + "slow") for _ in range(2)]]
+    for status, via, body in pair:
+        print(f"{status}  X-Fleet-Proxy: {via}  origin saw {body}")
+    if len({body for _, _, body in pair}) != 2 or not all(" 200" in status for status, _, _ in pair):
+        print("FAILED: two requests at once should leave through two proxies with two egress addresses")
+        ok = False
+    print(f"$ curl -x http://demo-session-s1:$GATEWAY_TOKEN@{gateway} {origin_url}   # twice, one session")
+    sticky = [curl_answer(curl_gateway(gateway, "demo-session-s1", token, origin_url)) for _ in range(2)]
+    for status, via, body in sticky:
+        print(f"{status}  X-Fleet-Proxy: {via}  origin saw {body}")
+    if len({(via, body) for _, via, body in sticky}) != 1 or not all(" 200" in status for status, _, _ in sticky):
+        print("FAILED: one session should keep its proxy and egress address")
+        ok = False
+    return ok
+
+
 def fetch(ip: str, port: int, url: str) -> str:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://{ip}:{port}"}))
     with opener.open(url, timeout=10) as resp:
@@ -102,7 +162,7 @@ def main() -> int:
         os.chmod(state, 0o755)
         stack.callback(shutil.rmtree, state, True)
         squid = yaml.safe_load((ROOT / "deploy/examples/local.yaml").read_text())["providers"][0]
-        squid["local"] = {"stateDir": state, "portRange": f"{lo}-{lo + 19}"}
+        squid["local"] = {"stateDir": state, "portRange": f"{lo}-{lo + 19}", "egressRange": EGRESS_RANGE}
         config["providers"].append(squid)
         manifests = tmp_path / "proxies"
         manifests.mkdir()
@@ -110,7 +170,11 @@ def main() -> int:
         for i, item in enumerate(declared["items"]):
             item["spec"]["port"] = lo + i
         (manifests / "proxies.yaml").write_text(yaml.safe_dump(declared, sort_keys=False))
-        origin_url = stack.enter_context(LoopbackServer(_Origin, "origin")).url + "/"
+        origin_url = stack.enter_context(LoopbackServer(_EchoOrigin, "origin")).url + "/"
+        gateway_token = secrets.token_urlsafe(24)
+        clients = tmp_path / "gateway-clients.yaml"
+        clients.write_text(yaml.safe_dump({"clients": {"demo": {"token": gateway_token, "ports": "*"}}}))
+        gateway = f"127.0.0.1:{free_port()}"
         cfg_path = tmp_path / "providers.yaml"
         cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
         metrics = f"127.0.0.1:{free_port()}"
@@ -118,7 +182,10 @@ def main() -> int:
                "FLEET_PROVIDER_CHECK_INTERVAL": "10s", "FLEET_METRICS_BIND_ADDRESS": metrics,
                "FLEET_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT), "FLEET_PROXIES": str(manifests),
                "FLEET_PROXY_POLL_INTERVAL": "2s", "FLEET_PROBE_TARGET": origin_url,
-               "FLEET_PROBER_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port()}"}
+               "FLEET_PROBER_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
+               "FLEET_GATEWAY_CLIENTS_FILE": str(clients), "FLEET_GATEWAY_BIND_ADDRESS": gateway,
+               "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
+               "FLEET_MAX_LEASES_PER_PROXY": "2"}  # room for a session's next request while the last is released
         print(f"$ fleet up -c {cfg_path} --proxies {manifests}   (broker {redis_srv.url}; logs in {tmp_path}/up.log)")
         with open(tmp_path / "up.log", "w") as log:
             up = subprocess.Popen([sys.executable, "-m", "fleet.cli", "up", "--no-flower"], env=env,
@@ -157,6 +224,9 @@ def main() -> int:
             st = item["status"]
             print(f"$ curl -x http://{st['ip']}:{st['port']} {origin_url}   # {item['metadata']['name']}")
             print(fetch(st["ip"], st["port"], origin_url))
+        if not through_gateway(gateway, gateway_token, origin_url):
+            print((tmp_path / "up.log").read_text()[-3000:])
+            return 1
         print(f"\n$ rm {manifests}/proxies.yaml   # deleting the Proxies stops their Squid processes")
         (manifests / "proxies.yaml").unlink()
         if wait_proxies(env, up, tmp_path, 0) is None:
@@ -164,6 +234,7 @@ def main() -> int:
         print(fleet(env, "get", "px").strip() or "(no Proxies left)")
         print("\nRun it yourself: . .venv/bin/activate; redis-server & then fleet up -c deploy/examples/providers.yaml  and  fleet get ph")
         print("  Proxies: fleet up -c deploy/examples/local.yaml --proxies deploy/examples/proxies.yaml  and  fleet get px")
+        print("  Gateway: add --gateway-clients-file clients.yaml (docs/gateway.md), then curl -x http://CLIENT:TOKEN@127.0.0.1:8888 URL")
     shutil.rmtree(tmp_path, ignore_errors=True)
     return 0
 

@@ -47,3 +47,8 @@ def prober_argv() -> list[str]:
 def api_argv() -> list[str]:
     """`fleet api` (issue 14): uvicorn, no Celery; settings and token from FLEET_* in its environment."""
     return [sys.executable, "-m", "fleet.cli", "api"]
+
+
+def gateway_argv() -> list[str]:
+    """`fleet gateway` (issue 23): asyncio, no Celery; settings and clients file from FLEET_* in its environment."""
+    return [sys.executable, "-m", "fleet.cli", "gateway"]

@@ -407,6 +407,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                  supervise.Child("beat", commands.beat_argv(), base_env)]
     children += supervise.prober(settings, base_env)
     children += supervise.api(settings, base_env)
+    children += supervise.gateway(settings, base_env)
     generated = None
     if args.flower and importlib.util.find_spec("flower") is not None:
         flower_env, generated = supervise.flower_auth(env)

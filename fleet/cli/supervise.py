@@ -27,6 +27,9 @@ STOP_GRACE = 15.0
 LOCAL_PROBER_METRICS_BIND = "127.0.0.1:8081"
 # ... and the lease API on loopback too (issue 14).
 LOCAL_API_BIND = "127.0.0.1:8090"
+# ... and the gateway and its /metrics (issue 23).
+LOCAL_GATEWAY_BIND = "127.0.0.1:8888"
+LOCAL_GATEWAY_METRICS_BIND = "127.0.0.1:8083"
 
 
 @dataclass
@@ -94,6 +97,21 @@ def api(settings: Settings, env: dict[str, str], environ: dict[str, str] | None 
     if "FLEET_API_BIND_ADDRESS" not in user_env and settings.api_bind_address == ":8090":
         child_env["FLEET_API_BIND_ADDRESS"] = LOCAL_API_BIND
     return [Child("api", commands.api_argv(), child_env)]
+
+
+def gateway(settings: Settings, env: dict[str, str], environ: dict[str, str] | None = None) -> list[Child]:
+    """The crawlers' gateway as a member of `fleet up` when --gateway-clients-file is set; otherwise none,
+    said once. On 127.0.0.1:8888 (metrics 127.0.0.1:8083) unless the user's settings say otherwise."""
+    if not settings.gateway_clients_file:
+        say("gateway off (no --gateway-clients-file)")
+        return []
+    user_env = os.environ if environ is None else environ
+    child_env = dict(env)
+    if "FLEET_GATEWAY_BIND_ADDRESS" not in user_env and settings.gateway_bind_address == ":8888":
+        child_env["FLEET_GATEWAY_BIND_ADDRESS"] = LOCAL_GATEWAY_BIND
+    if "FLEET_GATEWAY_METRICS_BIND_ADDRESS" not in user_env and settings.gateway_metrics_bind_address == ":8083":
+        child_env["FLEET_GATEWAY_METRICS_BIND_ADDRESS"] = LOCAL_GATEWAY_METRICS_BIND
+    return [Child("gateway", commands.gateway_argv(), child_env)]
 
 
 class Stop:

@@ -12,8 +12,9 @@ import ipaddress
 import os
 import re
 import shutil
+from collections.abc import Iterator
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from providers.blocks import Block, SourceRange
 
@@ -21,6 +22,7 @@ DEFAULT_PORT_RANGE = "31280-31379"
 MIN_PORT = 1024
 MAX_PORTS = 1000
 MAX_SOURCES = 64
+MIN_EGRESS_PREFIX = {4: 8, 6: 64}  # egressRange no wider than a /8 (IPv4) or /64 (IPv6)
 FALLBACK_SQUID = "/usr/sbin/squid"
 ROOT_STATE_BASE = "/var/lib/fleet/local"
 
@@ -42,6 +44,26 @@ def parse_port_range(text: str) -> tuple[int, int]:
     if hi - lo + 1 > MAX_PORTS:
         raise ValueError(f"portRange may hold at most {MAX_PORTS} ports (got {hi - lo + 1})")
     return lo, hi
+
+
+def parse_egress_range(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """`"127.0.1.0/24"` → the network; ValueError naming what is wrong."""
+    try:
+        net = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"egressRange must be a CIDR such as 127.0.1.0/24 ({exc})") from None
+    if net.prefixlen < MIN_EGRESS_PREFIX[net.version]:
+        raise ValueError(f"egressRange {net} is too wide: at most a /{MIN_EGRESS_PREFIX[net.version]}")
+    if net.is_multicast or net.is_unspecified:
+        raise ValueError(f"egressRange {net} must be unicast addresses")
+    return net
+
+
+def egress_addresses(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> Iterator[str]:
+    """The range's usable addresses in order (no network or broadcast
+    address in an IPv4 range wider than a /31)."""
+    for ip in net.hosts():
+        yield str(ip)
 
 
 def safe_path(v: str, what: str) -> str:
@@ -66,6 +88,11 @@ class LocalConfig(Block):
     - `allowedSources`: CIDRs allowed to use the proxies; everything else is
       denied. Unset: 127.0.0.0/8 (or ::1/128) for a loopback bind address,
       else the bind address alone.
+    - `egressRange`: a CIDR; each instance gets its own outgoing address from
+      it (squid's `tcp_outgoing_address`), so an origin sees a different
+      client address per proxy. Unset: the host's default source address.
+      Loopback ranges only (127.0.0.0/8), unless `egressAnyRange` is true:
+      then any range, whose addresses must be assigned to this host.
     """
 
     stateDir: str | None = None
@@ -74,6 +101,8 @@ class LocalConfig(Block):
     squidPath: str | None = None
     allowedSources: list[SourceRange] | None = Field(
         default=None, min_length=1, max_length=MAX_SOURCES)
+    egressRange: str | None = None
+    egressAnyRange: bool = False
 
     @field_validator("stateDir")
     @classmethod
@@ -96,6 +125,19 @@ class LocalConfig(Block):
             raise ValueError("bindAddress must be one address clients can reach, not a wildcard or multicast address")
         return str(ip)
 
+    @field_validator("egressRange")
+    @classmethod
+    def _egress(cls, v: str | None) -> str | None:
+        return None if v is None else str(parse_egress_range(v))
+
+    @model_validator(mode="after")
+    def _egress_loopback(self) -> LocalConfig:
+        net = self.egress_network
+        if net is not None and not self.egressAnyRange and not net.is_loopback:
+            raise ValueError(f"egressRange {net} is not a loopback range (127.0.0.0/8): "
+                             "set egressAnyRange: true to use addresses of this host's interfaces")
+        return self
+
     @field_validator("portRange")
     @classmethod
     def _range(cls, v: str) -> str:
@@ -107,6 +149,10 @@ class LocalConfig(Block):
     @property
     def ports(self) -> tuple[int, int]:
         return parse_port_range(self.portRange)
+
+    @property
+    def egress_network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+        return None if self.egressRange is None else ipaddress.ip_network(self.egressRange)
 
     def sources(self) -> list[str]:
         """The CIDRs squid allows; never empty, never everything."""

@@ -38,7 +38,7 @@ from providers import base
 from providers.base import CreateRequest, Deadline, Instance, State, TargetStatus
 from providers.local import process, squid
 from providers.local.check import check_local
-from providers.local.config import LocalConfig, safe_path
+from providers.local.config import LocalConfig, egress_addresses, safe_path
 from providers.local.errors import BadRequest, Busy, CorruptRecord, DeadlineError, RecordMissing, classify
 from providers.local.state import Record, Store, check_name, new_record, parse_id, provider_id
 
@@ -133,10 +133,12 @@ class LocalProvider:
             except RecordMissing:
                 pass
             with self.store.ports_lock(deadline):
-                self._claim_port(request)
-                rec = new_record(request, self.cfg.bindAddress, squid.service_name(self.root, name))
+                others = self._others(name)
+                self._claim_port(request, others)
+                egress = self._claim_egress(others)
+                rec = new_record(request, self.cfg.bindAddress, squid.service_name(self.root, name), egress)
                 instance_dir = self.store.instance_dir(name)
-                text = squid.config_text(rec.bindAddress, rec.port, instance_dir, self.cfg.sources())
+                text = squid.config_text(rec.bindAddress, rec.port, instance_dir, self.cfg.sources(), rec.egressAddress)
                 conf = squid.prepare(instance_dir, text, who)
                 self.store.write(rec)  # pid 0 until started: get says Provisioning while this lock is held
             try:
@@ -151,22 +153,43 @@ class LocalProvider:
         log.info("started squid for %s on %s pid %d", provider_id(name), squid.http_port(rec.bindAddress, rec.port), child.pid)
         return provider_id(name)
 
-    def _claim_port(self, request: CreateRequest) -> None:
-        bind, port = self.cfg.bindAddress, request.port
-        lo, hi = self.cfg.ports
+    def _others(self, name: str) -> list[Record]:
+        """The other instances' records (deleting ones too: theirs are held until removed)."""
+        out = []
         for other in self.store.names():
-            if other == request.name:
+            if other == name:
                 continue
             try:
-                rec = self.store.read(other)
+                out.append(self.store.read(other))
             except (RecordMissing, CorruptRecord):
                 continue
+        return out
+
+    def _claim_port(self, request: CreateRequest, others: list[Record]) -> None:
+        bind, port = self.cfg.bindAddress, request.port
+        lo, hi = self.cfg.ports
+        for rec in others:
             if rec.port == port and rec.bindAddress == bind:
-                raise Busy(f"port {port} on {bind} is taken by {provider_id(other)} of this provider "
+                raise Busy(f"port {port} on {bind} is taken by {provider_id(rec.name)} of this provider "
                            f"(Proxy {rec.namespace}/{rec.proxyName}); give each Proxy its own port in {lo}-{hi}")
         if not port_free(bind, port):
             raise Busy(f"port {port} on {bind} is in use by another process (not an instance of this provider); "
                        f"it may free up, or give the Proxy another port in {lo}-{hi}")
+
+    def _claim_egress(self, others: list[Record]) -> str:
+        """The lowest address of egressRange no other record holds (nor the
+        bind address), under the ports lock: deterministic, never shared, free
+        again when its record is removed. "" without egressRange."""
+        net = self.cfg.egress_network
+        if net is None:
+            return ""
+        taken = {rec.egressAddress for rec in others} | {self.cfg.bindAddress}
+        for address in egress_addresses(net):
+            if address not in taken:
+                egress_usable(address)
+                return address
+        raise Busy(f"every address of egressRange {net} is held by another instance of this provider; "
+                   "delete one, or widen egressRange")
 
     # -- get ----------------------------------------------------------------------------
 
@@ -261,6 +284,19 @@ def port_free(bind: str, port: int) -> bool:
                 raise BadRequest(f"bindAddress {bind} is not an address of this host") from exc
             raise
     return True
+
+
+def egress_usable(address: str) -> None:
+    """BadRequest unless this host can send from `address` (it is assigned
+    here; every 127.0.0.0/8 address is, on Linux's loopback)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, 0))
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise BadRequest(f"egress address {address} (from egressRange) is not an address of this host") from exc
+            raise
 
 
 def new(name: str, cfg: LocalConfig) -> LocalProvider:

@@ -43,11 +43,13 @@ def http_port(bind: str, port: int) -> str:
     return f"[{bind}]:{port}" if ipaddress.ip_address(bind).version == 6 else f"{bind}:{port}"
 
 
-def config_text(bind: str, port: int, instance_dir: str, sources: list[str]) -> str:
+def config_text(bind: str, port: int, instance_dir: str, sources: list[str], egress: str = "") -> str:
     """A forward proxy on bind:port for `sources` only, caching nothing,
-    logging into its own directory. Not an open proxy: every other client
-    is denied. Paths and addresses are validated not to break the syntax."""
+    logging into its own directory, connecting out from `egress` when given.
+    Not an open proxy: every other client is denied. Paths and addresses are
+    validated not to break the syntax."""
     d = instance_dir
+    outgoing = [f"tcp_outgoing_address {ipaddress.ip_address(egress)}"] if egress else []
     return "\n".join([
         "# Written by fleet's local provider; rewritten on every create.",
         f"http_port {http_port(bind, port)}",
@@ -66,6 +68,7 @@ def config_text(bind: str, port: int, instance_dir: str, sources: list[str]) -> 
         f"acl fleet_sources src {' '.join(sources)}",
         "http_access allow fleet_sources",
         "http_access deny all",
+        *outgoing,
         "",
     ])
 

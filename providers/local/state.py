@@ -6,7 +6,7 @@ Layout (docs/local-provider.md)::
     <stateDir>/
       <name>.json        the record: written whole (temp file + rename), removed last
       <name>/            squid.conf, squid.pid, cache.log, access.log, squid.out
-      .locks/<xx>        flock stripes: one per name hash prefix; .locks/ports
+      .locks/<xx>        flock stripes: one per name hash prefix; .locks/ports (ports and egress addresses)
 
 Records are the truth: `get` and `list_by_tag` read them from disk every
 time, never from memory, so any worker (or a restarted one) sees the same
@@ -38,7 +38,7 @@ ID_PREFIX = "local/"
 LOCK_POLL = 0.02
 FIELD_TYPES: dict[str, type] = {
     "name": str, "uid": str, "port": int, "bindAddress": str, "service": str, "createdAt": str,
-    "namespace": str, "proxyName": str, "pid": int, "startTicks": int, "deleting": bool, "labels": dict,
+    "namespace": str, "proxyName": str, "pid": int, "startTicks": int, "deleting": bool, "labels": dict, "egressAddress": str,
 }
 
 
@@ -76,6 +76,7 @@ class Record:
     startTicks: int = 0  # /proc/<pid>/stat starttime: a reused pid never matches
     deleting: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    egressAddress: str = ""  # squid's tcp_outgoing_address from egressRange; "" none (the host's default)
 
     @property
     def managed(self) -> bool:
@@ -122,7 +123,7 @@ class Record:
         return rec
 
 
-def new_record(request: base.CreateRequest, bind: str, service: str) -> Record:
+def new_record(request: base.CreateRequest, bind: str, service: str, egress: str = "") -> Record:
     return Record(
         name=request.name,
         uid=request.uid,
@@ -133,6 +134,7 @@ def new_record(request: base.CreateRequest, bind: str, service: str) -> Record:
         namespace=request.namespace,
         proxyName=request.proxy_name,
         labels=marks(request),
+        egressAddress=egress,
     )
 
 
@@ -217,7 +219,8 @@ class Store:
         return self._lock(os.path.join(self.root, ".locks", stripe), deadline, f"instance {name}")
 
     def ports_lock(self, deadline: Deadline) -> contextlib.AbstractContextManager[None]:
-        return self._lock(os.path.join(self.root, ".locks", "ports"), deadline, "the port table")
+        """Held while a create picks its port and egress address from the other records."""
+        return self._lock(os.path.join(self.root, ".locks", "ports"), deadline, "the port and address table")
 
     def name_locked(self, name: str) -> bool:
         """Whether a create or delete of `name` holds its lock right now."""

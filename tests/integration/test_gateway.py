@@ -433,3 +433,31 @@ def test_hostile_clients_get_a_clear_status_and_memory_stays_bounded(lab, origin
             c.close()
     m = gw.metrics()
     assert 'proxy_operator_http_connections_closed_total{reason="evicted_idle"}' in m
+
+
+def test_a_tunnel_held_past_its_lease_ttl_keeps_its_lease_and_its_capacity(lab, origin):
+    """The sweeper renews a tunnel's lease at half its TTL: held for 3 TTLs, the lease is still open (its
+    expiry moved on), a second client cannot take the proxy's one slot, and the tunnel still carries bytes.
+    Without the renewal the lease expires at 2 s and the second CONNECT gets the slot."""
+    lab.squid("crawl/a")
+    gw = lab.gateway(FLEET_GATEWAY_LEASE_TTL="2s", FLEET_MAX_LEASES_PER_PROXY="1")
+    host, port = origin_hostport(origin)
+    sock, status, headers = connect(gw, f"{host}:{port}")
+    assert status == 200
+    (lease_id,) = lab.r.zrange(keys.LEASE_EXPIRY, 0, -1)
+    first_expiry = lab.r.zscore(keys.LEASE_EXPIRY, lease_id)
+    try:
+        deadline = time.monotonic() + 6.0  # three TTLs
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            assert lab.r.zscore(keys.LEASE_EXPIRY, lease_id) is not None, "the tunnel's lease expired"
+            other, status, headers = connect(gw, f"{host}:{port}")
+            other.close()
+            assert (status, headers.get("x-fleet-reason")) == (503, "proxies-busy"), "another client took the slot"
+        assert lab.r.zscore(keys.LEASE_EXPIRY, lease_id) > first_expiry + 3  # renewed, more than once
+        assert lab.loads() == {"crawl/a": 1}
+        assert get_in_tunnel(sock, host, "/still")[0] == 200
+    finally:
+        sock.close()
+    wait_for(lambda: lab.loads() == {"crawl/a": 0}, 10, "the tunnel's lease released at its close")
+    assert "a tunnel's lease is not renewed" not in gw.log()

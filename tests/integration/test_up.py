@@ -175,3 +175,22 @@ def test_up_uses_the_users_flower_credentials(up):
         assert resp.status == 200
     assert "s3cret-up" not in u.log() and "generated" not in u.log()
     assert u.ctrl_c() == 0
+
+
+def test_up_runs_the_gateway_with_a_clients_file(up, tmp_path):
+    clients = tmp_path / "clients.yaml"
+    clients.write_text(yaml.safe_dump({"clients": {"demo": {"token": "up-gateway-token-0123456789"}}}))
+    port = free_port()
+    u = up("--no-flower", FLEET_GATEWAY_CLIENTS_FILE=str(clients), FLEET_GATEWAY_BIND_ADDRESS=f"127.0.0.1:{port}",
+           FLEET_GATEWAY_METRICS_BIND_ADDRESS="0")
+    wait_for(lambda: "gateway" in started_pids(u.log()), 30, "the gateway started")
+    wait_for(lambda: listening_addresses(port) == {"127.0.0.1"}, 60, "the gateway to listen on loopback")
+    auth = "Basic " + base64.b64encode(b"demo:up-gateway-token-0123456789").decode()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"}))
+    with pytest.raises(urllib.error.HTTPError) as answer:  # the gateway answers: authenticated, but no Proxy yet
+        opener.open(urllib.request.Request("http://127.0.0.1/", headers={"Proxy-Authorization": auth}), timeout=10)
+    assert (answer.value.code, answer.value.headers["X-Fleet-Reason"]) == (503, "no-proxy")
+    answer.value.close()
+    assert "up-gateway-token" not in u.log()
+    assert u.ctrl_c() == 0
+    u.assert_quiet()

@@ -151,3 +151,24 @@ def origin():
     """An HTTP server on 127.0.0.1 answering ORIGIN_BODY; yields its URL."""
     with LoopbackServer(_Origin, "origin") as server:
         yield server.url + "/"
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Answers with the client address it sees: the proxy's egress address."""
+
+    def do_GET(self) -> None:
+        body = self.client_address[0].encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def echo_origin():
+    """An HTTP server on 127.0.0.1 whose body is the client's address; yields its URL."""
+    with LoopbackServer(_Echo, "echo-origin") as server:
+        yield server.url + "/"

@@ -69,3 +69,13 @@ class TestLocalChecker(conformance.CheckerConformance):
             return LocalProvider(NAME, LocalConfig(stateDir=path, squidPath=squid_path))
 
         return make
+
+
+@pytest.mark.integration
+class TestLocalProviderWithEgressRange(TestLocalProvider):
+    """The same contract with each instance given its own outgoing address."""
+
+    @pytest.fixture
+    def provider(self, make_provider, port_window):
+        self.ports = itertools.count(port_window[0])
+        return make_provider(egressRange="127.0.1.0/24")

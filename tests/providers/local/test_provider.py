@@ -291,6 +291,7 @@ def test_a_port_held_by_another_instance_is_transient(provider, ports):
 def stranger():
     """An unrelated process, started with start_new_session like squid."""
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    time.sleep(0.05)  # a later clock tick than the squid the test starts next (a start time is in 10 ms ticks)
     yield p
     p.kill()
     p.wait()

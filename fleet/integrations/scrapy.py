@@ -1,0 +1,320 @@
+"""A Scrapy downloader middleware that leases proxies from the lease API (`fleet api`, docs/leases.md):
+one lease per domain, bans reported and retried on another proxy, every lease released when the spider
+closes. For the gateway instead (no code: `HttpProxyMiddleware` pointed at `fleet gateway`), see
+docs/gateway.md. Settings and behaviour: docs/scrapy.md.
+
+    DOWNLOADER_MIDDLEWARES = {"fleet.integrations.scrapy.FleetProxyMiddleware": 700}
+    FLEET_API_URL = "http://fleet-api.fleet-system:8090"
+    FLEET_API_TOKEN = "..."
+
+It runs in the crawler's process and imports nothing of fleet: the API is its only contract. The API
+calls (one lease per domain, renewals, a report and release per ban) run in Twisted's thread pool so the
+reactor never waits on them; a request whose domain already holds a fresh lease costs no call at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Self
+
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http import Response
+from scrapy.settings import BaseSettings
+from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.misc import load_object
+from twisted.internet import threads
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BAN_STATUSES = (403, 429, 503)
+META_LEASE = "fleet_lease"  # the lease id a request went out on
+META_PROXY = "fleet_proxy"  # the proxy's NAMESPACE/NAME
+META_RETRIES = "fleet_retries"
+META_SKIP = "fleet_skip"  # True: leave this request alone (its own meta["proxy"], or none)
+MAX_ANSWER = 1024 * 1024
+STICKY_MAX = 128
+
+
+class NoProxy(Exception):
+    """The API had no proxy for the domain (503), or stayed busy (409) past FLEET_LEASE_WAIT."""
+
+
+class ApiError(Exception):
+    """The API did not answer, or answered what this middleware cannot use."""
+
+
+class BanDetectionPolicy:
+    """What counts as a ban, as scrapy-rotating-proxies' policy of the same name: a response whose status
+    is in FLEET_BAN_STATUSES is a ban (reported `blocked`: that proxy cools down for that domain only); an
+    exception while downloading is the proxy's failure (reported `error`) unless it is IgnoreRequest.
+    Subclass and name yours in FLEET_BAN_POLICY, e.g. to look at the body."""
+
+    NOT_BAN_EXCEPTIONS: tuple[type[BaseException], ...] = (IgnoreRequest,)
+
+    def __init__(self, statuses: frozenset[int] = frozenset(DEFAULT_BAN_STATUSES)) -> None:
+        self.statuses = statuses
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        return cls(frozenset(int(s) for s in settings.getlist("FLEET_BAN_STATUSES", list(DEFAULT_BAN_STATUSES))))
+
+    def response_is_ban(self, request: Request, response: Response) -> bool:
+        return response.status in self.statuses
+
+    def exception_is_ban(self, request: Request, exception: BaseException) -> bool:
+        return not isinstance(exception, self.NOT_BAN_EXCEPTIONS)
+
+
+@dataclass
+class Lease:
+    id: str
+    proxy: str
+    url: str
+    ttl: float
+    renew_at: float  # time.monotonic(): past it, renew before the next use
+    expires_at: float
+
+
+class LeaseApi:
+    """The four calls this middleware makes, blocking (run them off the reactor)."""
+
+    def __init__(self, url: str, token: str, timeout: float) -> None:
+        self.url, self.token, self.timeout = url.rstrip("/"), token, timeout
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        data = json.dumps(body).encode() if body is not None else b""
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # the URL the settings name
+                status, raw = resp.status, resp.read(MAX_ANSWER)
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read(MAX_ANSWER)
+            exc.close()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ApiError(f"no answer from the lease API at {self.url}: {getattr(exc, 'reason', exc)}") from None
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            doc = {}
+        return status, doc if isinstance(doc, dict) else {}
+
+
+class FleetProxyMiddleware:
+    """One lease per domain, shared by that domain's requests; on a ban, report `blocked`, release, and
+    send the request again (on the next lease, which the cooldown keeps off the banned proxy)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        url = s.get("FLEET_API_URL")
+        if not url:
+            raise NotConfigured("FLEET_API_URL is not set (the lease API, e.g. http://127.0.0.1:8090)")
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise NotConfigured(f"FLEET_API_URL must be an http(s) URL, not {url!r}")
+        self.crawler = crawler
+        self.api = LeaseApi(url, s.get("FLEET_API_TOKEN") or "", s.getfloat("FLEET_API_TIMEOUT", 10.0))
+        self.ttl = s.getint("FLEET_LEASE_TTL", 300)
+        self.wait = s.getfloat("FLEET_LEASE_WAIT", 30.0)
+        self.sticky = s.getbool("FLEET_STICKY", False)
+        self.max_retries = s.getint("FLEET_MAX_RETRIES", 5)
+        self.filters = {k: s.get(f"FLEET_{k.upper()}") for k in ("provider", "region", "zone") if s.get(f"FLEET_{k.upper()}")}
+        policy_cls = load_object(s.get("FLEET_BAN_POLICY", "fleet.integrations.scrapy.BanDetectionPolicy"))
+        self.policy: BanDetectionPolicy = policy_cls.from_settings(s) if hasattr(policy_cls, "from_settings") else policy_cls()
+        if self.ttl < 1:
+            raise NotConfigured(f"FLEET_LEASE_TTL must be at least 1 (seconds), not {self.ttl}")
+        self._mutex = threading.Lock()  # guards the dicts below (the reactor and the pool's threads)
+        self._leases: dict[str, Lease] = {}  # domain → its lease
+        self._domain_locks: dict[str, threading.Lock] = {}  # one lease call per domain at a time
+        self._pending: dict[str, list[tuple[str, str, str]]] = {}  # domain → (lease, proxy, outcome) to send
+        self._handled: set[str] = set()  # leases already reported and released
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        mw = cls(crawler)
+        crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
+        return mw
+
+    # -- Scrapy's hooks ------------------------------------------------------------------------------
+
+    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        if request.meta.get(META_SKIP) or ("proxy" in request.meta and META_LEASE not in request.meta):
+            return None  # the request names its own proxy (or none): not ours
+        domain = (urllib.parse.urlsplit(request.url).hostname or "").lower()
+        if not domain:
+            return None
+        lease = self._fresh(domain)
+        if lease is None:
+            lease = await maybe_deferred_to_future(threads.deferToThread(self._acquire, domain))
+        request.meta["proxy"] = lease.url
+        request.meta[META_LEASE] = lease.id
+        request.meta[META_PROXY] = lease.proxy
+        return None
+
+    async def process_response(self, request: Request, response: Response,
+                               spider: Spider | None = None) -> Request | Response:
+        if META_LEASE not in request.meta or not self.policy.response_is_ban(request, response):
+            return response
+        self._stats("fleet/bans")
+        log.info("fleet: %s banned proxy %s (%d) for %s", request.url, request.meta[META_PROXY], response.status,
+                 urllib.parse.urlsplit(request.url).hostname)
+        await self._drop(request, "blocked")
+        return self._again(request) or response
+
+    async def process_exception(self, request: Request, exception: BaseException,
+                                spider: Spider | None = None) -> Request | None:
+        if META_LEASE not in request.meta or isinstance(exception, NoProxy):
+            return None
+        if not self.policy.exception_is_ban(request, exception):
+            return None
+        self._stats("fleet/errors")
+        log.info("fleet: %s failed on proxy %s: %s", request.url, request.meta[META_PROXY], exception)
+        await self._drop(request, "error")
+        return self._again(request)
+
+    def spider_closed(self, spider: Spider) -> None:
+        """Send what is pending and release every lease (blocking: the crawl is over)."""
+        with self._mutex:
+            domains = set(self._leases) | set(self._pending)
+        for domain in domains:
+            self._flush(domain)
+            with self._mutex:
+                lease = self._leases.pop(domain, None)
+            if lease is not None:
+                self._release(lease.id)
+
+    # -- leases ---------------------------------------------------------------------------------------
+
+    def _fresh(self, domain: str) -> Lease | None:
+        """The domain's lease when it needs no call (nothing pending, not due for renewal)."""
+        with self._mutex:
+            lease = self._leases.get(domain)
+            if lease is None or self._pending.get(domain) or time.monotonic() >= lease.renew_at:
+                return None
+            return lease
+
+    def _lock(self, domain: str) -> threading.Lock:
+        with self._mutex:
+            return self._domain_locks.setdefault(domain, threading.Lock())
+
+    def _acquire(self, domain: str) -> Lease:
+        """In a pool thread: send the domain's pending reports, then renew its lease or take a new one."""
+        with self._lock(domain):
+            self._flush(domain)
+            with self._mutex:
+                lease = self._leases.get(domain)
+            if lease is not None and time.monotonic() < lease.renew_at:
+                return lease  # another thread took or renewed it meanwhile
+            if lease is not None:
+                renewed = self._renew(lease)
+                if renewed is not None:
+                    return renewed
+            lease = self._lease(domain)
+            with self._mutex:
+                self._leases[domain] = lease
+            return lease
+
+    def _lease(self, domain: str) -> Lease:
+        body: dict[str, Any] = {"target": domain, "ttl": self.ttl, **self.filters}
+        if self.sticky:
+            body["sticky"] = self._sticky_key(domain)
+        give_up = time.monotonic() + self.wait
+        while True:
+            status, doc = self.api.call("POST", "/v1/leases", body)
+            if status == 200:
+                self._stats("fleet/leases")
+                return self._from_answer(doc)
+            if status == 409 and time.monotonic() < give_up:  # every matching proxy full or cooling: wait
+                time.sleep(min(max(float(doc.get("retryAfter") or 1), 0.1), 5.0, max(give_up - time.monotonic(), 0.1)))
+                continue
+            raise NoProxy(f"fleet: no proxy for {domain}: {status} {doc.get('error', '')}".rstrip())
+
+    def _renew(self, lease: Lease) -> Lease | None:
+        status, doc = self.api.call("POST", f"/v1/leases/{lease.id}/renew")
+        if status == 200 and doc.get("proxy") == lease.proxy:
+            renewed = self._from_answer(doc)
+            self._stats("fleet/renewals")
+            return renewed
+        if status == 200:  # renewed on another instance of its proxy: let it go, take a new one
+            self._release(lease.id)
+        return None  # revoked (410), expired (404), busy (409): a new lease
+
+    def _from_answer(self, doc: dict[str, Any]) -> Lease:
+        try:
+            ttl = float(doc.get("ttl") or self.ttl)
+            now = time.monotonic()
+            return Lease(str(doc["lease"]), str(doc["proxy"]), str(doc["url"]), ttl, now + ttl / 2, now + ttl)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ApiError(f"the lease API answered a lease without {exc}") from None
+
+    def _sticky_key(self, domain: str) -> str:
+        spider = self.crawler.spider
+        key = f"scrapy/{spider.name if spider else '-'}/{domain}"
+        if len(key) > STICKY_MAX or any(c.isspace() or not c.isprintable() for c in key):
+            key = "scrapy/" + hashlib.sha256(key.encode()).hexdigest()
+        return key
+
+    # -- bans and errors -----------------------------------------------------------------------------
+
+    async def _drop(self, request: Request, outcome: str) -> None:
+        """Report the request's proxy for its domain and release its lease (once per lease), before any
+        request of that domain leases again; wait for it so the retry finds the cooldown."""
+        lease_id, proxy = str(request.meta[META_LEASE]), str(request.meta[META_PROXY])
+        domain = (urllib.parse.urlsplit(request.url).hostname or "").lower()
+        with self._mutex:
+            if lease_id in self._handled:
+                return
+            self._handled.add(lease_id)
+            current = self._leases.get(domain)
+            if current is not None and current.id == lease_id:
+                del self._leases[domain]
+            self._pending.setdefault(domain, []).append((lease_id, proxy, outcome))
+        await maybe_deferred_to_future(threads.deferToThread(self._flush_locked, domain))
+
+    def _flush_locked(self, domain: str) -> None:
+        with self._lock(domain):
+            self._flush(domain)
+
+    def _flush(self, domain: str) -> None:
+        with self._mutex:
+            todo = self._pending.pop(domain, [])
+        for lease_id, proxy, outcome in todo:
+            try:  # by proxy and target: still counts after the lease is released
+                status, doc = self.api.call("POST", "/v1/reports", {"proxy": proxy, "target": domain, "outcome": outcome})
+                if status != 200:
+                    log.warning("fleet: the %s report on %s for %s was refused: %s %s", outcome, proxy, domain, status,
+                                doc.get("error", ""))
+            except ApiError as exc:
+                log.warning("fleet: the %s report on %s for %s was not sent: %s", outcome, proxy, domain, exc)
+            self._release(lease_id)
+
+    def _release(self, lease_id: str) -> None:
+        try:
+            self.api.call("POST", f"/v1/leases/{lease_id}/release")
+        except ApiError as exc:  # it expires at its TTL
+            log.warning("fleet: lease %s was not released: %s", lease_id, exc)
+
+    def _again(self, request: Request) -> Request | None:
+        tries = int(request.meta.get(META_RETRIES, 0)) + 1
+        if tries > self.max_retries:
+            self._stats("fleet/retries_exhausted")
+            return None
+        self._stats("fleet/retries")
+        meta = {k: v for k, v in request.meta.items() if k not in ("proxy", META_LEASE, META_PROXY, "_auth_proxy")}
+        meta[META_RETRIES] = tries
+        return request.replace(meta=meta, dont_filter=True)
+
+    def _stats(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
