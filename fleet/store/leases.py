@@ -154,8 +154,8 @@ end
 
 # ARGV: 1 now, 2 lease id, 3 expires, 4 target, 5 max leases per proxy, 6 sticky ('' none),
 # 7 sticky TTL ms, 8 provider, 9 region, 10 zone ('' = any), 11 random in [0,1), 12 scan limit, 13 ttl,
-# 14 pools (comma-separated proxy namespaces; '' = any), 15 proxies to skip (comma-separated keys; the
-# gateway's retries: '' none); the guard's 5.
+# 14 namespaces (comma-separated; '' = any), 15 proxies to skip (comma-separated keys; the gateway's
+# retries: '' none), 16 pool (a ProxyPool's name: the endpoint's `pool`; '' = any); the guard's 5.
 # → header + {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
 #   | {'grace'} (Redis lost lease data: nothing new until the header's grace end)
 _LEASE = _COMMON + """
@@ -165,10 +165,10 @@ if tonumber(hdr[4]) > now then return {'grace'} end
 local max = tonumber(ARGV[5])
 local target = ARGV[4]
 local limit = tonumber(ARGV[12])
-local pools, skip = nil, {}
+local spaces, skip = nil, {}
 if ARGV[14] ~= '' then
-  pools = {}
-  for ns in string.gmatch(ARGV[14], '[^,]+') do pools[ns] = true end
+  spaces = {}
+  for ns in string.gmatch(ARGV[14], '[^,]+') do spaces[ns] = true end
 end
 for p in string.gmatch(ARGV[15], '[^,]+') do skip[p] = true end
 sweep(now)
@@ -176,12 +176,14 @@ sweep(now)
 -- The endpoint document and raw JSON when p can be leased for target (load aside);
 -- else nil, why ('gone', 'filtered', 'unhealthy', 'cooling'), until when it cools.
 local function check(p)
-  if skip[p] or (pools and not pools[string.match(p, '^([^/]*)/') or '']) then return nil, nil, 'filtered' end
+  if skip[p] or (spaces and not spaces[string.match(p, '^([^/]*)/') or '']) then return nil, nil, 'filtered' end
   local raw = redis.call('hget', KEYS[4], p)
   local ep = decode(raw)
   if not ep then return nil, nil, 'gone' end
   if (ARGV[8] ~= '' and ep['provider'] ~= ARGV[8]) or (ARGV[9] ~= '' and ep['region'] ~= ARGV[9])
-     or (ARGV[10] ~= '' and ep['zone'] ~= ARGV[10]) then return nil, nil, 'filtered' end
+     or (ARGV[10] ~= '' and ep['zone'] ~= ARGV[10]) or (ARGV[16] ~= '' and ep['pool'] ~= ARGV[16]) then
+    return nil, nil, 'filtered'
+  end
   local v = decode(redis.call('hget', KEYS[5], p))
   if v and v['uid'] == ep['uid'] and v['healthy'] == false then return nil, nil, 'unhealthy' end
   local cool = 0
@@ -503,13 +505,14 @@ class LeaseCall:
     region: str = ""
     zone: str = ""
     ttl: float = 0.0  # the asked ttl (a renewal without one keeps it); 0: expires - now
-    pools: tuple[str, ...] = ()  # only proxies in these namespaces (the gateway's pools); () any
+    namespaces: tuple[str, ...] = ()  # only proxies in these namespaces (a gateway client's); () any
     skip: tuple[str, ...] = ()  # never these proxies (the gateway's retry after one failed)
+    pool: str = ""  # only members of this ProxyPool (the endpoint's `pool`); "" any
 
     def args(self, now: float, rand: float) -> list[Any]:
         return [repr(now), self.lease_id, repr(self.expires), self.target, self.max_per_proxy, self.sticky,
                 max(1, int(self.sticky_ttl * 1000)), self.provider, self.region, self.zone, repr(rand), SCAN_LIMIT,
-                repr(self.ttl or self.expires - now), ",".join(self.pools), ",".join(self.skip)]
+                repr(self.ttl or self.expires - now), ",".join(self.namespaces), ",".join(self.skip), self.pool]
 
 
 @dataclass(frozen=True)
