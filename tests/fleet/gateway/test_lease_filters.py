@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.store.leases import Busy, Granted, NoProxy
-from tests.fleet.leases.test_store import lease, running, store  # noqa: F401
+from tests.fleet.leases.test_store import lease, report, running, store  # noqa: F401
 
 
 @pytest.mark.parametrize(("namespaces", "skip", "want"), [
@@ -68,3 +68,27 @@ def test_pool_filters_by_the_endpoints_pool(store, pool, namespaces, want):  # n
         else:
             assert isinstance(g, NoProxy) and not want
     assert got == want
+
+
+def test_a_refused_request_naming_a_pool_is_its_demand(store):  # noqa: F811
+    """What the pool controller autoscales on: refused (busy or none) lease requests per pool name over a window;
+    a granted one, or a refused one naming no pool, counts nothing."""
+    from tests.fleet.leases.test_store import NOW
+
+    running(store, "crawl/web-a", pool="web")
+    assert isinstance(lease(store, max_per_proxy=1, pool="web")[1], Granted)
+    assert store.leases.refused("web", NOW, 60) == 0
+    assert isinstance(lease(store, max_per_proxy=1, pool="web")[1], Busy)  # full
+    assert isinstance(lease(store, max_per_proxy=1)[1], Busy)  # no pool named: nobody's demand
+    assert isinstance(lease(store, max_per_proxy=1, pool="api")[1], NoProxy)  # no member at all
+    assert (store.leases.refused("web", NOW, 60), store.leases.refused("api", NOW, 60)) == (1, 1)
+    lease(store, now=NOW + 30, max_per_proxy=1, pool="web")
+    assert store.leases.refused("web", NOW + 30, 60) == 2
+    assert store.leases.refused("web", NOW + 80, 60) == 1  # the first left the window
+    assert store.leases.refused("web", NOW + 200, 60) == 0
+    loads, cooling = store.leases.usage(NOW)
+    assert loads == {"crawl/web-a": 1} and cooling == {}
+    for target in ("a.example", "b.example"):
+        report(store, "blocked", proxy="crawl/web-a", target=target)
+    assert store.leases.usage(NOW) == ({"crawl/web-a": 1}, {"crawl/web-a": 2})
+    assert store.leases.usage(NOW + 3600)[1] == {}  # ended
