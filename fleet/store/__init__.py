@@ -27,6 +27,7 @@ from fleet.store.gc import GcState
 from fleet.store.heartbeats import Heartbeats
 from fleet.store.leases import Leases
 from fleet.store.marks import Marks
+from fleet.store.pools import PoolLock
 from fleet.store.prober import ProberMembers
 from fleet.store.proxies import Proxies
 from fleet.store.results import Raw, Results
@@ -62,6 +63,7 @@ class Store:
         self.gc = GcState(client)
         self.prober = ProberMembers(client)
         self.leases = Leases(client)
+        self.pool_lock = PoolLock(client)
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 10, connect_timeout: float = 5,

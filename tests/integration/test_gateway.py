@@ -3,10 +3,11 @@
 to Redis as the Proxy reconciler writes them (no controller: what is under test is the gateway).
 
 CONNECT and plain HTTP reach the origin; 407 for missing and wrong credentials, 403 for a port the client
-may not use, -pool-NAME leases only that ProxyPool's members and a client's namespaces bound it; a killed Squid is skipped with a retry and no crawler-visible error, and the session
-moves off it and stays; a 429 cools that proxy down for that host only; two gateway replicas never exceed
-a proxy's capacity under 100 concurrent tunnels; hostile clients (an oversized header, a slow header, a
-flood of idle connections) get a clear status while a normal client is served and the RSS stays bounded."""
+may not use, -pool-NAME leases only that ProxyPool's members and a client's namespaces bound it; a killed
+Squid is skipped with a retry and no crawler-visible error, and the session moves off it and stays; a 429
+cools that proxy down for that host only; two gateway replicas never exceed a proxy's capacity under 100
+concurrent tunnels; hostile clients (an oversized header, a slow header, a flood of idle connections) get a
+clear status while a normal client is served and the RSS stays bounded."""
 
 from __future__ import annotations
 
