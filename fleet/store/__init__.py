@@ -6,7 +6,8 @@ One module per concern, each a thin set of Redis calls on raw values:
 `marks` (first expected, overdue logged), `heartbeats` (provider workers),
 `beat` (beat's lock, last round, schedule, skipped checks), `statuses`
 (the Kubernetes writer's cache of the objects it last wrote), `proxies`
-(the Proxy reconciler's due times, calls in flight and standalone objects). The store knows
+(the Proxy reconciler's due times, calls in flight and standalone objects),
+`leases` (the lease API's state), `pools` (the ProxyPool loop's lock). The store knows
 no feature: it keeps the documents a feature hands it, and the feature
 decodes and judges them (`fleet.health.stored` for check results).
 
