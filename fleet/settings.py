@@ -328,7 +328,7 @@ OPTIONS: tuple[Option, ...] = (
            shown_bounds="from 1 to --api-max-connections", check="per-client"),
     Option("gateway-bind-address", "gateway", "host:port the crawlers' forward proxy (`fleet gateway`) listens on.",
            default=":8888", check="bind"),
-    _path("gateway-clients-file", "gateway", "The gateway's clients (YAML: clients: {NAME: {token, pools, ports, "
+    _path("gateway-clients-file", "gateway", "The gateway's clients (YAML: clients: {NAME: {token, namespaces, ports, "
                                              "maxTunnels}}; a mounted Secret), re-read when it changes; required."),
     _bind("gateway-metrics-bind-address", "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
           ":8083"),

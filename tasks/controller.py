@@ -100,7 +100,8 @@ def controller_startup() -> None:
     """The controller's start-up, once its worker is ready to consume
     `fleet.controller`: say the mode and clean up what belongs to providers no
     longer configured (`Controller.start`), serve /metrics and the probes,
-    start the Proxy reconciler (`fleet.proxies.runtime`), watch the providers
+    start the Proxy reconciler (`fleet.proxies.runtime`) and the ProxyPool
+    loop (`fleet.pools.runtime`: one replica, by a Redis lock), watch the providers
     file (`fleet.runtime.watch_config`: a reload reaches the health
     controller, GC and the Proxies), then sweep for overdue providers on the
     controller's own clock.
@@ -113,6 +114,7 @@ def controller_startup() -> None:
     from fleet import reload, runtime, serving
     from fleet.gc import runtime as gc
     from fleet.health.metrics import collectors
+    from fleet.pools import runtime as pools
     from fleet.proxies import runtime as proxies
     from fleet.proxies.metrics import ProxiesCollector
 
@@ -124,6 +126,7 @@ def controller_startup() -> None:
                                         *gc_part, reload.STATUS.collector()])
         serving.serve_metrics(ctl.settings.metrics_bind_address, registry, ctl.store.ping)
         proxies.start(_stop_sweeps)
+        pools.start(_stop_sweeps)  # after the Proxy claims: a pool is reconciled only where they are held
         # a reloaded providers file (fleet.reload): each feature takes the new provider set
         runtime.on_config_change(lambda new, _change: ctl.reconfigure(new))
         runtime.on_config_change(gc.reconfigure)

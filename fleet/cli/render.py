@@ -95,14 +95,21 @@ CONTROLLER_RULES = (
     {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths"], "verbs": ["create", "delete", "get", "list"]},
     {"apiGroups": ["crawl.example.com"], "resources": ["providerhealths/status"], "verbs": ["get", "patch"]},
 )
-# Proxy (users create them): list and watch in each namespace of the scope
-# (fleet.kube.watch), get, patch and update of the object for its finalizer,
-# and of its status. It never creates or deletes a Proxy: users do. Its
-# claim on the namespace (fleet.proxies.claims): create the Lease, get and
-# patch only that one by name (RBAC cannot name the object of a create).
+# Proxy: list and watch in each namespace of the scope (fleet.kube.watch),
+# get, patch and update of the object for its finalizer, and of its status;
+# create and delete for a ProxyPool's members (fleet.pools.cluster: RBAC
+# cannot tell a member from a Proxy people made, so the grant is the
+# namespace's). ProxyPool: list, get, patch (spec.replicas, the path the
+# scale subresource names, when autoscaling moves it) and its status; the
+# scale subresource is for people and HPA-style tools, not fleet. Its claim
+# on the namespace (fleet.proxies.claims): create the Lease, get and patch
+# only that one by name (RBAC cannot name the object of a create).
 CONTROLLER_PROXY_RULES = (
-    {"apiGroups": ["crawl.example.com"], "resources": ["proxies"], "verbs": ["get", "list", "patch", "update", "watch"]},
+    {"apiGroups": ["crawl.example.com"], "resources": ["proxies"],
+     "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]},
     {"apiGroups": ["crawl.example.com"], "resources": ["proxies/status"], "verbs": ["get", "patch", "update"]},
+    {"apiGroups": ["crawl.example.com"], "resources": ["proxypools"], "verbs": ["get", "list", "patch", "watch"]},
+    {"apiGroups": ["crawl.example.com"], "resources": ["proxypools/status"], "verbs": ["get", "patch"]},
     {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "verbs": ["create"]},
     {"apiGroups": [LEASE.group], "resources": [LEASE.plural], "resourceNames": [CLAIM_NAME], "verbs": ["get", "patch"]},
 )

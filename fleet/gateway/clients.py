@@ -1,11 +1,11 @@
-"""The gateway's clients: who may use it, with which token, pools and ports (`--gateway-clients-file`,
+"""The gateway's clients: who may use it, with which token, namespaces and ports (`--gateway-clients-file`,
 a mounted Secret in a cluster). YAML (or JSON):
 
 ```yaml
 clients:
   acme:
     token: "at least 16 printable characters"   # the proxy password
-    pools: [crawl, crawl-eu]     # Proxy namespaces it may use (default: every one)
+    namespaces: [crawl, crawl-eu]  # the Proxy namespaces it may use (default: every one)
     ports: [443, 80]             # target ports (default [80, 443]; "*" any)
     maxTunnels: 200              # its tunnels at once (default --gateway-max-tunnels-per-client)
 ```
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.gateway.decide import _CLIENT, _VALUES
+from fleet.gateway.decide import _CLIENT, _NAMESPACE
 from fleet.logs import kv
 from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, load_one, read_bounded
 
@@ -35,7 +35,7 @@ LIMITS = YamlLimits(max_nodes=100_000)  # the one hostile-YAML reader's bounds (
 MIN_TOKEN = 16
 RECHECK = 2.0
 DEFAULT_PORTS = frozenset({80, 443})
-FIELDS = ("token", "pools", "ports", "maxTunnels")
+FIELDS = ("token", "namespaces", "ports", "maxTunnels")
 
 
 class ClientsError(ValueError):
@@ -46,12 +46,12 @@ class ClientsError(ValueError):
 class Client:
     name: str
     token: bytes
-    pools: tuple[str, ...] | None = None  # None: every pool
+    namespaces: tuple[str, ...] | None = None  # None: every namespace
     ports: frozenset[int] | None = DEFAULT_PORTS  # None: any port
     max_tunnels: int = 0  # 0: the process's per-client default
 
     def __repr__(self) -> str:  # never the token
-        return f"Client({self.name!r}, pools={self.pools}, ports={self.ports}, max_tunnels={self.max_tunnels})"
+        return f"Client({self.name!r}, namespaces={self.namespaces}, ports={self.ports}, max_tunnels={self.max_tunnels})"
 
 
 def parse_clients(text: str | bytes) -> dict[str, Client]:
@@ -68,17 +68,20 @@ def parse_clients(text: str | bytes) -> dict[str, Client]:
         if not isinstance(spec, dict):
             raise ClientsError(f"client {name}: must be a mapping with a token")
         unknown = set(spec) - set(FIELDS)
+        if "pools" in unknown:
+            raise ClientsError(f"client {name}: pools is now namespaces (the Proxy namespaces it may use); a pool is a "
+                               f"ProxyPool, which a crawler picks with -pool-NAME in its username")
         if unknown:
             raise ClientsError(f"client {name}: unknown field {sorted(map(str, unknown))[0][:40]!r} "
                                f"(known: {', '.join(FIELDS)})")
         token = spec.get("token")
         if not isinstance(token, str) or len(token) < MIN_TOKEN or not token.isprintable() or " " in token:
             raise ClientsError(f"client {name}: token must be at least {MIN_TOKEN} printable characters, no spaces")
-        pools = spec.get("pools")
-        if pools is not None:
-            if not isinstance(pools, list) or not all(isinstance(p, str) and _VALUES["pool"].fullmatch(p) for p in pools):
-                raise ClientsError(f"client {name}: pools must be a list of namespaces (DNS-1123 labels)")
-            pools = tuple(pools)
+        spaces = spec.get("namespaces")
+        if spaces is not None:
+            if not isinstance(spaces, list) or not all(isinstance(n, str) and _NAMESPACE.fullmatch(n) for n in spaces):
+                raise ClientsError(f"client {name}: namespaces must be a list of namespaces (DNS-1123 labels)")
+            spaces = tuple(spaces)
         ports_raw = spec.get("ports", sorted(DEFAULT_PORTS))
         ports: frozenset[int] | None
         if ports_raw == "*":
@@ -91,7 +94,7 @@ def parse_clients(text: str | bytes) -> dict[str, Client]:
         most = spec.get("maxTunnels", 0)
         if isinstance(most, bool) or not isinstance(most, int) or not 0 <= most <= 1_000_000:
             raise ClientsError(f"client {name}: maxTunnels must be a whole number from 0 to 1000000")
-        out[name] = Client(name, token.encode(), pools, ports, most)
+        out[name] = Client(name, token.encode(), spaces, ports, most)
     return out
 
 

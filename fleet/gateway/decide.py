@@ -9,7 +9,7 @@ still follow, so every username has exactly one reading: `acme-region-us-east-1-
 region `us-east-1`, zone `us-east-1a`. What this cannot express is a value containing `-K-` for a
 keyword K later in the order (a session id `a-zone-b`); such a value is never needed for a provider,
 region or zone name, and a session id is the client's to choose. Values: a session id is 1 to 64 of
-`[A-Za-z0-9_.-]`; a pool is a Proxy namespace (a DNS-1123 label); provider, region and zone as the
+`[A-Za-z0-9_.-]`; a pool is a ProxyPool's name (a DNS-1123 label; its members in the client's namespaces); provider, region and zone as the
 lease API takes them. A keyword out of order is part of the value before it (`acme-zone-z-region-r` is zone
 `z-region-r`). Examples: `acme`, `acme-session-s1`, `acme-session-s1-pool-crawl-eu`,
 `acme-provider-hetzner-region-fsn1`.
@@ -29,11 +29,12 @@ CLIENT_PATTERN = r"[A-Za-z0-9_.]{1,64}"
 _CLIENT = re.compile(CLIENT_PATTERN, re.ASCII)
 _VALUES = {
     "session": re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII),
-    "pool": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII),
+    "pool": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII),  # a ProxyPool's name
     "provider": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII),
     "region": re.compile(r"[A-Za-z0-9._-]{1,128}", re.ASCII),
     "zone": re.compile(r"[A-Za-z0-9._-]{1,128}", re.ASCII),
 }
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)  # a clients file's namespaces
 # A host name or IPv4 address as the lease API's target (RFC 1123 labels), at most 253 characters.
 _HOST = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\.?",
                    re.ASCII)
@@ -197,15 +198,6 @@ def target_of(head: Head) -> Target:
 def port_allowed(port: int, allowed: frozenset[int] | None) -> bool:
     """None: any port."""
     return allowed is None or port in allowed
-
-
-def pools_for(asked: str, allowed: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The pools a lease may come from: the asked one (if the client may use it) or the client's; Refused 403."""
-    if asked:
-        if allowed is not None and asked not in allowed:
-            raise Refused(403, "pool-not-allowed", f"this client may not use pool {asked!r}")
-        return (asked,)
-    return allowed or ()
 
 
 def is_ban(status: int, ban_statuses: frozenset[int]) -> bool:

@@ -5,7 +5,7 @@ longest-idle one evicted to make room), the first byte of each request within th
 head within the header timeout and `max_header_bytes` (the StreamReader's limit: nothing is buffered
 past it). Per request: Basic credentials (`fleet.gateway.clients`), the username's options
 (`fleet.gateway.decide`), then up to `max_attempts` proxies, each leased by the lease script
-(`fleet.store.leases`: capacity, cooldowns, stickiness, pools, the proxies already tried skipped):
+(`fleet.store.leases`: capacity, cooldowns, stickiness, the client's namespaces, the pool, the proxies already tried skipped):
 
 - CONNECT: a TCP connection to the Squid, its CONNECT answered 200, then `200 Connection established`
   to the crawler and a relay both ways (read a chunk, write it, wait for the writer to drain: a slow
@@ -261,11 +261,11 @@ class Gateway:
     async def _lease(self, client: Client, opts: Options, target: Target, tried: Attempted) -> tuple[str, str, int, str] | None:
         """(lease id, proxy, ip, port) of a leasable proxy not tried yet, or None (tried.lease_answer says why)."""
         c = self.config
-        pools = decide.pools_for(opts.pool, client.pools)
         now = self.clock()
         lease_id = uuid.uuid4().hex
         call = LeaseCall(lease_id, target.host, now + c.lease_ttl, c.max_per_proxy, self._sticky(client, opts),
-                         c.session_ttl, opts.provider, opts.region, opts.zone, c.lease_ttl, pools, tuple(tried.skip))
+                         c.session_ttl, opts.provider, opts.region, opts.zone, c.lease_ttl, client.namespaces or (),
+                         tuple(tried.skip), opts.pool)
         try:
             got, _, _ = await self.leases.lease(call, now, self.rand())
         except _Unavailable as exc:

@@ -271,7 +271,8 @@ class Api:
         lease_id = uuid.uuid4().hex
         expires = now + req.ttl
         call = LeaseCall(lease_id, req.target, expires, self.config.max_per_proxy, req.sticky, req.ttl + STICKY_KEEP,
-                         req.filters.provider, req.filters.region, req.filters.zone, float(req.ttl))
+                         req.filters.provider, req.filters.region, req.filters.zone, float(req.ttl),
+                         pool=req.filters.pool)
         got, epoch, acked = await self.leases.lease(call, now, self.rand(), self.view.call(),
                                                     should_wait(self.replicas, self._wait_ms))
         self._observe(epoch, now)

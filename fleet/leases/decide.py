@@ -63,7 +63,8 @@ def timestamp(t: float) -> str:
 
 def endpoint_fields(endpoint: dict[str, Any], egress_ip: str | None) -> dict[str, Any]:
     return {"ip": endpoint.get("ip"), "port": endpoint.get("port"), "egressIP": egress_ip or None,
-            "provider": endpoint.get("provider"), "region": endpoint.get("region"), "zone": endpoint.get("zone")}
+            "provider": endpoint.get("provider"), "region": endpoint.get("region"), "zone": endpoint.get("zone"),
+            "pool": endpoint.get("pool") or None}
 
 
 def egress_of(endpoint: dict[str, Any], verdict: dict[str, Any] | None) -> str | None:
@@ -107,8 +108,7 @@ def busy(free_at: float, now: float) -> tuple[int, dict[str, Any], int]:
 
 def no_proxy(filters: Filters) -> tuple[int, dict[str, Any]]:
     """503: nothing Running and healthy matches; no time can be promised."""
-    asked = ", ".join(f"{n}={v}" for n, v in (("provider", filters.provider), ("region", filters.region),
-                                              ("zone", filters.zone)) if v)
+    asked = ", ".join(f"{n}={v}" for n, v in filters.asked())
     return 503, {"error": "no Running, healthy proxy" + (f" matches {asked}" if asked else ""), "field": None,
                  "freeAt": None, "retryAfter": None}
 

@@ -43,13 +43,16 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
         "provider": {"type": "string", "pattern": rq.PROVIDER_PATTERN, "maxLength": 63},
         "region": {"type": "string", "pattern": rq.PLACE_PATTERN, "maxLength": 128},
         "zone": {"type": "string", "pattern": rq.PLACE_PATTERN, "maxLength": 128},
+        "pool": {"type": "string", "pattern": rq.POOL_PATTERN, "maxLength": 63,
+                 "description": "A ProxyPool's name: only its members (in any namespace)."},
     }
     nullable_str = {"type": "string", "nullable": True}
     egress = {"type": "string", "nullable": True,
               "description": "The address the prober's target saw this proxy's requests come from (its last good "
                              "probe of this uid); null when unknown: not probed yet, no prober, or no echo."}
     endpoint = {"ip": {"type": "string"}, "port": {"type": "integer"}, "egressIP": egress, "provider": nullable_str,
-                "region": nullable_str, "zone": nullable_str}
+                "region": nullable_str, "zone": nullable_str,
+                "pool": {"type": "string", "nullable": True, "description": "The ProxyPool it is a member of; null: none."}}
     security: list[dict[str, list[str]]] = [] if insecure else [{"bearer": []}]
     return {
         "openapi": "3.0.3",
@@ -135,7 +138,7 @@ def document(max_ttl: float, default_ttl: int, max_per_proxy: int, insecure: boo
         },
         "paths": {
             "/v1/proxies": {"get": {
-                "summary": "The Running, healthy proxies (filters: provider, region, zone).",
+                "summary": "The Running, healthy proxies (filters: provider, region, zone, pool).",
                 "operationId": "listProxies", "security": security,
                 "parameters": [{"name": n, "in": "query", "required": False, "schema": s} for n, s in filters.items()],
                 "responses": {

@@ -33,6 +33,7 @@ HOST_PATTERN = names.anchored(names.HOSTNAME + r"\.?")
 HOST_MAX = names.MAX_HOSTNAME
 STICKY_PATTERN = r"^[!-~]{1,128}$"  # printable ASCII, no spaces
 PROVIDER_PATTERN = names.anchored(names.LABEL)  # a provider name (DNS-1123 label, at most 63)
+POOL_PATTERN = names.anchored(names.LABEL)  # a ProxyPool's name (DNS-1123 label): its members' endpoints say it
 PLACE_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"  # a region or zone
 LEASE_ID_PATTERN = r"^[0-9a-f]{32}$"
 PROXY_PATTERN = names.anchored(f"{names.LABEL}/{names.SUBDOMAIN}")  # namespace/name
@@ -40,11 +41,12 @@ PROXY_PATTERN = names.anchored(f"{names.LABEL}/{names.SUBDOMAIN}")  # namespace/
 _HOST = re.compile(HOST_PATTERN[1:-1], re.ASCII)
 _STICKY = re.compile(STICKY_PATTERN[1:-1], re.ASCII)
 _PROVIDER = re.compile(PROVIDER_PATTERN[1:-1], re.ASCII)
+_POOL = re.compile(POOL_PATTERN[1:-1], re.ASCII)
 _PLACE = re.compile(PLACE_PATTERN[1:-1], re.ASCII)
 _LEASE_ID = re.compile(LEASE_ID_PATTERN[1:-1], re.ASCII)
 _PROXY = re.compile(PROXY_PATTERN[1:-1], re.ASCII)
 
-FILTERS = ("provider", "region", "zone")
+FILTERS = ("provider", "region", "zone", "pool")
 LEASE_FIELDS = ("target", "ttl", "sticky", *FILTERS)
 REPORT_FIELDS = ("lease", "proxy", "target", "outcome")
 RENEW_FIELDS = ("ttl", "proxy", "target", "ip", "port")
@@ -66,10 +68,15 @@ class Filters:
     provider: str = ""
     region: str = ""
     zone: str = ""
+    pool: str = ""  # a ProxyPool's name: only its members
+
+    def asked(self) -> tuple[tuple[str, str], ...]:
+        """(filter, value) of each filter given."""
+        return tuple((n, v) for n, v in (("provider", self.provider), ("region", self.region), ("zone", self.zone),
+                                         ("pool", self.pool)) if v)
 
     def matches(self, endpoint: dict[str, Any]) -> bool:
-        return all(not want or endpoint.get(name) == want
-                   for name, want in (("provider", self.provider), ("region", self.region), ("zone", self.zone)))
+        return all(endpoint.get(name) == want for name, want in self.asked())
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,7 @@ def _filters(get: dict[str, Any]) -> Filters:
         provider=_string(get, "provider", _PROVIDER, "a provider name (a DNS-1123 label)", 63),
         region=_string(get, "region", _PLACE, "a region (letters, digits, '.', '_', '-'; at most 128)", 128),
         zone=_string(get, "zone", _PLACE, "a zone (letters, digits, '.', '_', '-'; at most 128)", 128),
+        pool=_string(get, "pool", _POOL, "a ProxyPool's name (a DNS-1123 label)", 63),
     )
 
 
@@ -231,7 +239,7 @@ def parse_report(body: bytes) -> ReportRequest:
 
 
 def parse_filters(query: bytes | str) -> Filters:
-    """GET /v1/proxies?provider=&region=&zone= (each at most once; nothing else)."""
+    """GET /v1/proxies?provider=&region=&zone=&pool= (each at most once; nothing else)."""
     text = query.decode("latin-1") if isinstance(query, bytes) else query
     if len(text) > 2048:
         raise BadRequest("the query string is longer than 2048 characters", "query")

@@ -28,16 +28,17 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleet import kube
 from fleet.pools import decide as rules
 from fleet.pools.decide import Decision, Demand
-from fleet.pools.model import API_VERSION, KIND, LABEL_HASH, LABEL_POOL, Member, Pool, PoolError, member_of, parse_pool
+from fleet.pools.model import API_VERSION, KIND, LABEL_HASH, Member, Pool, PoolError, member_of, parse_pool
 from fleet.pools.schema import SUFFIX
 from fleet.proxies.manifests import ManifestError
+from fleet.proxies.model import LABEL_POOL
 from fleet.settings import ALL_NAMESPACES
 
 log = logging.getLogger("fleet.pools")
@@ -60,11 +61,12 @@ class Counters:
 class PoolController:
     def __init__(self, writer: kube.Writer, namespaces: tuple[str, ...] = (ALL_NAMESPACES,),
                  clock: Callable[[], float] = time.time,
-                 demand: Callable[[Pool], Demand | None] = lambda pool: None,
+                 demand: Callable[[Pool, Sequence[str]], Demand | None] = lambda pool, keys: None,
                  usage: Callable[[str], tuple[int, int]] = lambda key: (0, 0),
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, served: Callable[[str], bool] = lambda ns: True) -> None:
         self.writer, self.namespaces, self.clock = writer, namespaces, clock
-        self.demand = demand  # the lease API's demand for a pool (None: unknown)
+        self.demand = demand  # the lease API's demand for a pool, given its members' keys (None: unknown)
+        self.served = served  # whether this installation serves a namespace now (its claim: fleet.proxies.claims)
         self.usage = usage  # `namespace/name` of a Proxy -> (leases held, active cooldowns)
         self.rng = rng or random.Random()
         self.history: dict[str, list[tuple[float, int]]] = {}
@@ -78,8 +80,14 @@ class PoolController:
         out: dict[str, str] = {}
         scopes: list[str | None] = [None] if self.namespaces == (ALL_NAMESPACES,) else list(self.namespaces)
         for ns in scopes:
+            if ns is not None and not self.served(ns):
+                continue
             pools = _items(kube.list_page(self.writer.api_client, kube.PROXY_POOL, namespace=ns))
             proxies = _items(kube.list_page(self.writer.api_client, kube.PROXY, namespace=ns))
+            if ns is None:  # every namespace: only those this installation holds the claim of
+                ok: dict[str, bool] = {}
+                pools = [o for o in pools if ok.setdefault(_ns(o), self.served(_ns(o)))]
+                proxies = [o for o in proxies if ok.setdefault(_ns(o), self.served(_ns(o)))]
             out.update(self._namespace(pools, proxies))
         return out
 
@@ -117,14 +125,17 @@ class PoolController:
     def reconcile(self, pool: Pool, obj: dict[str, Any], member_objs: Iterable[dict[str, Any]]) -> str:
         now = self.clock()
         members: list[Member] = []
+        member_keys: list[str] = []
         for o in member_objs:
             meta = _meta(o)
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
             try:
-                members.append(member_of(o, *self.usage(f"{meta.get('namespace')}/{meta.get('name')}")))
+                members.append(member_of(o, *self.usage(key)))
             except ManifestError:
                 continue  # not a Proxy fleet can read: the Proxy controller reports it
+            member_keys.append(key)
         history = [(t, n) for t, n in self.history.get(pool.key, []) if t >= now - HISTORY]
-        d = rules.decide(pool, members, self.demand(pool), now, history)
+        d = rules.decide(pool, members, self.demand(pool, member_keys), now, history)
         if d.recommendation is not None:
             self.history[pool.key] = [*history, d.recommendation]
         if pool.deleting:
@@ -200,6 +211,10 @@ class PoolController:
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _ns(obj: dict[str, Any]) -> str:
+    return str(_meta(obj).get("namespace") or "")
 
 
 def _items(listed: dict[str, Any]) -> list[dict[str, Any]]:

@@ -24,13 +24,13 @@ from fleet.kube.crd import Field
 from fleet.pools import schema
 from fleet.proxies.decide import LATCHES, R_QUOTA
 from fleet.proxies.manifests import ManifestError, parse_proxy
-from fleet.proxies.model import FAILED, HEALTHY, PROVISIONED, READY, CloudInit, Condition, Proxy
+from fleet.proxies.model import FAILED, HEALTHY, LABEL_POOL, PROVISIONED, READY, CloudInit, Condition, Proxy
 from providers import names
 from providers.base import Placement
 
 API_VERSION = "crawl.example.com/v1alpha1"
 KIND = "ProxyPool"
-LABEL_POOL = "crawl.example.com/pool"  # on every member: its pool's name
+# LABEL_POOL (on every member: its pool's name) is defined with the Proxy (fleet.proxies.model): its endpoint carries it
 LABEL_HASH = "crawl.example.com/pool-template-hash"  # on every member: the template it was made from
 
 # condition types

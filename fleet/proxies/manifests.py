@@ -62,7 +62,17 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from fleet.proxies import schema
-from fleet.proxies.model import API_VERSION, KIND, CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
+from fleet.proxies.model import (
+    API_VERSION,
+    KIND,
+    LABEL_POOL,
+    CloudInit,
+    Condition,
+    Proxy,
+    ProxySpec,
+    ProxyStatus,
+    SecretRef,
+)
 from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, documents, key_step, read_bounded
 from providers import names
 from providers.base import Placement
@@ -164,7 +174,15 @@ def _proxy(obj: Any) -> Proxy:
         annotations=_annotations(meta.get("annotations")),
         resource_version=_string(meta.get("resourceVersion"), "metadata.resourceVersion"),
         created_at=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+        pool=_pool(meta.get("labels")),
     )
+
+
+def _pool(labels: Any) -> str:
+    """The pool label's value when it can be a ProxyPool's name (a DNS-1123 label), else "": labels are
+    free metadata (the API server validated them), so one that names no possible pool makes no member."""
+    value = labels.get(LABEL_POOL) if isinstance(labels, Mapping) else None
+    return value if isinstance(value, str) and len(value) <= MAX_LABEL and _LABEL.fullmatch(value) else ""
 
 
 def _spec(spec: Any) -> ProxySpec:

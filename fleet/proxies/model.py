@@ -143,6 +143,7 @@ class Proxy:
     resource_version: str = ""  # Kubernetes only: for optimistic writes
     created_at: str = ""  # metadata.creationTimestamp (RFC 3339), for AGE
     deletion_timestamp: str = ""  # metadata.deletionTimestamp (RFC 3339) when `deleting`
+    pool: str = ""  # its LABEL_POOL label: the ProxyPool it belongs to ("" none), what leases filter by
 
     @property
     def key(self) -> str:
@@ -156,6 +157,7 @@ class Proxy:
 
 API_VERSION = "crawl.example.com/v1alpha1"
 KIND = "Proxy"
+LABEL_POOL = "crawl.example.com/pool"  # on every ProxyPool member: its pool's name (fleet.pools writes it)
 INLINE_DIGEST = "inlineDigest"  # spec.cloudInit's key in standalone's stored form (never in a manifest)
 
 
@@ -186,7 +188,7 @@ def to_object(p: Proxy, *, redact: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": p.name, "namespace": p.namespace, "uid": p.uid, "generation": p.generation}
     for key, value in (("resourceVersion", p.resource_version), ("creationTimestamp", p.created_at),
                        ("deletionTimestamp", p.deletion_timestamp), ("finalizers", list(p.finalizers)),
-                       ("annotations", dict(p.annotations))):
+                       ("annotations", dict(p.annotations)), ("labels", {LABEL_POOL: p.pool} if p.pool else {})):
         if value:
             meta[key] = value
     obj: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}

@@ -226,7 +226,8 @@ class Reconciler:
         if p.status.phase == RUNNING and p.status.ip:
             pl = p.spec.placement
             endpoint = json.dumps({"uid": p.uid, "ip": p.status.ip, "port": p.status.port or p.spec.port,
-                                   "provider": p.spec.provider, "region": pl.region, "zone": pl.zone, "instance": p.status.provider_id},
+                                   "provider": p.spec.provider, "region": pl.region, "zone": pl.zone, "instance": p.status.provider_id,
+                                   "pool": p.pool},
                                   separators=(",", ":"))
         self.store.set_state(p.key, f"{p.status.phase}|{since:.3f}", endpoint)
 

@@ -207,7 +207,8 @@ class Standalone:
                     self._texts[kept.sha256] = texts_before[kept.sha256]
                 return False
             gen = cur.generation + 1 if cur.spec != declared.spec else cur.generation
-            new = dataclasses.replace(cur, spec=declared.spec, annotations=dict(declared.annotations), generation=gen)
+            new = dataclasses.replace(cur, spec=declared.spec, annotations=dict(declared.annotations), pool=declared.pool,
+                                      generation=gen)
             if encode(new) == encode(cur):
                 return False
             try:

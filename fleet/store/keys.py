@@ -53,9 +53,10 @@ PX_FAILURES = "fleet:px:failures"  # hash: key → "<failed calls in a row>|<the
 PX_PHASE = "fleet:px:phase"  # hash: key → status.phase (the proxies gauge, read at scrape time)
 PX_OBJECTS = "fleet:px:objects"  # hash: key → the Proxy object (standalone mode: manifests + status)
 PX_SYNCED = "fleet:px:synced"  # Unix time the standalone objects last matched the manifests (GC trusts them only then)
-PX_ENDPOINTS = "fleet:px:endpoints"  # hash: key → {"uid","ip","port","provider","region","zone","instance"} of each Running Proxy
+PX_ENDPOINTS = "fleet:px:endpoints"  # hash: key → {"uid","ip","port","provider","region","zone","instance","pool"} of each Running Proxy
 PROBE_VERDICTS = "fleet:probe:verdicts"  # hash: key → the prober's verdict {"uid","healthy","since","message","egressIP"}
 PROBER_MEMBERS = "fleet:prober:members"  # sorted set: prober replica id → when its membership lapses (Unix time)
+POOL_LOCK = "fleet:pool:lock"  # the controller replica running the ProxyPool loop (its owner id), with a TTL
 GC_LAST = "fleet:gc:last"  # hash: provider → Unix time of its last complete sweep
 GC_LOCK = "fleet:gc:lock"  # hash: the sweep in progress (id, deadline, each provider's state), with a TTL
 # The lease API (fleet.leases; fleet.store.leases says what each holds).
@@ -69,6 +70,7 @@ LEASE_COOL_TARGET = "fleet:lease:cool:target"  # sorted set: "<proxy>|<target>" 
 LEASE_COOL_GLOBAL = "fleet:lease:cool:global"  # sorted set: proxy key → end of the global cooldown
 LEASE_ERRORS = "fleet:lease:errors"  # hash: proxy key → error reports in a row
 LEASE_RELEASED = "fleet:lease:released:"  # + lease id: the first release's answer, with a TTL (a repeated release)
+LEASE_REFUSED = "fleet:lease:refused:"  # + pool name: sorted set of refused lease requests (id → when), the pool's demand
 LEASE_EPOCH = "fleet:lease:epoch"  # hash: id, created, seq, grace: the lease state's epoch (a data loss shows, issue 21)
 CLOUD_INIT = "fleet:cloudinit:"  # + token: cloud-init text staged for one create: read once (GETDEL), TTL the call timeout
 

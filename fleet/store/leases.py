@@ -17,6 +17,9 @@ are the Proxy reconciler's `<namespace>/<name>` of `fleet:px:endpoints`):
 - `errors`    hash: proxy → `error` reports in a row
 - `released:<id>` string: the first release's answer ("released", "revoked:<why>", "expired"), kept
   RELEASE_KEEP seconds (Redis expires it), so a second release answers the same
+- `refused:<pool>` sorted set: lease id → when, the lease requests naming that pool (a ProxyPool's name)
+  refused for want of a free member (busy or none), kept REFUSED_WINDOW seconds and at most REFUSED_MAX:
+  the pool's demand the pool controller reads (`fleet.pools`)
 - `epoch`     hash: id (random, written when the first script finds none), created, seq (bumped by
   every lease and renew), grace (until when nothing new is leased)
 
@@ -66,12 +69,14 @@ from fleet.store import keys
 
 PREFIX, DOCS, EXPIRY, HELD, LOAD = keys.LEASE_PREFIX, keys.LEASE_DOCS, keys.LEASE_EXPIRY, keys.LEASE_HELD, keys.LEASE_LOAD
 STICKY, COOL_TARGET, COOL_GLOBAL, ERRORS = keys.LEASE_STICKY, keys.LEASE_COOL_TARGET, keys.LEASE_COOL_GLOBAL, keys.LEASE_ERRORS
-RELEASED, EPOCH = keys.LEASE_RELEASED, keys.LEASE_EPOCH
+RELEASED, EPOCH, REFUSED = keys.LEASE_RELEASED, keys.LEASE_EPOCH, keys.LEASE_REFUSED
 ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
 
 SWEEP_BATCH = 100  # expired leases swept per call
 RELEASE_KEEP = 300.0  # seconds a release's answer is kept for a repeated release (a client's retry)
 SCAN_LIMIT = 5000  # proxies one lease request examines at most
+REFUSED_WINDOW = 120.0  # seconds a pool's refused lease request counts as demand (the longest autoscale look-back)
+REFUSED_MAX = 100_000  # refused requests kept per pool at most (the newest)
 
 # Shared Lua: KEYS[1..7] = docs, expiry, load, endpoints, verdicts, cool:target, cool:global
 # in every script that uses these helpers; HELD_PREFIX is substituted.
@@ -154,8 +159,8 @@ end
 
 # ARGV: 1 now, 2 lease id, 3 expires, 4 target, 5 max leases per proxy, 6 sticky ('' none),
 # 7 sticky TTL ms, 8 provider, 9 region, 10 zone ('' = any), 11 random in [0,1), 12 scan limit, 13 ttl,
-# 14 pools (comma-separated proxy namespaces; '' = any), 15 proxies to skip (comma-separated keys; the
-# gateway's retries: '' none); the guard's 5.
+# 14 namespaces (comma-separated; '' = any), 15 proxies to skip (comma-separated keys; the gateway's
+# retries: '' none), 16 pool (a ProxyPool's name: the endpoint's `pool`; '' = any); the guard's 5.
 # → header + {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
 #   | {'grace'} (Redis lost lease data: nothing new until the header's grace end)
 _LEASE = _COMMON + """
@@ -165,10 +170,10 @@ if tonumber(hdr[4]) > now then return {'grace'} end
 local max = tonumber(ARGV[5])
 local target = ARGV[4]
 local limit = tonumber(ARGV[12])
-local pools, skip = nil, {}
+local spaces, skip = nil, {}
 if ARGV[14] ~= '' then
-  pools = {}
-  for ns in string.gmatch(ARGV[14], '[^,]+') do pools[ns] = true end
+  spaces = {}
+  for ns in string.gmatch(ARGV[14], '[^,]+') do spaces[ns] = true end
 end
 for p in string.gmatch(ARGV[15], '[^,]+') do skip[p] = true end
 sweep(now)
@@ -176,12 +181,14 @@ sweep(now)
 -- The endpoint document and raw JSON when p can be leased for target (load aside);
 -- else nil, why ('gone', 'filtered', 'unhealthy', 'cooling'), until when it cools.
 local function check(p)
-  if skip[p] or (pools and not pools[string.match(p, '^([^/]*)/') or '']) then return nil, nil, 'filtered' end
+  if skip[p] or (spaces and not spaces[string.match(p, '^([^/]*)/') or '']) then return nil, nil, 'filtered' end
   local raw = redis.call('hget', KEYS[4], p)
   local ep = decode(raw)
   if not ep then return nil, nil, 'gone' end
   if (ARGV[8] ~= '' and ep['provider'] ~= ARGV[8]) or (ARGV[9] ~= '' and ep['region'] ~= ARGV[9])
-     or (ARGV[10] ~= '' and ep['zone'] ~= ARGV[10]) then return nil, nil, 'filtered' end
+     or (ARGV[10] ~= '' and ep['zone'] ~= ARGV[10]) or (ARGV[16] ~= '' and ep['pool'] ~= ARGV[16]) then
+    return nil, nil, 'filtered'
+  end
   local v = decode(redis.call('hget', KEYS[5], p))
   if v and v['uid'] == ep['uid'] and v['healthy'] == false then return nil, nil, 'unhealthy' end
   local cool = 0
@@ -279,6 +286,14 @@ for i = 1, #all, 2 do
     note(at)
     seen = seen + 1
   end
+end
+-- A request naming a pool that is refused is that pool's demand (fleet.pools reads it).
+if ARGV[16] ~= '' then
+  local key = 'REFUSED_PREFIX' .. ARGV[16]
+  redis.call('zadd', key, now, ARGV[2])
+  redis.call('zremrangebyscore', key, '-inf', now - REFUSED_WINDOW)
+  redis.call('zremrangebyrank', key, 0, -REFUSED_MAX - 1)
+  redis.call('pexpire', key, math.floor(REFUSED_WINDOW * 1000))
 end
 if seen > 0 then return {'busy', tostring(free_at)} end
 return {'none'}
@@ -450,7 +465,8 @@ return {joined, left}
 
 def _script(text: str) -> str:
     return (text.replace("HELD_PREFIX", HELD).replace("STICKY_PREFIX", STICKY).replace("RELEASED_PREFIX", RELEASED)
-            .replace("EPOCH_KEY", EPOCH).replace("SWEEP_BATCH", str(SWEEP_BATCH)))
+            .replace("EPOCH_KEY", EPOCH).replace("SWEEP_BATCH", str(SWEEP_BATCH)).replace("REFUSED_PREFIX", REFUSED)
+            .replace("REFUSED_WINDOW", repr(REFUSED_WINDOW)).replace("REFUSED_MAX", str(REFUSED_MAX)))
 
 
 LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT, SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SCRIPT = (
@@ -503,13 +519,14 @@ class LeaseCall:
     region: str = ""
     zone: str = ""
     ttl: float = 0.0  # the asked ttl (a renewal without one keeps it); 0: expires - now
-    pools: tuple[str, ...] = ()  # only proxies in these namespaces (the gateway's pools); () any
+    namespaces: tuple[str, ...] = ()  # only proxies in these namespaces (a gateway client's); () any
     skip: tuple[str, ...] = ()  # never these proxies (the gateway's retry after one failed)
+    pool: str = ""  # only members of this ProxyPool (the endpoint's `pool`); "" any
 
     def args(self, now: float, rand: float) -> list[Any]:
         return [repr(now), self.lease_id, repr(self.expires), self.target, self.max_per_proxy, self.sticky,
                 max(1, int(self.sticky_ttl * 1000)), self.provider, self.region, self.zone, repr(rand), SCAN_LIMIT,
-                repr(self.ttl or self.expires - now), ",".join(self.pools), ",".join(self.skip)]
+                repr(self.ttl or self.expires - now), ",".join(self.namespaces), ",".join(self.skip), self.pool]
 
 
 @dataclass(frozen=True)
@@ -685,6 +702,24 @@ class Leases:
 
     def held(self, proxy: str, now: float) -> int:
         return int(self._redis.zcount(HELD + proxy, f"({now!r}", "+inf"))
+
+    def usage(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
+        """(open leases, active cooldowns) by proxy key at `now`, in one round trip (the pool
+        controller's scale-down order): the load set, and the target and global cooldowns in force."""
+        low = f"({now!r}"
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zrange(LOAD, 0, -1, withscores=True)
+        pipe.zrangebyscore(COOL_TARGET, low, "+inf")
+        pipe.zrangebyscore(COOL_GLOBAL, low, "+inf")
+        loads, targets, globals_ = pipe.execute()
+        cooling: dict[str, int] = {}
+        for raw in [*(keys.text(t).rsplit("|", 1)[0] for t in targets), *(keys.text(g) for g in globals_)]:
+            cooling[raw] = cooling.get(raw, 0) + 1
+        return {keys.text(k): max(0, int(float(s))) for k, s in loads}, cooling
+
+    def refused(self, pool: str, now: float, window: float) -> int:
+        """Lease requests naming `pool` refused in the last `window` seconds (at most REFUSED_WINDOW)."""
+        return int(self._redis.zcount(REFUSED + pool, repr(now - min(window, REFUSED_WINDOW)), "+inf"))
 
     def dump(self) -> dict[str, Any]:
         """Every lease key and its value (tests: 'nothing in Redis changed')."""

@@ -106,9 +106,20 @@ def test_by_default_the_controller_serves_the_proxies_of_its_own_namespace_only(
     for verb in ("get", "patch", "update"):
         assert cluster.can(objs, CONTROLLER, verb, "proxies/status", "fleet-system", group=PROXY_GROUP), verb
         assert not cluster.can(objs, CONTROLLER, verb, "proxies/status", "crawl-team", group=PROXY_GROUP), verb
-    # people create and delete Proxies; the controller only finalizes them
-    for verb in ("create", "delete", "deletecollection"):
-        assert not cluster.can(objs, CONTROLLER, verb, "proxies", "fleet-system", group=PROXY_GROUP), verb
+    # a ProxyPool's members: the controller creates and deletes them one by one, in its namespaces only
+    for verb in ("create", "delete"):
+        assert cluster.can(objs, CONTROLLER, verb, "proxies", "fleet-system", group=PROXY_GROUP), verb
+        assert not cluster.can(objs, CONTROLLER, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+    assert not cluster.can(objs, CONTROLLER, "deletecollection", "proxies", "fleet-system", group=PROXY_GROUP)
+    # ProxyPools: read, spec.replicas by patch, the status; never created, deleted or scaled through /scale
+    for verb in ("get", "list", "watch", "patch"):
+        assert cluster.can(objs, CONTROLLER, verb, "proxypools", "fleet-system", group=PROXY_GROUP), verb
+        assert not cluster.can(objs, CONTROLLER, verb, "proxypools", "crawl-team", group=PROXY_GROUP), verb
+    for verb in ("get", "patch"):
+        assert cluster.can(objs, CONTROLLER, verb, "proxypools/status", "fleet-system", group=PROXY_GROUP), verb
+    for verb in ("create", "delete", "update"):
+        assert not cluster.can(objs, CONTROLLER, verb, "proxypools", "fleet-system", group=PROXY_GROUP), verb
+    assert not cluster.can(objs, CONTROLLER, "patch", "proxypools/scale", "fleet-system", group=PROXY_GROUP)
     # ProviderHealth is cluster-scoped: a ClusterRole whatever the scope, and stays unwatched
     assert cluster.can(objs, CONTROLLER, "patch", "providerhealths/status", None, group=PROXY_GROUP)
     assert not cluster.can(objs, CONTROLLER, "watch", "providerhealths", None, group=PROXY_GROUP)
@@ -199,6 +210,38 @@ def test_the_peoples_proxy_roles(rendered):
         assert not any(lbl.startswith("rbac.authorization.k8s.io/aggregate") for lbl in role["metadata"].get("labels", {}))
     for verb in ("create", "delete", "patch", "update"):
         assert not cluster.can(bound(viewer), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+
+
+def test_the_peoples_proxypool_roles(rendered):
+    roles = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "ClusterRole"}
+    editor, viewer = roles["proxypool-editor-role"], roles["proxypool-viewer-role"]
+
+    def bound(role, ns="crawl-team"):
+        return [role, {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": ns},
+                       "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"]},
+                       "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": "crawl-team"}]}]
+
+    alice = ("crawl-team", "alice")
+    for verb in ("create", "delete", "get", "list", "patch", "update", "watch"):
+        assert cluster.can(bound(editor), alice, verb, "proxypools", "crawl-team", group=PROXY_GROUP), verb
+        assert not cluster.can(bound(editor), alice, verb, "proxypools", "other", group=PROXY_GROUP), verb
+    for verb in ("get", "patch", "update"):  # kubectl scale, an HPA
+        assert cluster.can(bound(editor), alice, verb, "proxypools/scale", "crawl-team", group=PROXY_GROUP), verb
+        assert not cluster.can(bound(viewer), alice, verb if verb != "get" else "patch", "proxypools/scale",
+                               "crawl-team", group=PROXY_GROUP), verb
+    for role in (editor, viewer):
+        for verb in ("get", "list", "watch"):  # the members and the status, read-only
+            for resource in ("proxies", "proxypools/status"):
+                assert cluster.can(bound(role), alice, verb, resource, "crawl-team", group=PROXY_GROUP), (verb, resource)
+        for verb in ("create", "delete", "patch", "update"):
+            assert not cluster.can(bound(role), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+        assert not cluster.can(bound(role), alice, "patch", "proxypools/status", "crawl-team", group=PROXY_GROUP)
+        assert not cluster.can(bound(role), alice, "get", "secrets", "crawl-team")
+        assert not any(lbl.startswith("rbac.authorization.k8s.io/aggregate") for lbl in role["metadata"].get("labels", {}))
+    for verb in ("get", "list", "watch"):
+        assert cluster.can(bound(viewer), alice, verb, "proxypools", "crawl-team", group=PROXY_GROUP), verb
+    for verb in ("create", "delete", "patch", "update"):
+        assert not cluster.can(bound(viewer), alice, verb, "proxypools", "crawl-team", group=PROXY_GROUP), verb
 
 
 # --- two installations ------------------------------------------------------------------

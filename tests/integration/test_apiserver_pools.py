@@ -6,7 +6,15 @@ its CEL rules (which the fake API does not run)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import redis
+import yaml
+
+from fleet.store import keys
+from tests.integration.conftest import wait_for
+from tests.integration.test_apiserver_proxies import installations, proxies  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.apiserver]
 
@@ -89,3 +97,38 @@ def test_a_name_too_long_for_its_members_is_refused(kube_server, kube_ns):
     status, raw = kube_server.request("POST", pools(kube_ns), pool("p" * 58))
     assert status == 422 and b"at most 57 characters" in raw, raw
     kube_server.json("POST", pools(kube_ns), pool("p" * 57))
+
+
+def test_a_pool_on_a_real_controller_reaches_its_replicas_scales_and_is_deleted(kube_server, installations,  # noqa: F811
+                                                                                kube_ns):
+    """The pool loop as the controller role starts it: a real controller and fake-provider worker authenticated as
+    the rendered ServiceAccount (so the rendered RBAC is enough for members and pools), real Redis. The members go
+    Running with their pool in the endpoint the lease script filters by; `kubectl scale` (a merge patch of /scale)
+    shrinks the pool; a deleted pool's members are deleted (no garbage collector here: the controller's orphan rule)."""
+    stack = installations.start(f"fleet-{kube_ns}", "edge", kube_ns)
+    stack.wait_ready("worker:edge", "controller")
+    kube_server.json("POST", pools(kube_ns), {**pool("web", replicas=3), "spec": {
+        "replicas": 3, "providers": [{"provider": "edge"}], "template": {"port": 3128}}})
+
+    def listed() -> list[dict]:
+        return yaml.safe_load(kube_server.request("GET", proxies(kube_ns))[1])["items"]
+
+    def running() -> int:
+        return sum(1 for o in listed() if (o.get("status") or {}).get("phase") == "Running")
+
+    log = lambda: stack.log("controller")[-3000:]  # noqa: E731
+    wait_for(lambda: running() == 3, 90, f"3 members Running:\n{log()}")
+    wait_for(lambda: (kube_server.json("GET", pools(kube_ns, "web")).get("status") or {}).get("readyReplicas") == 3, 30,
+             f"readyReplicas 3:\n{log()}")
+    r = redis.Redis.from_url(stack.broker)  # the installation's own database
+    names = {o["metadata"]["name"] for o in listed()}
+    assert all(n.startswith("web-") for n in names)
+    eps = {k.decode(): json.loads(v) for k, v in r.hgetall(keys.PX_ENDPOINTS).items()}
+    assert {k.split("/", 1)[1] for k in eps} == names and {e["pool"] for e in eps.values()} == {"web"}
+
+    kube_server.json("PATCH", pools(kube_ns, "web") + "/scale", {"spec": {"replicas": 1}}, content_type=MERGE)
+    wait_for(lambda: len(listed()) == 1, 60, f"scaled to 1:\n{log()}")
+    kube_server.json("DELETE", pools(kube_ns, "web"))
+    wait_for(lambda: listed() == [], 60, f"the members deleted:\n{log()}")
+    assert "forbidden" not in stack.log("controller").lower(), log()
+    r.close()

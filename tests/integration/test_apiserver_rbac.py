@@ -51,7 +51,7 @@ def test_with_the_default_settings_no_rendered_account_reads_secrets_in_kube_sys
     ns, pods, _ = names
     objects = render_installation(kube_server, PROVIDERS.replace("PODS", pods), ns, workdir=tmp_path)
     rendered = accounts(objects)
-    assert (ns, "fleet-controller") in rendered and len(rendered) == 7  # controller, beat, prober, api, three workers
+    assert (ns, "fleet-controller") in rendered and len(rendered) == 8  # controller, beat, prober, api, gateway, 3 workers
     table = []
     for account in rendered:
         in_kube_system, why = kube_server.can(user(account), "get", "secrets", "kube-system")
@@ -81,9 +81,20 @@ def test_the_controller_can_do_what_it_needs_in_its_namespaces_and_nothing_elsew
         assert kube_server.can(me, "get", "secrets", where)[0]
         for verb in ("list", "watch"):
             assert not kube_server.can(me, verb, "secrets", where)[0], verb
-        assert not kube_server.can(me, "delete", "proxies", where, GROUP)[0]
+        for verb in ("create", "delete"):  # a ProxyPool's members
+            assert kube_server.can(me, verb, "proxies", where, GROUP)[0], (verb, where)
+        assert not kube_server.can(me, "deletecollection", "proxies", where, GROUP)[0]
+        for verb in ("get", "list", "watch", "patch"):
+            assert kube_server.can(me, verb, "proxypools", where, GROUP)[0], (verb, where)
+        for verb in ("get", "patch"):
+            assert kube_server.can(me, verb, "proxypools/status", where, GROUP)[0], (verb, where)
+        for verb in ("create", "delete"):
+            assert not kube_server.can(me, verb, "proxypools", where, GROUP)[0], (verb, where)
+        assert not kube_server.can(me, "patch", "proxypools/scale", where, GROUP)[0]
     for where in ("kube-system", "default", pods):
         assert not kube_server.can(me, "watch", "proxies", where, GROUP)[0], where
+        assert not kube_server.can(me, "create", "proxies", where, GROUP)[0], where
+        assert not kube_server.can(me, "list", "proxypools", where, GROUP)[0], where
         assert not kube_server.can(me, "get", "secrets", where)[0], where
         assert not kube_server.can(me, "create", "leases", where, "coordination.k8s.io")[0], where
     assert not kube_server.can(me, "list", "proxies", "", GROUP)[0]  # no cluster-wide list
@@ -115,3 +126,43 @@ def test_every_namespace_is_the_widest_grant(kube_server, names, tmp_path):
                                                 workdir=tmp_path)):
         if account[1] != "fleet-controller":
             assert not kube_server.can(user(account), "get", "secrets", "kube-system")[0], account
+
+
+def test_the_peoples_proxypool_roles_on_the_real_authorizer(kube_server):
+    """deploy/rbac's ProxyPool editor and viewer, bound in one namespace: the editor scales through the scale
+    subresource (kubectl scale, an HPA) and reads the members; neither writes a member or the status."""
+    from pathlib import Path
+
+    import yaml
+
+    rbac = Path(__file__).resolve().parents[2] / "deploy" / "rbac"
+    ns = kube_server.namespace("pools")
+    tag = ns.rsplit("-", 1)[1]
+    for role in ("proxypool-editor-role", "proxypool-viewer-role"):
+        kube_server.apply(yaml.safe_load((rbac / f"{role.replace('-role', '_role').replace('-', '_')}.yaml").read_text()))
+    people = {"editor": f"alice-{tag}", "viewer": f"bob-{tag}"}
+    for kind, person in people.items():
+        kube_server.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                           "metadata": {"name": f"pools-{kind}", "namespace": ns},
+                           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                       "name": f"proxypool-{kind}-role"},
+                           "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": person}]})
+    alice, bob = people["editor"], people["viewer"]
+    for verb in ("create", "delete", "get", "list", "patch", "update", "watch"):
+        assert kube_server.can(alice, verb, "proxypools", ns, GROUP)[0], verb
+        assert not kube_server.can(alice, verb, "proxypools", "default", GROUP)[0], verb
+    for verb in ("get", "patch", "update"):
+        assert kube_server.can(alice, verb, "proxypools/scale", ns, GROUP)[0], verb
+    assert kube_server.can(bob, "get", "proxypools/scale", ns, GROUP)[0]
+    for person in (alice, bob):
+        for verb in ("get", "list", "watch"):
+            assert kube_server.can(person, verb, "proxies", ns, GROUP)[0], (person, verb)
+            assert kube_server.can(person, verb, "proxypools/status", ns, GROUP)[0], (person, verb)
+        for verb in ("create", "delete", "patch"):
+            assert not kube_server.can(person, verb, "proxies", ns, GROUP)[0], (person, verb)
+        assert not kube_server.can(person, "patch", "proxypools/status", ns, GROUP)[0], person
+        assert not kube_server.can(person, "get", "secrets", ns)[0], person
+    for verb in ("create", "delete", "patch", "update"):
+        assert not kube_server.can(bob, verb, "proxypools", ns, GROUP)[0], verb
+        if verb != "create" and verb != "delete":
+            assert not kube_server.can(bob, verb, "proxypools/scale", ns, GROUP)[0], verb

@@ -2,11 +2,12 @@
 (`python -m fleet.cli gateway`), a real redis-server and a local origin. The proxies' endpoints are written
 to Redis as the Proxy reconciler writes them (no controller: what is under test is the gateway).
 
-CONNECT and plain HTTP reach the origin; 407 for missing and wrong credentials, 403 for a port or pool the
-client may not use; a killed Squid is skipped with a retry and no crawler-visible error, and the session
-moves off it and stays; a 429 cools that proxy down for that host only; two gateway replicas never exceed
-a proxy's capacity under 100 concurrent tunnels; hostile clients (an oversized header, a slow header, a
-flood of idle connections) get a clear status while a normal client is served and the RSS stays bounded."""
+CONNECT and plain HTTP reach the origin; 407 for missing and wrong credentials, 403 for a port the client
+may not use, -pool-NAME leases only that ProxyPool's members and a client's namespaces bound it; a killed
+Squid is skipped with a retry and no crawler-visible error, and the session moves off it and stays; a 429
+cools that proxy down for that host only; two gateway replicas never exceed a proxy's capacity under 100
+concurrent tunnels; hostile clients (an oversized header, a slow header, a flood of idle connections) get a
+clear status while a normal client is served and the RSS stays bounded."""
 
 from __future__ import annotations
 
@@ -205,10 +206,10 @@ class Lab:
         self.clients = tmp / "clients.yaml"
         self.clients.write_text(json.dumps({"clients": {
             "acme": {"token": TOKEN, "ports": "*"},
-            "narrow": {"token": OTHER_TOKEN, "ports": [443], "pools": ["other"]},
+            "narrow": {"token": OTHER_TOKEN, "ports": [443], "namespaces": ["other"]},
         }}))
 
-    def squid(self, key: str) -> str:
+    def squid(self, key: str, pool: str = "") -> str:
         port = next(self.ports)
         uid = f"uid-{key.replace('/', '-')}"
         pid = self.provider.create(request(port, uid=uid), Deadline.after(30))
@@ -216,7 +217,8 @@ class Lab:
 
         wait(lambda: self._serves(port), 20, f"squid on {port}")
         self.r.hset(keys.PX_ENDPOINTS, key, json.dumps({"uid": uid, "ip": "127.0.0.1", "port": port, "provider": "lab",
-                                                        "region": "r1", "zone": "z1", "instance": pid}))
+                                                        "region": "r1", "zone": "z1", "instance": pid,
+                                                        "pool": pool}))
         self.squids[key] = (pid, port)
         return key
 
@@ -266,7 +268,7 @@ def origin_hostport(origin) -> tuple[str, int]:
 
 
 def test_connect_and_plain_http_reach_the_origin_and_bad_credentials_get_407(lab, origin):
-    lab.squid("crawl/a")
+    lab.squid("crawl/a", pool="web")  # a member of the ProxyPool web
     gw = lab.gateway()
     host, port = origin_hostport(origin)
     sock, status, headers = connect(gw, f"{host}:{port}")
@@ -290,8 +292,8 @@ def test_connect_and_plain_http_reach_the_origin_and_bad_credentials_get_407(lab
         status, headers, _ = plain(gw, f"{origin.url}/x", user=user, token=token)
         assert status == 407
     for user, hostport, want in (("narrow", f"{host}:{port}", (403, "port-not-allowed")),  # only port 443
-                                 ("narrow-pool-crawl", f"{host}:443", (403, "pool-not-allowed")),
-                                 ("narrow", f"{host}:443", (503, "no-proxy"))):  # its pool has no proxy
+                                 ("narrow-pool-web", f"{host}:443", (503, "no-proxy")),  # web's member: not its namespace
+                                 ("narrow", f"{host}:443", (503, "no-proxy"))):  # its namespace has no proxy
         s, status, headers = connect(gw, hostport, user=user, token=OTHER_TOKEN)
         s.close()
         assert (status, headers["x-fleet-reason"]) == want, user
@@ -300,6 +302,12 @@ def test_connect_and_plain_http_reach_the_origin_and_bad_credentials_get_407(lab
     assert 'proxy_operator_gateway_requests_total{client="acme",kind="connect",outcome="ok"} 1.0' in m
     assert 'proxy_operator_gateway_requests_total{client="-",kind="connect",outcome="unauthorized"} 4.0' in m
     assert TOKEN not in gw.log() and OTHER_TOKEN not in gw.log()
+    for user, want in (("acme-pool-web", (200, "crawl/a")), ("acme-pool-api", (503, None)),  # the pool, not the namespace
+                       ("acme-pool-crawl", (503, None))):
+        s, status, headers = connect(gw, f"{host}:{port}", user=user)
+        s.close()
+        assert (status, headers.get("x-fleet-proxy")) == want, user
+        wait_for(lambda: lab.loads() == {"crawl/a": 0}, 10, "the tunnel's lease released")
 
 
 def test_a_killed_squid_is_skipped_and_the_session_moves_and_stays(lab, origin):

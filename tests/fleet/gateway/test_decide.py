@@ -118,22 +118,6 @@ def test_targets(method, target, want):
         assert (t.host, t.port, t.path) == want
 
 
-@pytest.mark.parametrize(("asked", "allowed", "want"), [
-    ("", None, ()),
-    ("", ("a", "b"), ("a", "b")),
-    ("a", None, ("a",)),
-    ("a", ("a", "b"), ("a",)),
-    ("c", ("a", "b"), 403),
-])
-def test_pools(asked, allowed, want):
-    if want == 403:
-        with pytest.raises(Refused) as err:
-            decide.pools_for(asked, allowed)
-        assert err.value.reason == "pool-not-allowed"
-    else:
-        assert decide.pools_for(asked, allowed) == want
-
-
 BANS = frozenset(decide.DEFAULT_BAN_STATUSES)
 
 
@@ -229,13 +213,15 @@ TOK = "t" * 16
 
 @pytest.mark.parametrize(("doc", "problem"), [
     (f"clients: {{acme: {{token: {TOK}}}}}", None),
-    (f"clients: {{acme: {{token: {TOK}, pools: [crawl], ports: '*', maxTunnels: 5}}}}", None),
+    (f"clients: {{acme: {{token: {TOK}, namespaces: [crawl], ports: '*', maxTunnels: 5}}}}", None),
     ("[]", "one key"),
     (f"clients: {{acme: {{token: {TOK}}}}}\nextra: 1", "one key"),
     (f"clients: {{a-b: {{token: {TOK}}}}}", "no '-'"),
     ("clients: {acme: {token: short}}", "at least 16"),
     (f"clients: {{acme: {{token: {TOK}, colour: red}}}}", "unknown field"),
-    (f"clients: {{acme: {{token: {TOK}, pools: [Bad]}}}}", "pools"),
+    (f"clients: {{acme: {{token: {TOK}, namespaces: [Bad]}}}}", "namespaces must be a list"),
+    (f"clients: {{acme: {{token: {TOK}, namespaces: crawl}}}}", "namespaces must be a list"),
+    (f"clients: {{acme: {{token: {TOK}, pools: [crawl]}}}}", "pools is now namespaces"),  # the old name, said so
     (f"clients: {{acme: {{token: {TOK}, ports: [0]}}}}", "ports"),
     (f"clients: {{acme: {{token: {TOK}, ports: [true]}}}}", "ports"),
     (f"clients: {{acme: {{token: {TOK}, maxTunnels: -1}}}}", "maxTunnels"),

@@ -75,6 +75,24 @@ def test_a_lease_and_its_release(app):
     assert b"proxy_operator_leases_active 0.0" in text
 
 
+def test_the_pool_filter_on_lease_and_list(app):
+    for key, pool in (("ns/web-a", "web"), ("ns/api-b", "api"), ("ns/lone", None)):
+        ep = {"uid": key, "ip": "10.0.0.1", "port": 3128, "provider": "lab", **({"pool": pool} if pool else {})}
+        app.raw.hset(keys.PX_ENDPOINTS, key, json.dumps(ep))
+    status, doc, _ = run(call(app, "GET", "/v1/proxies", headers=AUTH, query=b"pool=web"))
+    assert status == 200 and [(p["proxy"], p["pool"]) for p in doc["proxies"]] == [("ns/web-a", "web")]
+    status, doc, _ = run(call(app, "GET", "/v1/proxies", headers=AUTH))
+    assert [p["pool"] for p in doc["proxies"]] == ["api", None, "web"]
+    for _ in range(2):  # the pool's one member, then it is full: busy, never another pool's
+        status, doc, _ = run(call(app, "POST", "/v1/leases", b'{"target": "example.com", "pool": "api"}', AUTH))
+        assert (status, doc.get("proxy")) in ((200, "ns/api-b"), (409, None))
+    assert status == 409
+    status, doc, _ = run(call(app, "POST", "/v1/leases", b'{"target": "example.com", "pool": "gone"}', AUTH))
+    assert status == 503 and "pool=gone" in doc["error"]
+    status, doc, _ = run(call(app, "POST", "/v1/leases", b'{"target": "example.com", "pool": "Bad"}', AUTH))
+    assert (status, doc["field"]) == (400, "pool")
+
+
 @pytest.mark.parametrize("headers, why", [
     ((), "missing"),
     (((b"authorization", b"Bearer wrong"),), "wrong"),
@@ -133,7 +151,7 @@ def test_listing_rules():
                 "ns/b": json.dumps({"uid": "old", "healthy": False, "egressIP": "203.0.113.1"})}
     got = decide.listing(eps, verdicts, {"ns/b": 1}, {"ns/b": NOW + 5}, Filters(provider="lab"), 2, NOW)
     assert got == [{"proxy": "ns/b", "ip": "1.1.1.2", "port": 1, "egressIP": None, "provider": "lab", "region": None,
-                    "zone": None, "leases": 1, "capacity": 2, "coolingUntil": decide.timestamp(NOW + 5)}]
+                    "zone": None, "pool": None, "leases": 1, "capacity": 2, "coolingUntil": decide.timestamp(NOW + 5)}]
     verdicts["ns/b"] = json.dumps({"uid": "2", "healthy": True, "egressIP": "203.0.113.2"})
     assert decide.listing(eps, verdicts, {}, {}, Filters(provider="lab"), 2, NOW)[0]["egressIP"] == "203.0.113.2"
 

@@ -106,6 +106,7 @@ def test_bad_reports_name_the_field(raw, field):
     ("", Filters()),
     ("provider=lab", Filters(provider="lab")),
     ("region=r1&zone=z-1", Filters("", "r1", "z-1")),
+    ("pool=web&provider=lab", Filters(provider="lab", pool="web")),
 ])
 def test_filters(query, expected):
     assert parse_filters(query) == expected
@@ -113,7 +114,7 @@ def test_filters(query, expected):
 
 @pytest.mark.parametrize("query, field", [
     ("color=red", "color"), ("provider=lab&provider=x", "provider"), ("provider=", "provider"),
-    ("zone=a%20b", "zone"), ("x" * 3000, "query"),
+    ("zone=a%20b", "zone"), ("x" * 3000, "query"), ("pool=Web", "pool"), ("pool=web/x", "pool"), ("pool=", "pool"),
 ])
 def test_bad_filters(query, field):
     with pytest.raises(BadRequest) as e:

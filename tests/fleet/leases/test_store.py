@@ -24,10 +24,12 @@ def store():
 
 
 def running(store, key: str, uid: str = "u", provider: str = "lab", region: str = "r1", zone: str = "z1", port: int = 3128,
-            instance: str | None = "i-1", ip: str = "127.0.0.1"):
+            instance: str | None = "i-1", ip: str = "127.0.0.1", pool: str | None = None):
     doc = {"uid": uid, "ip": ip, "port": port, "provider": provider, "region": region, "zone": zone}
     if instance is not None:
         doc["instance"] = instance
+    if pool is not None:
+        doc["pool"] = pool
     store._redis.hset(keys.PX_ENDPOINTS, key, json.dumps(doc))
 
 

@@ -20,7 +20,7 @@ from kubernetes import client
 from fleet.durations import rfc3339
 from fleet.kube import Writer
 from fleet.pools.cluster import PoolController
-from fleet.pools.model import LABEL_POOL
+from fleet.proxies.model import LABEL_POOL
 from providers.kubernetes.client import load_configuration
 
 NS = "crawl"

@@ -23,7 +23,7 @@ from providers.fake import FakeConfig, FakeProvider
 PROXY = """
 apiVersion: crawl.example.com/v1alpha1
 kind: Proxy
-metadata: {{name: {name}, namespace: crawl}}
+metadata: {{name: {name}, namespace: crawl{labels}}}
 spec:
   provider: {provider}
   port: {port}
@@ -96,8 +96,9 @@ def world(tmp_path):
     w = World()
     w.__dict__.update(dir=manifests, store=store, clock=clock, provider=provider, worker=worker, objects=objects, rec=rec)
 
-    def declare(name: str, provider: str = "edge", port: int = 3128) -> None:
-        (manifests / f"{name}.yaml").write_text(PROXY.format(name=name, provider=provider, port=port))
+    def declare(name: str, provider: str = "edge", port: int = 3128, pool: str | None = None) -> None:
+        labels = f", labels: {{crawl.example.com/pool: {pool!r}}}" if pool is not None else ""
+        (manifests / f"{name}.yaml").write_text(PROXY.format(name=name, provider=provider, port=port, labels=labels))
 
     def step(seconds: float = 0.0) -> list[str]:
         """Move the clock, sync the manifests, reconcile what is due, run the calls."""
@@ -137,7 +138,22 @@ def test_pending_to_running_in_three_writes_and_then_quiet(world):
     assert world.store.proxies.phases() == {"crawl/a": b"Running|1000010.000"}  # Running since the clock's 1000010
     (endpoint,) = world.store.proxies.endpoints().values()
     assert json.loads(endpoint) == {"uid": p.uid, "ip": "127.0.0.1", "port": 3128, "provider": "edge", "region": "", "zone": "",
-                                    "instance": p.status.provider_id}
+                                    "instance": p.status.provider_id, "pool": ""}
+
+
+@pytest.mark.parametrize(("label", "pool"), [("web", "web"), ("Not_A-Pool", ""), (None, "")])
+def test_the_endpoint_names_the_pool_of_its_label(world, label, pool):
+    """What the lease script's pool filter reads: the member's pool label, when it can be a ProxyPool's name."""
+    world.declare("a", pool=label)
+    world.step()
+    world.step(10)
+    assert world.proxy("a").pool == pool
+    (endpoint,) = world.store.proxies.endpoints().values()
+    assert json.loads(endpoint)["pool"] == pool
+    if label is None:
+        world.declare("a", pool="api")  # a label added later reaches the endpoint at the next reconcile
+        world.step(60)
+        assert json.loads(world.store.proxies.endpoints()["crawl/a"])["pool"] == "api"
 
 
 def test_cloud_init_reaches_the_provider_but_never_a_message(world):
@@ -261,7 +277,7 @@ def test_redis_losing_its_data_converges_on_the_same_instance(world):
 
 
 def test_skip_cleanup_releases_without_deleting(world):
-    (world.dir / "a.yaml").write_text(PROXY.format(name="a", provider="edge", port=3128).replace(
+    (world.dir / "a.yaml").write_text(PROXY.format(name="a", provider="edge", port=3128, labels="").replace(
         "metadata: {name: a, namespace: crawl}",
         "metadata: {name: a, namespace: crawl, annotations: {crawl.example.com/skip-cleanup: 'true'}}"))
     world.step()
@@ -287,7 +303,7 @@ def test_an_impossible_placement_is_failed_with_field_and_value_before_any_call(
 
     gcp = ProviderConfig("gce", "gcp", GcpConfig(project="my-project-1", zones=("europe-west1-b",)))
     world.rec.config = ProvidersConfig((*world.rec.config.providers, gcp))
-    (world.dir / "g.yaml").write_text(PROXY.format(name="g", provider="gce", port=3128).replace(
+    (world.dir / "g.yaml").write_text(PROXY.format(name="g", provider="gce", port=3128, labels="").replace(
         "  port: 3128", "  port: 3128\n  placement: {zone: mars-1a, machineType: e2-small, image: debian-12}"))
     assert world.step() == []
     p = world.proxy("g")
@@ -297,7 +313,7 @@ def test_an_impossible_placement_is_failed_with_field_and_value_before_any_call(
 
 def test_a_malformed_manifest_is_named_and_does_not_stop_the_others(world):
     world.declare("good")
-    (world.dir / "bad.yaml").write_text(PROXY.format(name="bad", provider="edge", port=70000))
+    (world.dir / "bad.yaml").write_text(PROXY.format(name="bad", provider="edge", port=70000, labels=""))
     assert world.step() == ["create"]
     assert world.proxy("good").status.phase == "Provisioning" and world.proxy("bad") is None
     (err,) = world.objects.errors
