@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import gzip
 import http.server
 import json
 import os
@@ -44,6 +45,8 @@ BIG = os.urandom(1024 * 1024)
 class _Origin(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     bans: ClassVar[dict[str, int]] = {}  # path → 429s still to give
+    captchas: ClassVar[dict[str, int]] = {}  # path → gzip'd 200 captcha pages still to give
+    seen: ClassVar[dict[str, int]] = {}  # path → requests with a body
     lock = threading.Lock()
 
     def do_GET(self) -> None:
@@ -52,6 +55,18 @@ class _Origin(http.server.BaseHTTPRequestHandler):
             left = self.bans.get(path, 0)
             if left:
                 self.bans[path] = left - 1
+        with self.lock:
+            captcha = self.captchas.get(path, 0)
+            if captcha:
+                self.captchas[path] = captcha - 1
+        if captcha:  # a soft ban: 200, gzip'd, the word past the first chunk of markup
+            body = gzip.compress(b"<html>" + b"<!-- padding -->" * 500 + b"<p>Please solve the CAPTCHA</p></html>")
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if left:
             body, status = b"banned\n", 429
         elif path == "/big":
@@ -63,6 +78,39 @@ class _Origin(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _body(self) -> tuple[bytes, str]:
+        """The request body, de-chunked here (http.server does not), and how it was framed."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b""):
+                        pass
+                    return out, "chunked"
+                out += self.rfile.read(size)
+                self.rfile.read(2)
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n), f"length {n}"
+
+    def _echo(self) -> None:
+        """The body back, with how it came (X-Framing), and 429 while the path's bans last."""
+        body, framing = self._body()
+        path = self.path.split("?")[0]
+        with self.lock:
+            self.seen[path] = self.seen.get(path, 0) + 1
+            left = self.bans.get(path, 0)
+            if left:
+                self.bans[path] = left - 1
+        status, out = (429, b"banned\n") if left else (200, body)
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(out)))
+        self.send_header("X-Framing", framing)
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_POST = do_PUT = _echo
+
     def log_message(self, *args) -> None:
         pass
 
@@ -72,16 +120,40 @@ class _Backlogged(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
 
-@pytest.fixture
-def origin():
-    _Origin.bans = {}
-    httpd = _Backlogged(("127.0.0.1", 0), _Origin)
+class _Backlogged6(_Backlogged):
+    address_family = socket.AF_INET6
+
+
+def _serve_origin(server: type[_Backlogged], host: str, url_host: str):
+    _Origin.bans, _Origin.captchas, _Origin.seen = {}, {}, {}
+    httpd = server((host, 0), _Origin)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="origin", daemon=True)
     thread.start()
-    yield SimpleNamespace(url=f"http://127.0.0.1:{httpd.server_address[1]}")
+    yield SimpleNamespace(url=f"http://{url_host}:{httpd.server_address[1]}", port=httpd.server_address[1])
     httpd.shutdown()
     httpd.server_close()
     thread.join(5)
+
+
+@pytest.fixture
+def origin():
+    yield from _serve_origin(_Backlogged, "127.0.0.1", "127.0.0.1")
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def origin6():
+    if not socket.has_ipv6 or not _has_ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback (::1): an IPv6 origin cannot be served")
+    yield from _serve_origin(_Backlogged6, "::1", "[::1]")
 
 
 class GatewayProc:
@@ -193,6 +265,23 @@ def plain(gw: GatewayProc, url: str, user: str = "acme", token: str | None = TOK
         return status, headers, read_body(sock, headers, rest)
     finally:
         sock.close()
+
+
+def exchange(gw: GatewayProc, head: str, body: bytes = b"", user: str = "acme",
+             timeout: float = 20) -> tuple[int, dict[str, str], bytes]:
+    """One plain request with `body` as given (already framed), credentials added; (status, headers, body)."""
+    sock = socket.create_connection(("127.0.0.1", gw.port), timeout)
+    try:
+        sock.sendall(head.replace("\r\n\r\n", f"\r\nProxy-Authorization: {auth(user)}\r\n\r\n").encode() + body)
+        status, headers, rest = read_head(sock)
+        return status, headers, read_body(sock, headers, rest)
+    finally:
+        sock.close()
+
+
+def chunked(data: bytes, size: int) -> bytes:
+    return b"".join(b"%x\r\n%b\r\n" % (len(data[i:i + size]), data[i:i + size])
+                    for i in range(0, len(data), size)) + b"0\r\n\r\n"
 
 
 class Lab:
@@ -469,3 +558,105 @@ def test_a_tunnel_held_past_its_lease_ttl_keeps_its_lease_and_its_capacity(lab, 
         sock.close()
     wait_for(lambda: lab.loads() == {"crawl/a": 0}, 10, "the tunnel's lease released at its close")
     assert "a tunnel's lease is not renewed" not in gw.log()
+
+
+def test_chunked_request_bodies_are_relayed_bounded_and_resent_only_when_safe(lab, origin):
+    """Chunked bodies through real Squids to an origin that echoes them: a small one (kept: sent on with its
+    Content-Length, and sent again to another proxy after a ban for an idempotent PUT), a long one (streamed on as
+    chunks), one over --gateway-max-body (413) and one that never ends (408); each failure loses nothing else
+    (the leases released, the next request served). A banned POST is not sent again."""
+    lab.squid("crawl/a")
+    lab.squid("crawl/b")
+    gw = lab.gateway(FLEET_GATEWAY_MAX_BODY=str(2 * 1024 * 1024), FLEET_GATEWAY_BODY_TIMEOUT="2s")
+    small = b"name=value&" * 100
+    post = f"POST {origin.url}/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    status, headers, body = exchange(gw, post, chunked(small, 100))
+    assert (status, body, headers["x-framing"]) == (200, small, f"length {len(small)}")
+    big = os.urandom(1024 * 1024 + 7)  # over the 64 KiB kept for a resend: chunked on while it comes
+    status, headers, body = exchange(gw, post, chunked(big, 10_000))
+    assert (status, headers["x-framing"]) == (200, "chunked") and body == big
+    status, headers, body = exchange(gw, post.replace("Transfer-Encoding: chunked", f"Content-Length: {len(big)}"),
+                                     big)
+    assert (status, headers["x-framing"]) == (200, f"length {len(big)}") and body == big
+
+    # the bans on another host name of the origin (a cooldown is per host): an idempotent PUT, banned by the first
+    # proxy: the kept body goes to the other
+    post_b = post.replace(origin.url, f"http://localhost:{origin.port}")
+    _Origin.bans = {"/put": 1}
+    status, headers, body = exchange(gw, post_b.replace("POST", "PUT").replace("/echo", "/put"), chunked(small, 7))
+    assert (status, body) == (200, small) and _Origin.seen["/put"] == 2
+    _Origin.bans = {"/post": 1}  # a POST is never sent twice: the crawler gets the ban
+    status, headers, body = exchange(gw, post_b.replace("/echo", "/post"), chunked(small, 7))
+    assert (status, body) == (429, b"banned\n") and _Origin.seen["/post"] == 1
+
+    too_big = os.urandom(3 * 1024 * 1024)
+    status, headers, _ = exchange(gw, post, chunked(too_big, 65536))
+    assert (status, headers["x-fleet-reason"]) == (413, "body-too-large")
+    status, headers, _ = exchange(gw, post.replace("Transfer-Encoding: chunked", f"Content-Length: {len(too_big)}"))
+    assert (status, headers["x-fleet-reason"]) == (413, "body-too-large")  # before any byte of it is read
+
+    sock = socket.create_connection(("127.0.0.1", gw.port), 20)  # a chunked body that never ends
+    t0 = time.monotonic()
+    sock.sendall(post.replace("\r\n\r\n", f"\r\nProxy-Authorization: {auth()}\r\n\r\n").encode()
+                 + b"5\r\nhello\r\n" + b"2000\r\n" + b"x" * 100)
+    status, headers, _ = read_head(sock)
+    assert (status, headers["x-fleet-reason"]) == (408, "body-timeout") and 1.5 < time.monotonic() - t0 < 6
+    sock.close()
+    sock = socket.create_connection(("127.0.0.1", gw.port), 20)  # a long one that stops past the kept part
+    sock.sendall(post.replace("\r\n\r\n", f"\r\nProxy-Authorization: {auth()}\r\n\r\n").encode()
+                 + chunked(big[:200_000], 10_000)[:-5])
+    status, headers, _ = read_head(sock)
+    assert (status, headers["x-fleet-reason"]) == (408, "body-timeout")
+    sock.close()
+    status, headers, _ = exchange(gw, post, b"zz\r\nnot hex\r\n0\r\n\r\n")
+    assert (status, headers["x-fleet-reason"]) == (400, "bad-chunk")
+
+    wait_for(lambda: set(lab.loads().values()) == {0}, 10, "every lease released")
+    status, _, body = exchange(gw, post, chunked(b"still served", 4))
+    assert (status, body) == (200, b"still served")
+    m = gw.metrics()
+    up = float(next(ln for ln in m.splitlines() if ln.startswith('proxy_operator_gateway_bytes_total{direction="up"}'))
+               .split()[-1])
+    assert up >= 2 * len(big)
+
+
+def test_a_ban_pattern_found_in_a_200_cools_that_proxy_and_the_request_goes_elsewhere(lab, origin):
+    lab.squid("crawl/a")
+    lab.squid("crawl/b")
+    gw = lab.gateway(FLEET_GATEWAY_BAN_PATTERN="(?i)solve the captcha")
+    _Origin.captchas = {"/page": 1}  # the first proxy gets a gzip'd 200 captcha page
+    status, headers, body = plain(gw, f"{origin.url}/page")
+    assert (status, body) == (200, b"hello from the origin /page\n")
+    cooled = [k.decode() for k in lab.r.zrange(keys.LEASE_COOL_TARGET, 0, -1)]
+    assert cooled == [f"{next(k for k in ('crawl/a', 'crawl/b') if k != headers['x-fleet-proxy'])}|127.0.0.1"]
+    status, headers, body = plain(gw, f"{origin.url}/big")  # a large body without the pattern: relayed whole
+    assert status == 200 and body == BIG
+    assert 'proxy_operator_gateway_upstream_retries_total{reason="banned"} 1.0' in gw.metrics()
+
+    bad = GatewayProc(lab.tmp, lab.redis_server.url, lab.clients, "bad", FLEET_GATEWAY_BAN_PATTERN="(unclosed")
+    proc = subprocess.run([sys.executable, "-m", "fleet.cli", "gateway"], env=bad.env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "--gateway-ban-pattern" in proc.stderr and "regular expression" in proc.stderr
+    bad.env["FLEET_GATEWAY_BAN_PATTERN"] = "a*"
+    proc = subprocess.run([sys.executable, "-m", "fleet.cli", "gateway"], env=bad.env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "matches an empty body" in proc.stderr
+
+
+def test_ipv6_targets_reach_an_origin_on_the_ipv6_loopback(lab, origin6):
+    lab.squid("crawl/a")
+    gw = lab.gateway()
+    sock, status, headers = connect(gw, f"[::1]:{origin6.port}")
+    assert (status, headers["x-fleet-proxy"]) == (200, "crawl/a")
+    assert get_in_tunnel(sock, f"[::1]:{origin6.port}", "/six") == (200, b"hello from the origin /six\n")
+    sock.close()
+    status, headers, body = plain(gw, f"http://[::1]:{origin6.port}/plain6")
+    assert (status, body) == (200, b"hello from the origin /plain6\n")
+    _Origin.bans = {"/ban6": 1}
+    status, headers, _ = plain(gw, f"http://[::1]:{origin6.port}/ban6")
+    assert status == 429  # one proxy: the ban reaches the crawler, and the cooldown names the IPv6 host
+    assert [k.decode() for k in lab.r.zrange(keys.LEASE_COOL_TARGET, 0, -1)] == ["crawl/a|::1"]
+    for target in ("::1:443", "[::1", "[fe80::1%25lo]:443"):
+        s, status, headers = connect(gw, target)
+        s.close()
+        assert (status, headers["x-fleet-reason"]) == (400, "bad-target"), target
