@@ -1,6 +1,7 @@
-"""What the gateway decides without I/O (pure, table-tested in tests/fleet/test_gateway_decide.py):
-the proxy username's options, the client's credentials, a request's head, the ban signature, when
-to try another proxy, and the status and reason a crawler sees when none works.
+"""What the gateway decides without I/O (pure, table-tested in tests/fleet/gateway/test_decide.py):
+the proxy username's options, the client's credentials, a request's head, target and body framing,
+the ban signature (statuses, a body pattern), when to try another proxy, and the status and reason a
+crawler sees when none works.
 
 **The username grammar.** `CLIENT` then any of `-session-ID`, `-pool-NAME`, `-provider-P`,
 `-region-R`, `-zone-Z`, each at most once and in this order. CLIENT is a client of the clients file

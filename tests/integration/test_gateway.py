@@ -6,8 +6,10 @@ CONNECT and plain HTTP reach the origin; 407 for missing and wrong credentials, 
 may not use, -pool-NAME leases only that ProxyPool's members and a client's namespaces bound it; a killed
 Squid is skipped with a retry and no crawler-visible error, and the session moves off it and stays; a 429
 cools that proxy down for that host only; two gateway replicas never exceed a proxy's capacity under 100
-concurrent tunnels; hostile clients (an oversized header, a slow header, a flood of idle connections) get a
-clear status while a normal client is served and the RSS stays bounded."""
+concurrent tunnels; hostile clients (an oversized header, a byte a second, 10,000 idle connections) get a
+clear status while a normal client is served and the RSS stays bounded; chunked request bodies are relayed
+(kept and resent when small and idempotent, streamed when long, 413 over the bound, 408 when they never end);
+a ban pattern in a gzip'd 200 cools that proxy; IPv6 targets reach an origin on ::1."""
 
 from __future__ import annotations
 
