@@ -694,6 +694,7 @@ def test_ipv6_targets_reach_an_origin_on_the_ipv6_loopback(lab, origin6):
     assert (status, headers["x-fleet-proxy"]) == (200, "crawl/a")
     assert get_in_tunnel(sock, f"[::1]:{origin6.port}", "/six") == (200, b"hello from the origin /six\n")
     sock.close()
+    wait_for(lambda: lab.loads() == {"crawl/a": 0}, 10, "the tunnel's lease released")  # one slot per proxy
     status, headers, body = plain(gw, f"http://[::1]:{origin6.port}/plain6")
     assert (status, body) == (200, b"hello from the origin /plain6\n")
     _Origin.bans = {"/ban6": 1}
