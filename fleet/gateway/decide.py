@@ -49,6 +49,8 @@ RETRY_BODY_MAX = 64 * 1024  # a request body up to this size is kept to be sent 
 BAN_WINDOW = 64 * 1024  # the start of a response body read (and, decoded, searched) for --gateway-ban-pattern
 MAX_BAN_PATTERN = 1000  # characters of --gateway-ban-pattern
 MAX_TRAILERS = 100  # trailer fields of a chunked request body (dropped, not forwarded)
+MAX_INTERIM = 10  # interim (1xx) responses read and dropped before a final one; more: a broken exchange
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class Refused(Exception):
@@ -342,9 +344,10 @@ def response_framing(method: str, status: int, headers: list[tuple[str, str]]) -
 def upstream_head(head: Head, target: Target, body: Framing | None = None) -> bytes:
     """The request as sent to a Squid: absolute URI, hop-by-hop headers (and every one Connection names) dropped,
     `Connection: close` (one exchange per upstream connection); the body's framing as the gateway sends it
-    (`body`: Content-Length n, chunked, or none) in place of the crawler's."""
+    (`body`: Content-Length n, chunked, or none) in place of the crawler's; no Expect (the gateway met it: the body
+    is sent with the head, and no 100 is asked of the proxy)."""
     named = {t.strip().lower() for v in head.get("connection") + head.get("proxy-connection") for t in v.split(",")}
-    framing = {"content-length", "transfer-encoding"}
+    framing = {"content-length", "transfer-encoding", "expect"}  # expect: answered by the gateway
     lines = [f"{head.method} http://{target.authority}{target.path} {head.version}"]
     lines += [f"{k}: {v}" for k, v in head.headers
               if k.lower() not in HOP_BY_HOP and k.lower() not in named and k.lower() not in framing]
@@ -354,6 +357,33 @@ def upstream_head(head: Head, target: Target, body: Framing | None = None) -> by
         lines.append("Transfer-Encoding: chunked")
     lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def expects_continue(head: Head, body: Framing) -> bool:
+    """Does the crawler wait for a `100 Continue` before it sends its body (RFC 9110 10.1.1)? The gateway answers
+    the expectation itself (and drops Expect towards the proxy): True for `Expect: 100-continue` (any case) on an
+    HTTP/1.1 request that has a body to send; an HTTP/1.0 request's expectation is ignored; any other
+    expectation is Refused 417."""
+    values = [t.strip().lower() for v in head.get("expect") for t in v.split(",") if t.strip()]
+    if any(v != "100-continue" for v in values):
+        raise Refused(417, "expectation-failed", "the only expectation the gateway meets is 100-continue")
+    has_body = body.kind == "chunked" or (body.kind == "length" and body.length > 0)
+    return bool(values) and head.version == "HTTP/1.1" and has_body
+
+
+def declares_body(head: Head) -> bool:
+    """The request says a body follows its head (a Transfer-Encoding, or a Content-Length other than 0): a refusal
+    before the body is read must close the connection, or the body would be read as the next request."""
+    return bool(head.get("transfer-encoding")) or any(v.strip() != "0" for v in head.get("content-length"))
+
+
+def interim(status: int) -> bool:
+    """A response head the gateway reads past for the final one: 1xx (100, 102, 103, ...), never relayed (the
+    gateway answered any Expect itself). ValueError for 101: the gateway never asks for an upgrade (Upgrade is a
+    hop-by-hop header it drops), so a 101 is a broken exchange."""
+    if status == 101:
+        raise ValueError("a 101 Switching Protocols to a request that asked for no upgrade")
+    return 100 <= status < 200
 
 
 def request_framing(head: Head, max_body: int) -> Framing:
@@ -452,5 +482,6 @@ def answer(status: int, reason: str, message: str, extra: tuple[tuple[str, str],
 
 
 PHRASES = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required", 408: "Request Timeout",
-           411: "Length Required", 413: "Content Too Large", 431: "Request Header Fields Too Large",
-           501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+           411: "Length Required", 413: "Content Too Large", 417: "Expectation Failed",
+           431: "Request Header Fields Too Large", 501: "Not Implemented", 502: "Bad Gateway",
+           503: "Service Unavailable", 504: "Gateway Timeout"}

@@ -228,13 +228,16 @@ class Gateway:
                     outcome, again = await self._plain(client, opts, target, head, reader, writer)
             except Refused as exc:
                 outcome = _outcome_of(exc)
-                if exc.status in (408, 413) or exc.reason == "bad-chunk":  # in a body the crawler may still send
-                    await _answer_and_linger(reader, writer, decide.answer(exc.status, exc.reason, exc.message))
+                extra = PROXY_AUTHENTICATE if exc.status == 407 else ()
+                # refused before its body was read (credentials, port, framing, expectation): the body must not be
+                # read as the next request, so the connection closes after it
+                unread = kind == "http" and exc.status in (400, 403, 407, 417, 501) and decide.declares_body(head)
+                if exc.status in (408, 413) or exc.reason == "bad-chunk" or unread:  # a body the crawler may still send
+                    await _answer_and_linger(reader, writer, decide.answer(exc.status, exc.reason, exc.message, extra))
                     conn.close(httpguard.BODY_TIMEOUT if exc.status == 408 else "")
                     span.set_attribute("fleet.gateway.outcome", outcome)
                     self.series.request(client_name, kind, outcome)
                     return False
-                extra = PROXY_AUTHENTICATE if exc.status == 407 else ()
                 if exc.status == 503 and exc.reason == "proxies-busy" and getattr(exc, "retry_after", None):
                     extra = (("Retry-After", str(exc.retry_after)),)  # type: ignore[attr-defined]
                 again = exc.status in (407, 403, 503, 502, 504) and head.keep_alive() and kind == "http"
@@ -446,6 +449,9 @@ class Gateway:
                      writer: asyncio.StreamWriter) -> tuple[str, bool]:
         c = self.config
         framing = decide.request_framing(head, c.max_body)
+        if decide.expects_continue(head, framing):  # the head passed every check: the crawler may send its body
+            writer.write(decide.CONTINUE)
+            await writer.drain()
         deadline = asyncio.get_running_loop().time() + c.body_timeout
         body = b""  # the body when kept (all of it, at most RETRY_BODY_MAX), else its start
         rest: AsyncIterator[bytes] | None = None  # the body still to read from the crawler, when not kept
@@ -503,8 +509,7 @@ class Gateway:
                         up_writer.write(upstream_head)
                         await _send_body(body, rest, up_writer, sent.kind == "chunked", self.series.bytes)
                     try:
-                        raw = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), c.response_timeout)
-                        status, headers = decide.parse_status(raw)
+                        raw, status, headers = await self._final_head(up_reader)
                         framing_down = decide.response_framing(head.method, status, headers)
                         start = await self._body_start(up_reader, framing_down, status)
                     except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
@@ -542,9 +547,16 @@ class Gateway:
                         await done()
                     writer.write(decide.client_head(raw, again, proxy) + start.raw)
                     self.series.bytes["down"] += len(raw) + len(start.raw)
-                    if not start.complete:
-                        await _relay_body(up_reader, writer, framing_down, self.series.bytes, done, start)
-                    await writer.drain()
+                    try:
+                        if not start.complete:
+                            await _relay_body(up_reader, writer, framing_down, self.series.bytes, done, c.idle_timeout,
+                                              start)
+                        await writer.drain()
+                    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                        # cut off, stalled past the idle timeout, or malformed (or the crawler went): the crawler's
+                        # connection closes, so it sees the response end short (a chunked one without its last chunk)
+                        log.info("a response broke off mid-body", extra=kv(proxy=proxy, error=type(exc).__name__))
+                        return "broken", False
                     return ("banned" if banned else "ok"), again
                 finally:
                     up_writer.close()
@@ -557,6 +569,18 @@ class Gateway:
             await writer.drain()
             return "banned", keep_alive
         raise self._give_up(tried)
+
+    async def _final_head(self, src: asyncio.StreamReader) -> tuple[bytes, int, list[tuple[str, str]]]:
+        """The final response head (raw, status, headers) within the response timeout, past interim 1xx ones (read and
+        dropped, at most MAX_INTERIM); ValueError for a 101 or too many 1xx, TimeoutError when late."""
+        c = self.config
+        deadline = asyncio.get_running_loop().time() + c.response_timeout
+        for _ in range(decide.MAX_INTERIM + 1):
+            raw = await _within(src.readuntil(b"\r\n\r\n"), deadline, c.response_timeout, upstream=True)
+            status, headers = decide.parse_status(raw)
+            if not decide.interim(status):
+                return raw, status, headers
+        raise ValueError(f"more than {decide.MAX_INTERIM} interim responses")
 
     async def _body_start(self, src: asyncio.StreamReader, framing: decide.Framing, status: int) -> BodyStart:
         """The start of a response body, read before anything is relayed when the gateway may want another proxy's
@@ -747,9 +771,9 @@ Done = Callable[[], Awaitable[None]]
 
 
 async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, counts: dict[str, int],
-                direction: str, before_last: Done | None = None) -> None:
+                direction: str, idle: float, before_last: Done | None = None) -> None:
     while n > 0:
-        data = await src.read(min(CHUNK, n))
+        data = await asyncio.wait_for(src.read(min(CHUNK, n)), idle)
         if not data:
             raise asyncio.IncompleteReadError(b"", n)
         n -= len(data)
@@ -761,26 +785,27 @@ async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, co
 
 
 async def _relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, framing: decide.Framing,
-                      counts: dict[str, int], done: Done, start: BodyStart | None = None) -> None:
+                      counts: dict[str, int], done: Done, idle: float, start: BodyStart | None = None) -> None:
     """The response body as framed, after what `start` read of it; `done` is awaited once the proxy has sent all
     of it, before the crawler has its last bytes (close-delimited: the crawler's end is our close, after this
-    returns)."""
+    returns). Each read waits at most `idle` seconds (TimeoutError); a proxy's close before the end is
+    IncompleteReadError."""
     start = start or BodyStart()
     if framing.kind == "length":
         left = framing.length - start.consumed
         if left == 0:
             await done()
-        await _copy(src, dst, left, counts, "down", done)
+        await _copy(src, dst, left, counts, "down", idle, done)
     elif framing.kind == "close":
-        while data := await src.read(CHUNK):
+        while data := await asyncio.wait_for(src.read(CHUNK), idle):
             dst.write(data)
             counts["down"] += len(data)
             await dst.drain()
     elif framing.kind == "chunked":
         if start.pending:
-            await _copy(src, dst, start.pending, counts, "down")
+            await _copy(src, dst, start.pending, counts, "down", idle)
         while True:
-            line = await src.readuntil(b"\r\n")
+            line = await asyncio.wait_for(src.readuntil(b"\r\n"), idle)
             dst.write(line)
             size_text = line.split(b";", 1)[0].strip()
             try:
@@ -789,13 +814,13 @@ async def _relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, fram
                 raise ConnectionError("a malformed chunk size from the proxy") from None
             if size == 0:
                 while True:  # trailers, then the empty line
-                    trailer = await src.readuntil(b"\r\n")
+                    trailer = await asyncio.wait_for(src.readuntil(b"\r\n"), idle)
                     if trailer == b"\r\n":
                         await done()
                     dst.write(trailer)
                     if trailer == b"\r\n":
                         return
-            await _copy(src, dst, size + 2, counts, "down")
+            await _copy(src, dst, size + 2, counts, "down", idle)
 
 
 def _decode(raw: bytes | str) -> dict[str, Any]:

@@ -315,6 +315,54 @@ def test_the_upstream_request_carries_the_bodys_framing_as_sent(sent, want):
     assert out == (b"POST http://[::1]:8080/x HTTP/1.1\r\nHost: [::1]:8080\r\n" + want + b"Connection: close\r\n\r\n")
 
 
+def _head(version: str, *headers: str) -> decide.Head:
+    return decide.parse_head(f"POST http://a.example/ {version}\r\n{''.join(h + chr(13) + chr(10) for h in headers)}"
+                             f"\r\n".encode())
+
+
+@pytest.mark.parametrize(("version", "headers", "body", "want"), [
+    ("HTTP/1.1", ("Expect: 100-continue",), decide.Framing("length", 5), True),
+    ("HTTP/1.1", ("Expect: 100-Continue",), decide.Framing("chunked"), True),  # case-insensitive
+    ("HTTP/1.1", ("Expect: 100-continue",), decide.Framing("length", 0), False),  # no body to wait for
+    ("HTTP/1.1", ("Expect: 100-continue",), decide.Framing("none"), False),
+    ("HTTP/1.0", ("Expect: 100-continue",), decide.Framing("length", 5), False),  # ignored (RFC 9110 10.1.1)
+    ("HTTP/1.1", (), decide.Framing("length", 5), False),
+    ("HTTP/1.1", ("Expect: 200-ok",), decide.Framing("length", 5), 417),
+    ("HTTP/1.1", ("Expect: 100-continue, x",), decide.Framing("length", 5), 417),
+    ("HTTP/1.0", ("Expect: 200-ok",), decide.Framing("none"), 417),
+])
+def test_the_gateway_meets_an_expect_itself(version, headers, body, want):
+    head = _head(version, *headers)
+    if want == 417:
+        with pytest.raises(Refused) as exc:
+            decide.expects_continue(head, body)
+        assert (exc.value.status, exc.value.reason) == (417, "expectation-failed")
+    else:
+        assert decide.expects_continue(head, body) is want
+
+
+@pytest.mark.parametrize(("headers", "want"), [((), False), (("Content-Length: 0",), False),
+                                               (("Content-Length: 3",), True), (("Transfer-Encoding: chunked",), True)])
+def test_a_declared_body(headers, want):
+    assert decide.declares_body(_head("HTTP/1.1", *headers)) is want
+
+
+@pytest.mark.parametrize(("status", "want"), [(100, True), (102, True), (103, True), (199, True), (200, False),
+                                              (204, False), (404, False), (101, ValueError)])
+def test_interim_responses_are_read_past(status, want):
+    if want is ValueError:
+        with pytest.raises(ValueError, match="101"):
+            decide.interim(status)
+    else:
+        assert decide.interim(status) is want
+
+
+def test_the_upstream_request_drops_expect():
+    head = _head("HTTP/1.1", "Host: a.example", "Expect: 100-continue", "Content-Length: 5")
+    out = decide.upstream_head(head, decide.target_of(head), decide.Framing("length", 5))
+    assert b"expect" not in out.lower() and b"Content-Length: 5\r\n" in out
+
+
 def test_the_relayed_response_head_says_our_connection_and_the_proxy():
     raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\nX-Fleet-Proxy: forged\r\nContent-Length: 2\r\n\r\n"
     assert decide.client_head(raw, True, "crawl/a") == (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Fleet-Proxy: crawl/a\r\n"
