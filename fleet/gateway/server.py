@@ -11,11 +11,13 @@ past it). Per request: Basic credentials (`fleet.gateway.clients`), the username
   to the crawler and a relay both ways (read a chunk, write it, wait for the writer to drain: a slow
   reader stops the other side's reads, so nothing is buffered without bound). The lease lasts as long
   as the tunnel, renewed at half its TTL, released at the close; a revoked lease ends the tunnel.
-- plain HTTP: the request (its body, Content-Length or chunked, kept up to 64 KiB for a resend, else
-  streamed; bounded by `max_body` and `body_timeout`) sent with `Connection: close`, the response head
-  read (and the start of its body, up to 64 KiB, when it may be a ban); a ban status or the ban pattern
-  is reported `blocked` (the cooldown for that proxy and host) and an idempotent request goes to
-  another proxy; otherwise the response is relayed as framed.
+- plain HTTP: an `Expect: 100-continue` met by the gateway (a 100 once the head passed its checks; no Expect
+  sent on), the request (its body, Content-Length or chunked, kept up to 64 KiB for a resend, else
+  streamed; bounded by `max_body` and `body_timeout`) sent with `Connection: close`, the final response
+  head read past interim 1xx ones (and the start of its body, up to 64 KiB, when it may be a ban); a ban
+  status or the ban pattern is reported `blocked` (the cooldown for that proxy and host) and an idempotent
+  request goes to another proxy; otherwise the response is relayed as framed, each read within the idle
+  timeout (a body cut off or stalled closes the crawler's connection: outcome `broken`).
 
 A proxy that refuses, times out or answers the CONNECT with an error is reported `error` for that host
 and the next one is tried; the crawler sees an error only when every attempt failed (502, or 504 when
