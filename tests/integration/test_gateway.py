@@ -9,7 +9,10 @@ cools that proxy down for that host only; two gateway replicas never exceed a pr
 concurrent tunnels; hostile clients (an oversized header, a byte a second, 10,000 idle connections) get a
 clear status while a normal client is served and the RSS stays bounded; chunked request bodies are relayed
 (kept and resent when small and idempotent, streamed when long, 413 over the bound, 408 when they never end);
-a ban pattern in a gzip'd 200 cools that proxy; IPv6 targets reach an origin on ::1."""
+a ban pattern in a gzip'd 200 cools that proxy; IPv6 targets reach an origin on ::1; real curl's
+`Expect: 100-continue` is met by the gateway (one 100, no Expect sent on, the resend rule unchanged), interim
+1xx responses from an origin or a fake in Squid's place are never taken for the final one; with a ban pattern, a
+chunked response past the 64 KiB window arrives whole and one cut off or stalled mid-chunk ends in a clean close."""
 
 from __future__ import annotations
 
