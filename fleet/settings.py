@@ -166,7 +166,7 @@ class Option:
     shown_bounds: str | None = None  # the bounds in words, when a check other than low/high keeps them
     choices: tuple[str, ...] = ()
     any_case: bool = False  # choices compared case-insensitively
-    check: str | None = None  # a named check of `validate` (path, bind, label, namespaces, broker, probe-target)
+    check: str | None = None  # a named check of `validate` (path, bind, label, namespaces, broker, probe-target, regex)
     short: str | None = None  # a one-letter alias (-c)
     env_var: str | None = None  # when not FLEET_<FLAG>
 
@@ -357,6 +357,14 @@ OPTIONS: tuple[Option, ...] = (
                                               "blocked, and an idempotent request is retried on another proxy "
                                               "(comma-separated; empty: none).", default="403,429,503",
            check="statuses"),
+    Option("gateway-ban-pattern", "gateway", "A regular expression (Python's) that marks a plain HTTP response as a ban "
+                                             "at any status when found in the first 64 KiB of its body (gzip and "
+                                             "deflate decoded); every response's start is read before it is "
+                                             "relayed then. Empty: status codes only.", default="", check="regex"),
+    Option("gateway-max-body", "gateway", "The largest request body (bytes) the gateway relays, Content-Length or "
+                                          "chunked (then 413).", "int", 10 * 1024 * 1024, 0, 1 << 30),
+    Option("gateway-body-timeout", "gateway", "Time from a request's headers to the end of its body (then 408).",
+           "duration", 30.0, 0.1, 600.0),
     Option("gateway-lease-ttl", "gateway", "The TTL of the lease a tunnel or request holds (a tunnel renews it at "
                                            "half).", "duration", 60.0, 2.0, 3600.0),
     Option("gateway-session-ttl", "gateway", "How long a session (the username's -session-ID) keeps its proxy "
@@ -442,6 +450,9 @@ class Settings:
     gateway_max_connections: int = _default("gateway_max_connections")
     gateway_max_connections_per_client: int = _default("gateway_max_connections_per_client")
     gateway_ban_statuses: str = _default("gateway_ban_statuses")
+    gateway_ban_pattern: str = _default("gateway_ban_pattern")
+    gateway_max_body: int = _default("gateway_max_body")
+    gateway_body_timeout: float = _default("gateway_body_timeout")
     gateway_lease_ttl: float = _default("gateway_lease_ttl")
     gateway_session_ttl: float = _default("gateway_session_ttl")
     log_format: str = _default("log_format")
@@ -567,6 +578,13 @@ def _check(opt: Option, value: Any, settings: Settings) -> None:
             raise SettingsError(f"{flag} {why}, got {show(redact_url(value))}")
     elif opt.check == "statuses" and not re.fullmatch(r"\s*(\d{3}\s*(,\s*\d{3}\s*)*)?,?\s*", value):
         raise SettingsError(f"{flag} must be comma-separated 3-digit status codes, got {show(value)}")
+    elif opt.check == "regex" and value:
+        if len(value) > 1000:
+            raise SettingsError(f"{flag} must be at most 1000 characters, got {len(value)}")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise SettingsError(f"{flag} is not a regular expression ({exc}), got {show(value)}") from None
     elif opt.check == "per-client" and not 1 <= value <= settings.api_max_connections:
         raise SettingsError(f"{flag} must be from 1 to --api-max-connections ({settings.api_max_connections}), "
                             f"got {value}")

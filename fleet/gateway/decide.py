@@ -1,6 +1,7 @@
-"""What the gateway decides without I/O (pure, table-tested in tests/fleet/test_gateway_decide.py):
-the proxy username's options, the client's credentials, a request's head, the ban signature, when
-to try another proxy, and the status and reason a crawler sees when none works.
+"""What the gateway decides without I/O (pure, table-tested in tests/fleet/gateway/test_decide.py):
+the proxy username's options, the client's credentials, a request's head, target and body framing,
+the ban signature (statuses, a body pattern), when to try another proxy, and the status and reason a
+crawler sees when none works.
 
 **The username grammar.** `CLIENT` then any of `-session-ID`, `-pool-NAME`, `-provider-P`,
 `-region-R`, `-zone-Z`, each at most once and in this order. CLIENT is a client of the clients file
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import re
+import zlib
 from dataclasses import dataclass, field
 
 KEYWORDS = ("session", "pool", "provider", "region", "zone")
@@ -43,6 +46,11 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 HOP_BY_HOP = frozenset({"connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
                         "te", "trailer", "upgrade"})
 RETRY_BODY_MAX = 64 * 1024  # a request body up to this size is kept to be sent again to another proxy
+BAN_WINDOW = 64 * 1024  # the start of a response body read (and, decoded, searched) for --gateway-ban-pattern
+MAX_BAN_PATTERN = 1000  # characters of --gateway-ban-pattern
+MAX_TRAILERS = 100  # trailer fields of a chunked request body (dropped, not forwarded)
+MAX_INTERIM = 10  # interim (1xx) responses read and dropped before a final one; more: a broken exchange
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class Refused(Exception):
@@ -150,28 +158,53 @@ def parse_head(raw: bytes, max_headers: int = 100) -> Head:
 
 
 def split_host_port(text: str, default_port: int | None) -> tuple[str, int]:
-    """host:port (or host alone with a default port) → (normalised host, port); Refused 400 otherwise."""
+    """host:port (or host alone with a default port) → (normalised host, port); Refused 400 otherwise. The host is
+    a host name, an IPv4 address, or an IPv6 literal in brackets (`[::1]:443`; returned without them, compressed;
+    no zone id); an IPv6 address without brackets is refused (which colon starts the port?)."""
+    if text.startswith("["):
+        close = text.find("]")
+        literal, after = (text[1:close], text[close + 1:]) if close > 0 else ("", "")
+        if close < 0 or "%" in literal or not literal or not re.fullmatch(r"[0-9A-Fa-f:.]+", literal, re.ASCII):
+            raise Refused(400, "bad-target", f"a bracketed host must be an IPv6 address, got {text[:100]!r}")
+        try:
+            host = ipaddress.IPv6Address(literal).compressed
+        except ValueError:
+            raise Refused(400, "bad-target", f"not an IPv6 address: {literal[:100]!r}") from None
+        if after and not after.startswith(":"):
+            raise Refused(400, "bad-target", f"only :port may follow an IPv6 literal, got {text[:100]!r}")
+        return host, _port(after[1:] if after else "", default_port, text)
     host, sep, port = text.rpartition(":")
     if not sep:
         host, port = text, ""
+    if ":" in host:
+        raise Refused(400, "bad-target", f"an IPv6 address goes in brackets ([::1]:443), got {text[:100]!r}")
+    port_n = _port(port, default_port, text)
+    if len(host) > 253 or not _HOST.fullmatch(host):
+        raise Refused(400, "bad-target", f"the target must be a host name, an IPv4 address or a bracketed IPv6 "
+                                         f"address, got {host[:100]!r}")
+    return host.rstrip(".").lower(), port_n
+
+
+def _port(port: str, default_port: int | None, text: str) -> int:
     if not port:
         if default_port is None:
             raise Refused(400, "bad-target", "CONNECT needs host:port")
-        port_n = default_port
-    elif port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535:
-        port_n = int(port)
-    else:
-        raise Refused(400, "bad-target", f"bad port in {text[:100]!r}")
-    if len(host) > 253 or not _HOST.fullmatch(host):
-        raise Refused(400, "bad-target", f"the target must be a host name or IPv4 address, got {host[:100]!r}")
-    return host.rstrip(".").lower(), port_n
+        return default_port
+    if port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535:
+        return int(port)
+    raise Refused(400, "bad-target", f"bad port in {text[:100]!r}")
 
 
 @dataclass(frozen=True)
 class Target:
-    host: str
+    host: str  # an IPv6 address without brackets
     port: int
     path: str  # origin-form (plain HTTP), '' for CONNECT
+
+    @property
+    def authority(self) -> str:
+        """host:port as a request line carries it (an IPv6 address in brackets)."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 def target_of(head: Head) -> Target:
@@ -200,8 +233,52 @@ def port_allowed(port: int, allowed: frozenset[int] | None) -> bool:
     return allowed is None or port in allowed
 
 
-def is_ban(status: int, ban_statuses: frozenset[int]) -> bool:
-    return status in ban_statuses
+def compile_ban_pattern(text: str) -> re.Pattern[str] | None:
+    """--gateway-ban-pattern: '' none, else a Python regular expression (searched, not matched); ValueError saying
+    what is wrong."""
+    if not text:
+        return None
+    if len(text) > MAX_BAN_PATTERN:
+        raise ValueError(f"the pattern is over {MAX_BAN_PATTERN} characters")
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression ({exc})") from None
+    if pattern.search(""):
+        raise ValueError("the pattern matches an empty body, so every response would be a ban")
+    return pattern
+
+
+def ban_window(body: bytes, content_encoding: str, limit: int = BAN_WINDOW) -> str | None:
+    """The text --gateway-ban-pattern is searched in: the first `limit` bytes of a body's start (`body`, already
+    without its chunked framing), decompressed when Content-Encoding is gzip or deflate (at most `limit` bytes
+    out, whatever the ratio), as UTF-8 (bad bytes replaced). None when the coding is one the gateway does not
+    decode (br, zstd, a chain): no pattern ban then."""
+    coding = content_encoding.strip().lower()
+    if coding in ("", "identity"):
+        out = body[:limit]
+    elif coding in ("gzip", "x-gzip", "deflate"):
+        # wbits 47: gzip or zlib by the header; a raw deflate stream (what some servers send) as a fallback
+        out = b""
+        for wbits in ((47, -15) if coding == "deflate" else (47,)):
+            try:
+                out = zlib.decompressobj(wbits).decompress(body, limit)
+                break
+            except zlib.error:
+                continue
+        else:
+            return None
+    else:
+        return None
+    return out.decode("utf-8", errors="replace")
+
+
+def is_ban(status: int, ban_statuses: frozenset[int], pattern: re.Pattern[str] | None = None,
+           window: str | None = None) -> bool:
+    """A ban status, or (any status) the pattern found in the body's window."""
+    if status in ban_statuses:
+        return True
+    return pattern is not None and window is not None and pattern.search(window) is not None
 
 
 def may_resend(method: str, body_kept: bool) -> bool:
@@ -241,16 +318,6 @@ def give_up(failures: list[str], lease_answer: str) -> tuple[int, str, str]:
     return 503, "no-proxy", "no Running, healthy proxy matches"
 
 
-def upstream_head(head: Head, target: Target) -> bytes:
-    """The request as sent to a Squid: absolute URI, hop-by-hop headers (and every one Connection names) dropped,
-    `Connection: close` (one exchange per upstream connection)."""
-    named = {t.strip().lower() for v in head.get("connection") + head.get("proxy-connection") for t in v.split(",")}
-    lines = [f"{head.method} http://{target.host}:{target.port}{target.path} {head.version}"]
-    lines += [f"{k}: {v}" for k, v in head.headers if k.lower() not in HOP_BY_HOP and k.lower() not in named]
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
 @dataclass(frozen=True)
 class Framing:
     """How a response's body ends: `length` bytes, chunked, at the connection's close, or no body at all."""
@@ -272,6 +339,88 @@ def response_framing(method: str, status: int, headers: list[tuple[str, str]]) -
         if value.isdigit() and len(value) <= 18:
             return Framing("length", int(value))
     return Framing("close")
+
+
+def upstream_head(head: Head, target: Target, body: Framing | None = None) -> bytes:
+    """The request as sent to a Squid: absolute URI, hop-by-hop headers (and every one Connection names) dropped,
+    `Connection: close` (one exchange per upstream connection); the body's framing as the gateway sends it
+    (`body`: Content-Length n, chunked, or none) in place of the crawler's; no Expect (the gateway met it: the body
+    is sent with the head, and no 100 is asked of the proxy)."""
+    named = {t.strip().lower() for v in head.get("connection") + head.get("proxy-connection") for t in v.split(",")}
+    framing = {"content-length", "transfer-encoding", "expect"}  # expect: answered by the gateway
+    lines = [f"{head.method} http://{target.authority}{target.path} {head.version}"]
+    lines += [f"{k}: {v}" for k, v in head.headers
+              if k.lower() not in HOP_BY_HOP and k.lower() not in named and k.lower() not in framing]
+    if body is not None and body.kind == "length":
+        lines.append(f"Content-Length: {body.length}")
+    elif body is not None and body.kind == "chunked":
+        lines.append("Transfer-Encoding: chunked")
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def expects_continue(head: Head, body: Framing) -> bool:
+    """Does the crawler wait for a `100 Continue` before it sends its body (RFC 9110 10.1.1)? The gateway answers
+    the expectation itself (and drops Expect towards the proxy): True for `Expect: 100-continue` (any case) on an
+    HTTP/1.1 request that has a body to send; an HTTP/1.0 request's expectation is ignored; any other
+    expectation is Refused 417."""
+    values = [t.strip().lower() for v in head.get("expect") for t in v.split(",") if t.strip()]
+    if any(v != "100-continue" for v in values):
+        raise Refused(417, "expectation-failed", "the only expectation the gateway meets is 100-continue")
+    has_body = body.kind == "chunked" or (body.kind == "length" and body.length > 0)
+    return bool(values) and head.version == "HTTP/1.1" and has_body
+
+
+def declares_body(head: Head) -> bool:
+    """The request says a body follows its head (a Transfer-Encoding, or a Content-Length other than 0): a refusal
+    before the body is read must close the connection, or the body would be read as the next request."""
+    return bool(head.get("transfer-encoding")) or any(v.strip() != "0" for v in head.get("content-length"))
+
+
+def interim(status: int) -> bool:
+    """A response head the gateway reads past for the final one: 1xx (100, 102, 103, ...), never relayed (the
+    gateway answered any Expect itself). ValueError for 101: the gateway never asks for an upgrade (Upgrade is a
+    hop-by-hop header it drops), so a 101 is a broken exchange."""
+    if status == 101:
+        raise ValueError("a 101 Switching Protocols to a request that asked for no upgrade")
+    return 100 <= status < 200
+
+
+def request_framing(head: Head, max_body: int) -> Framing:
+    """How a request's body ends (RFC 9112 6.3 for requests): Content-Length n, chunked, or none. Refused: both
+    framings at once or several lengths (400: a proxy that picks one reading can be smuggled past), chunked not
+    the last coding (400), another coding (501), a length over `max_body` (413)."""
+    te = [t.strip().lower() for v in head.get("transfer-encoding") for t in v.split(",") if t.strip()]
+    lengths = {v.strip() for v in head.get("content-length")}
+    if head.get("transfer-encoding"):
+        if lengths:
+            raise Refused(400, "bad-request", "both Transfer-Encoding and Content-Length")
+        if not te or te[-1] != "chunked":
+            raise Refused(400, "bad-request", "a request's Transfer-Encoding must end in chunked")
+        if te != ["chunked"]:
+            raise Refused(501, "unsupported-transfer-coding", "only the chunked transfer coding is relayed")
+        return Framing("chunked")
+    if not lengths:
+        return Framing("none")
+    if len(lengths) > 1:
+        raise Refused(400, "bad-request", "more than one Content-Length")
+    (value,) = lengths
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
+        raise Refused(400, "bad-request", "a bad Content-Length")
+    if int(value) > max_body:
+        raise Refused(413, "body-too-large", f"the request body is over {max_body} bytes")
+    return Framing("length", int(value))
+
+
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(;[^\r\n\0]*)?\r\n", re.ASCII)
+
+
+def chunk_size(line: bytes) -> int:
+    """The size of a chunk from its size line (hex digits, an optional ;extension, CRLF); ValueError otherwise."""
+    m = _CHUNK_SIZE.fullmatch(line)
+    if m is None:
+        raise ValueError("a malformed chunk-size line")
+    return int(m.group(1), 16)
 
 
 def parse_status(raw: bytes) -> tuple[int, list[tuple[str, str]]]:
@@ -333,5 +482,6 @@ def answer(status: int, reason: str, message: str, extra: tuple[tuple[str, str],
 
 
 PHRASES = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required", 408: "Request Timeout",
-           411: "Length Required", 413: "Content Too Large", 431: "Request Header Fields Too Large",
-           501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+           411: "Length Required", 413: "Content Too Large", 417: "Expectation Failed",
+           431: "Request Header Fields Too Large", 501: "Not Implemented", 502: "Bad Gateway",
+           503: "Service Unavailable", 504: "Gateway Timeout"}

@@ -3,7 +3,8 @@
 - `proxy_operator_gateway_requests_total{client, kind, outcome}`: kind `connect` (a tunnel) or `http` (a
   plain request); outcome `ok`, `banned` (the crawler got the origin's ban answer after the retries),
   `upstream_failed`, `upstream_timeout`, `no_proxy`, `busy`, `unauthorized`, `forbidden`, `limited`,
-  `bad_request`, `unavailable`. `client` is `-` before a client is known.
+  `bad_request`, `unavailable`, `broken` (a plain response that broke off mid-body: cut, stalled past the idle
+  timeout, or malformed; the crawler's connection closed). `client` is `-` before a client is known.
 - `proxy_operator_gateway_upstream_retries_total{reason}`: refused, timeout, connect_error, banned, broken.
 - `proxy_operator_gateway_bytes_total{direction}`: `up` (crawler → proxy) and `down`.
 - `proxy_operator_gateway_tunnels_open`: tunnels now.
@@ -24,7 +25,7 @@ from fleet.serving import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
 from fleet.serving import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
 
 OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "busy", "unauthorized", "forbidden",
-            "limited", "bad_request", "unavailable")
+            "limited", "bad_request", "unavailable", "broken")
 RETRY_REASONS = ("refused", "timeout", "connect_error", "banned", "broken")
 BUCKETS = (0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 3600.0, float("inf"))
 

@@ -34,13 +34,18 @@ def config_of(settings: Settings) -> GatewayConfig:
         bans = decide.parse_statuses(settings.gateway_ban_statuses)
     except ValueError as exc:
         raise GatewayError(f"--gateway-ban-statuses: {exc}") from None
+    try:
+        pattern = decide.compile_ban_pattern(settings.gateway_ban_pattern)
+    except ValueError as exc:
+        raise GatewayError(f"--gateway-ban-pattern: {exc}") from None
     return GatewayConfig(
         max_per_proxy=settings.max_leases_per_proxy, lease_ttl=settings.gateway_lease_ttl,
         session_ttl=settings.gateway_session_ttl, max_attempts=settings.gateway_max_attempts,
         connect_timeout=settings.gateway_connect_timeout, response_timeout=settings.gateway_response_timeout,
         header_timeout=settings.gateway_header_timeout, idle_timeout=settings.gateway_idle_timeout,
         tunnel_max_duration=settings.gateway_tunnel_max_duration, max_tunnels=settings.gateway_max_tunnels,
-        max_tunnels_per_client=settings.gateway_max_tunnels_per_client, ban_statuses=bans,
+        max_tunnels_per_client=settings.gateway_max_tunnels_per_client, ban_statuses=bans, ban_pattern=pattern,
+        max_body=settings.gateway_max_body, body_timeout=settings.gateway_body_timeout,
         cooldown_blocked=settings.cooldown_blocked, cooldown_errors=settings.cooldown_errors,
         cooldown_global=settings.cooldown_global)
 

@@ -11,9 +11,13 @@ past it). Per request: Basic credentials (`fleet.gateway.clients`), the username
   to the crawler and a relay both ways (read a chunk, write it, wait for the writer to drain: a slow
   reader stops the other side's reads, so nothing is buffered without bound). The lease lasts as long
   as the tunnel, renewed at half its TTL, released at the close; a revoked lease ends the tunnel.
-- plain HTTP: the request (its body kept up to 64 KiB for a resend) sent with `Connection: close`,
-  the response head read; a ban status is reported `blocked` (the cooldown for that proxy and host)
-  and an idempotent request goes to another proxy; otherwise the response is relayed as framed.
+- plain HTTP: an `Expect: 100-continue` met by the gateway (a 100 once the head passed its checks; no Expect
+  sent on), the request (its body, Content-Length or chunked, kept up to 64 KiB for a resend, else
+  streamed; bounded by `max_body` and `body_timeout`) sent with `Connection: close`, the final response
+  head read past interim 1xx ones (and the start of its body, up to 64 KiB, when it may be a ban); a ban
+  status or the ban pattern is reported `blocked` (the cooldown for that proxy and host) and an idempotent
+  request goes to another proxy; otherwise the response is relayed as framed, each read within the idle
+  timeout (a body cut off or stalled closes the crawler's connection: outcome `broken`).
 
 A proxy that refuses, times out or answers the CONNECT with an error is reported `error` for that host
 and the next one is tried; the crawler sees an error only when every attempt failed (502, or 504 when
@@ -26,9 +30,10 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +86,9 @@ class GatewayConfig:
     cooldown_global: float = 300.0
     max_header_bytes: int = 64 * 1024
     max_headers: int = 100
+    max_body: int = 10 * 1024 * 1024
+    body_timeout: float = 30.0
+    ban_pattern: re.Pattern[str] | None = None
 
 
 class Conn:
@@ -223,6 +231,15 @@ class Gateway:
             except Refused as exc:
                 outcome = _outcome_of(exc)
                 extra = PROXY_AUTHENTICATE if exc.status == 407 else ()
+                # refused before its body was read (credentials, port, framing, expectation): the body must not be
+                # read as the next request, so the connection closes after it
+                unread = kind == "http" and exc.status in (400, 403, 407, 417, 501) and decide.declares_body(head)
+                if exc.status in (408, 413) or exc.reason == "bad-chunk" or unread:  # a body the crawler may still send
+                    await _answer_and_linger(reader, writer, decide.answer(exc.status, exc.reason, exc.message, extra))
+                    conn.close(httpguard.BODY_TIMEOUT if exc.status == 408 else "")
+                    span.set_attribute("fleet.gateway.outcome", outcome)
+                    self.series.request(client_name, kind, outcome)
+                    return False
                 if exc.status == 503 and exc.reason == "proxies-busy" and getattr(exc, "retry_after", None):
                     extra = (("Retry-After", str(exc.retry_after)),)  # type: ignore[attr-defined]
                 again = exc.status in (407, 403, 503, 502, 504) and head.keep_alive() and kind == "http"
@@ -343,7 +360,7 @@ class Gateway:
         if len(self.tunnels) >= c.max_tunnels:
             raise Refused(503, "tunnel-limit", f"the gateway holds {c.max_tunnels} tunnels (its limit)")
         tried = Attempted()
-        hostport = f"{target.host}:{target.port}"
+        hostport = target.authority
         request = f"CONNECT {hostport} HTTP/1.1\r\nHost: {hostport}\r\n\r\n".encode()
         for attempt in range(1, c.max_attempts + 1):
             got = await self._lease(client, opts, target, tried)
@@ -433,31 +450,45 @@ class Gateway:
     async def _plain(self, client: Client, opts: Options, target: Target, head: Head, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> tuple[str, bool]:
         c = self.config
-        if head.get("transfer-encoding"):
-            raise Refused(501, "chunked-request-body", "request bodies with Transfer-Encoding are not relayed; send "
-                                                       "Content-Length")
-        lengths = {v.strip() for v in head.get("content-length")}
-        if len(lengths) > 1 or (lengths and not next(iter(lengths)).isdigit()):
-            raise Refused(400, "bad-request", "a bad Content-Length")
-        length = int(next(iter(lengths))) if lengths else 0
-        body = b""
-        kept = length <= decide.RETRY_BODY_MAX
-        if length and kept:
-            try:
-                body = await asyncio.wait_for(reader.readexactly(length), c.idle_timeout)
-            except TimeoutError:
-                raise Refused(408, "body-timeout", "the request body did not arrive in time") from None
+        framing = decide.request_framing(head, c.max_body)
+        if decide.expects_continue(head, framing):  # the head passed every check: the crawler may send its body
+            writer.write(decide.CONTINUE)
+            await writer.drain()
+        deadline = asyncio.get_running_loop().time() + c.body_timeout
+        body = b""  # the body when kept (all of it, at most RETRY_BODY_MAX), else its start
+        rest: AsyncIterator[bytes] | None = None  # the body still to read from the crawler, when not kept
+        sent = framing
+        if framing.kind == "length" and framing.length <= decide.RETRY_BODY_MAX:
+            body = await _within(reader.readexactly(framing.length), deadline, c.body_timeout)
+        elif framing.kind == "length":
+            rest = _length_body(reader, framing.length, deadline, c.body_timeout)
+        elif framing.kind == "chunked":
+            pieces = _chunked_body(reader, deadline, c.body_timeout, c.max_body)
+            got: list[bytes] = []
+            size = 0
+            while size <= decide.RETRY_BODY_MAX:
+                try:
+                    piece = await pieces.__anext__()
+                except StopAsyncIteration:
+                    break
+                got.append(piece)
+                size += len(piece)
+            else:
+                rest = pieces  # over the bound: sent on as chunks while it comes
+            body = b"".join(got)
+            sent = decide.Framing("chunked") if rest is not None else decide.Framing("length", len(body))
+        kept = rest is None
         resendable = decide.may_resend(head.method, kept)
         keep_alive = head.keep_alive()
-        upstream_head = decide.upstream_head(head, target)
+        upstream_head = decide.upstream_head(head, target, sent)
         tried = Attempted()
         sent_unkept = False
         last_ban: tuple[bytes, bytes, str] | None = None
         for attempt in range(1, c.max_attempts + 1):
-            got = await self._lease(client, opts, target, tried)
-            if got is None:
+            got_lease = await self._lease(client, opts, target, tried)
+            if got_lease is None:
                 break
-            lease_id, proxy, port, ip = got
+            lease_id, proxy, port, ip = got_lease
             released = False
             try:
                 opened = await self._open(ip, port)
@@ -470,15 +501,19 @@ class Gateway:
                     break
                 up_reader, up_writer = opened
                 try:
-                    up_writer.write(upstream_head + body)
-                    if not kept:
+                    if rest is None:
+                        up_writer.write(upstream_head + body)
+                        self.series.bytes["up"] += len(body)
+                    else:
                         if sent_unkept:
                             raise Refused(502, "upstream-failed", "the request body cannot be sent again")
                         sent_unkept = True
-                        await _copy(reader, up_writer, length, self.series.bytes, "up")
+                        up_writer.write(upstream_head)
+                        await _send_body(body, rest, up_writer, sent.kind == "chunked", self.series.bytes)
                     try:
-                        raw = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), c.response_timeout)
-                        status, headers = decide.parse_status(raw)
+                        raw, status, headers = await self._final_head(up_reader)
+                        framing_down = decide.response_framing(head.method, status, headers)
+                        start = await self._body_start(up_reader, framing_down, status)
                     except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                         released = True
                         await self._failed(tried, proxy, target.host, lease_id, decide.BROKEN)
@@ -486,15 +521,14 @@ class Gateway:
                             self.series.retry(decide.BROKEN)
                             continue
                         break
-                    banned = decide.is_ban(status, c.ban_statuses)
-                    framing = decide.response_framing(head.method, status, headers)
-                    if banned and decide.retry(decide.BANNED, attempt, c.max_attempts, resendable) and (
-                            framing.kind == "none" or (framing.kind == "length"
-                                                       and framing.length <= decide.RETRY_BODY_MAX)):
+                    window = None
+                    if c.ban_pattern is not None and start.raw:
+                        encodings = [v for k, v in headers if k.lower() == "content-encoding"]
+                        window = decide.ban_window(start.decoded, encodings[-1] if encodings else "")
+                    banned = decide.is_ban(status, c.ban_statuses, c.ban_pattern, window)
+                    if banned and start.complete and decide.retry(decide.BANNED, attempt, c.max_attempts, resendable):
                         # kept (bounded) to be relayed when no other proxy does better
-                        ban_body = b"" if framing.kind == "none" else await asyncio.wait_for(
-                            up_reader.readexactly(framing.length), c.response_timeout)
-                        last_ban = (raw, ban_body, proxy)
+                        last_ban = (raw, start.raw, proxy)
                         released = True
                         await self._failed(tried, proxy, target.host, lease_id, decide.BANNED)
                         self.series.retry(decide.BANNED)
@@ -503,7 +537,7 @@ class Gateway:
                         await self._report(proxy, target.host, "blocked")
                     else:
                         self._spawn(self._report(proxy, target.host, "ok"))
-                    again = keep_alive and framing.kind != "close"
+                    again = keep_alive and framing_down.kind != "close"
 
                     async def done(lease_id: str = lease_id) -> None:  # before the crawler has the last byte: its next request finds room
                         nonlocal released
@@ -511,12 +545,20 @@ class Gateway:
                             released = True
                             await self._release(lease_id)
 
-                    if framing.kind == "none":
+                    if start.complete:
                         await done()
-                    writer.write(decide.client_head(raw, again, proxy))
-                    self.series.bytes["down"] += len(raw)
-                    await _relay_body(up_reader, writer, framing, self.series.bytes, done)
-                    await writer.drain()
+                    writer.write(decide.client_head(raw, again, proxy) + start.raw)
+                    self.series.bytes["down"] += len(raw) + len(start.raw)
+                    try:
+                        if not start.complete:
+                            await _relay_body(up_reader, writer, framing_down, self.series.bytes, done, c.idle_timeout,
+                                              start)
+                        await writer.drain()
+                    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                        # cut off, stalled past the idle timeout, or malformed (or the crawler went): the crawler's
+                        # connection closes, so it sees the response end short (a chunked one without its last chunk)
+                        log.info("a response broke off mid-body", extra=kv(proxy=proxy, error=type(exc).__name__))
+                        return "broken", False
                     return ("banned" if banned else "ok"), again
                 finally:
                     up_writer.close()
@@ -530,19 +572,192 @@ class Gateway:
             return "banned", keep_alive
         raise self._give_up(tried)
 
+    async def _final_head(self, src: asyncio.StreamReader) -> tuple[bytes, int, list[tuple[str, str]]]:
+        """The final response head (raw, status, headers) within the response timeout, past interim 1xx ones (read and
+        dropped, at most MAX_INTERIM); ValueError for a 101 or too many 1xx, TimeoutError when late."""
+        c = self.config
+        deadline = asyncio.get_running_loop().time() + c.response_timeout
+        for _ in range(decide.MAX_INTERIM + 1):
+            raw = await _within(src.readuntil(b"\r\n\r\n"), deadline, c.response_timeout, upstream=True)
+            status, headers = decide.parse_status(raw)
+            if not decide.interim(status):
+                return raw, status, headers
+        raise ValueError(f"more than {decide.MAX_INTERIM} interim responses")
+
+    async def _body_start(self, src: asyncio.StreamReader, framing: decide.Framing, status: int) -> BodyStart:
+        """The start of a response body, read before anything is relayed when the gateway may want another proxy's
+        answer instead: all of it up to BAN_WINDOW bytes when a ban status may be retried or a ban pattern is
+        set (bounded), else nothing."""
+        c = self.config
+        start = BodyStart()
+        if framing.kind == "none":
+            start.complete = True
+            return start
+        if c.ban_pattern is None and status not in c.ban_statuses:
+            return start
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + c.response_timeout
+        limit = decide.BAN_WINDOW
+        if framing.kind == "length":
+            n = min(framing.length, limit)
+            start.raw = start.decoded = await _within(src.readexactly(n), deadline, c.response_timeout, upstream=True)
+            start.consumed = n
+            start.complete = n == framing.length
+        elif framing.kind == "close":
+            parts = []
+            size = 0
+            while size < limit:
+                data = await _within(src.read(limit - size), deadline, c.response_timeout, upstream=True)
+                if not data:
+                    start.complete = True
+                    break
+                parts.append(data)
+                size += len(data)
+            start.raw = start.decoded = b"".join(parts)
+        else:  # chunked: whole chunks (the last one perhaps in part) up to the bound
+            raw: list[bytes] = []
+            decoded: list[bytes] = []
+            size = 0
+            while size < limit:
+                line = await _within(src.readuntil(b"\r\n"), deadline, c.response_timeout, upstream=True)
+                raw.append(line)
+                size += len(line)
+                n = decide.chunk_size(line)
+                if n == 0:
+                    while True:
+                        trailer = await _within(src.readuntil(b"\r\n"), deadline, c.response_timeout, upstream=True)
+                        raw.append(trailer)
+                        if trailer == b"\r\n":
+                            break
+                    start.complete = True
+                    break
+                take = min(n, max(1, limit - size))
+                data = await _within(src.readexactly(take), deadline, c.response_timeout, upstream=True)
+                raw.append(data)
+                decoded.append(data)
+                size += take
+                if take < n:
+                    start.pending = n - take + 2  # the rest of this chunk and its CRLF
+                    break
+                tail = await _within(src.readexactly(2), deadline, c.response_timeout, upstream=True)
+                if tail != b"\r\n":
+                    raise ValueError("a chunk without its CRLF")
+                raw.append(tail)
+                size += 2
+            start.raw, start.decoded = b"".join(raw), b"".join(decoded)
+        return start
+
+
+@dataclass
+class BodyStart:
+    """What of a response body was read before relaying: `raw` as framed (relayed as is), `decoded` (without the
+    chunked framing), `complete` when it is all of it; `consumed`: body bytes of a Content-Length body read,
+    `pending`: bytes of the current chunk (and its CRLF) still to come."""
+
+    raw: bytes = b""
+    decoded: bytes = b""
+    complete: bool = False
+    consumed: int = 0
+    pending: int = 0
+
+
+async def _within(aw: Awaitable[bytes], deadline: float, timeout: float, upstream: bool = False) -> bytes:
+    """`aw` by the loop-time `deadline`: a crawler's body late is Refused 408; a proxy's answer late, TimeoutError."""
+    left = deadline - asyncio.get_running_loop().time()
+    try:
+        if left <= 0:
+            if isinstance(aw, Coroutine):
+                aw.close()
+            raise TimeoutError
+        return await asyncio.wait_for(aw, left)
+    except TimeoutError:
+        if upstream:
+            raise
+        raise Refused(408, "body-timeout", f"the request body did not arrive within {timeout:g} s") from None
+
+
+async def _length_body(reader: asyncio.StreamReader, n: int, deadline: float, timeout: float) -> AsyncIterator[bytes]:
+    while n > 0:
+        data = await _within(reader.read(min(CHUNK, n)), deadline, timeout)
+        if not data:
+            raise asyncio.IncompleteReadError(b"", n)
+        n -= len(data)
+        yield data
+
+
+async def _chunked_body(reader: asyncio.StreamReader, deadline: float, timeout: float,
+                        max_body: int) -> AsyncIterator[bytes]:
+    """The data of a chunked request body; Refused 400 (malformed), 408 (not ended by the deadline), 413 (over
+    `max_body` bytes of data). Chunk extensions and trailers are dropped."""
+    total = 0
+    while True:
+        try:
+            line = await _within(reader.readuntil(b"\r\n"), deadline, timeout)
+        except asyncio.LimitOverrunError:
+            raise Refused(400, "bad-chunk", "a chunk-size line over 64 KiB") from None
+        try:
+            size = decide.chunk_size(line)
+        except ValueError as exc:
+            raise Refused(400, "bad-chunk", str(exc)) from None
+        if size == 0:
+            for _ in range(decide.MAX_TRAILERS + 1):
+                try:
+                    trailer = await _within(reader.readuntil(b"\r\n"), deadline, timeout)
+                except asyncio.LimitOverrunError:
+                    raise Refused(400, "bad-chunk", "a trailer line over 64 KiB") from None
+                if trailer == b"\r\n":
+                    return
+            raise Refused(400, "bad-chunk", f"more than {decide.MAX_TRAILERS} trailer fields")
+        total += size
+        if total > max_body:
+            raise Refused(413, "body-too-large", f"the request body is over {max_body} bytes")
+        left = size
+        while left:
+            data = await _within(reader.read(min(CHUNK, left)), deadline, timeout)
+            if not data:
+                raise asyncio.IncompleteReadError(b"", left)
+            left -= len(data)
+            yield data
+        if await _within(reader.readexactly(2), deadline, timeout) != b"\r\n":
+            raise Refused(400, "bad-chunk", "a chunk's data is not followed by CRLF")
+
+
+async def _send_body(start: bytes, rest: AsyncIterator[bytes], dst: asyncio.StreamWriter, chunked: bool,
+                     counts: dict[str, int]) -> None:
+    """A body the gateway does not keep: its start, then the rest while it comes (each piece drained before the
+    next is read), as chunks when `chunked`."""
+    async def pieces() -> AsyncIterator[bytes]:
+        if start:
+            yield start
+        async for piece in rest:
+            yield piece
+
+    async for piece in pieces():
+        dst.write(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)
+        counts["up"] += len(piece)
+        await dst.drain()
+    if chunked:
+        dst.write(b"0\r\n\r\n")
+        await dst.drain()
+
 
 LINGER_SECONDS, LINGER_BYTES = 2.0, 1024 * 1024
 
 
 async def _refuse(conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str, status: int,
                   message: str) -> None:
-    """Answer `status` and close without losing the answer: the client may still be sending (a header of a
-    megabyte), and closing a socket with unread data resets it, which can discard the answer on the way. So
-    the answer goes first, then our side shuts, then up to LINGER_BYTES of what still comes are read and
-    dropped for at most LINGER_SECONDS."""
+    await _answer_and_linger(reader, writer, decide.answer(status, reason.replace("_", "-"), message))
+    conn.close(reason)
+
+
+async def _answer_and_linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: bytes) -> None:
+    """Answer and close without losing the answer: the client may still be sending (a header of a megabyte, a
+    body), and closing a socket with unread data resets it, which can discard the answer on the way. So the
+    answer goes first, then our side shuts, then up to LINGER_BYTES of what still comes are read and dropped for
+    at most LINGER_SECONDS."""
     loop = asyncio.get_running_loop()
     with contextlib.suppress(Exception):
-        writer.write(decide.answer(status, reason.replace("_", "-"), message))
+        writer.write(answer)
         await asyncio.wait_for(writer.drain(), LINGER_SECONDS)
         if writer.can_write_eof():
             writer.write_eof()
@@ -552,16 +767,15 @@ async def _refuse(conn: Conn, reader: asyncio.StreamReader, writer: asyncio.Stre
             if not data:
                 break
             dropped += len(data)
-    conn.close(reason)
 
 
 Done = Callable[[], Awaitable[None]]
 
 
 async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, counts: dict[str, int],
-                direction: str, before_last: Done | None = None) -> None:
+                direction: str, idle: float, before_last: Done | None = None) -> None:
     while n > 0:
-        data = await src.read(min(CHUNK, n))
+        data = await asyncio.wait_for(src.read(min(CHUNK, n)), idle)
         if not data:
             raise asyncio.IncompleteReadError(b"", n)
         n -= len(data)
@@ -573,21 +787,27 @@ async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, co
 
 
 async def _relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, framing: decide.Framing,
-                      counts: dict[str, int], done: Done) -> None:
-    """The response body as framed; `done` is awaited once the proxy has sent all of it, before the crawler has
-    its last bytes (close-delimited: the crawler's end is our close, after this returns)."""
+                      counts: dict[str, int], done: Done, idle: float, start: BodyStart | None = None) -> None:
+    """The response body as framed, after what `start` read of it; `done` is awaited once the proxy has sent all
+    of it, before the crawler has its last bytes (close-delimited: the crawler's end is our close, after this
+    returns). Each read waits at most `idle` seconds (TimeoutError); a proxy's close before the end is
+    IncompleteReadError."""
+    start = start or BodyStart()
     if framing.kind == "length":
-        if framing.length == 0:
+        left = framing.length - start.consumed
+        if left == 0:
             await done()
-        await _copy(src, dst, framing.length, counts, "down", done)
+        await _copy(src, dst, left, counts, "down", idle, done)
     elif framing.kind == "close":
-        while data := await src.read(CHUNK):
+        while data := await asyncio.wait_for(src.read(CHUNK), idle):
             dst.write(data)
             counts["down"] += len(data)
             await dst.drain()
     elif framing.kind == "chunked":
+        if start.pending:
+            await _copy(src, dst, start.pending, counts, "down", idle)
         while True:
-            line = await src.readuntil(b"\r\n")
+            line = await asyncio.wait_for(src.readuntil(b"\r\n"), idle)
             dst.write(line)
             size_text = line.split(b";", 1)[0].strip()
             try:
@@ -596,13 +816,13 @@ async def _relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, fram
                 raise ConnectionError("a malformed chunk size from the proxy") from None
             if size == 0:
                 while True:  # trailers, then the empty line
-                    trailer = await src.readuntil(b"\r\n")
+                    trailer = await asyncio.wait_for(src.readuntil(b"\r\n"), idle)
                     if trailer == b"\r\n":
                         await done()
                     dst.write(trailer)
                     if trailer == b"\r\n":
                         return
-            await _copy(src, dst, size + 2, counts, "down")
+            await _copy(src, dst, size + 2, counts, "down", idle)
 
 
 def _decode(raw: bytes | str) -> dict[str, Any]:

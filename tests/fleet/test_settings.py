@@ -110,6 +110,10 @@ def test_bad_settings_name_flag_and_value(env, message):
     ("max_leases_per_proxy", "0", "--max-leases-per-proxy"),
     ("lease_max_ttl", "2d", "--lease-max-ttl"),
     ("cooldown_errors", "0", "--cooldown-errors"),
+    ("gateway_ban_pattern", "(unclosed", "--gateway-ban-pattern"),
+    ("gateway_ban_pattern", "a" * 1001, "--gateway-ban-pattern"),
+    ("gateway_max_body", "-1", "--gateway-max-body"),
+    ("gateway_body_timeout", "20m", "--gateway-body-timeout"),
 ])
 def test_new_settings_refuse_bad_values_naming_the_flag(attr, raw, flag):
     with pytest.raises(SettingsError) as err:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import base64
+import gzip
+import zlib
 
 import pytest
 
 from fleet.gateway import decide
 from fleet.gateway.clients import ClientsError, ClientsFile, parse_clients
 from fleet.gateway.decide import Options, Refused
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=-15)
+    return c.compress(data) + c.flush()
 
 
 @pytest.mark.parametrize(("username", "want"), [
@@ -97,7 +104,26 @@ def test_request_heads(raw, want):
     ("CONNECT", "example.com", "bad-target"),
     ("CONNECT", "example.com:0", "bad-target"),
     ("CONNECT", "example.com:99999", "bad-target"),
-    ("CONNECT", "[::1]:443", "bad-target"),
+    ("CONNECT", "[::1]:443", ("::1", 443, "")),
+    ("CONNECT", "[2001:DB8:0:0::1]:8443", ("2001:db8::1", 8443, "")),  # compressed, lower case
+    ("CONNECT", "[::ffff:127.0.0.1]:443", ("::ffff:7f00:1", 443, "")),
+    ("CONNECT", "[::1]", "bad-target"),  # no port
+    ("CONNECT", "::1:443", "bad-target"),  # unbracketed: which colon?
+    ("CONNECT", "[::1]443", "bad-target"),
+    ("CONNECT", "[::1]:", "bad-target"),
+    ("CONNECT", "[fe80::1%eth0]:443", "bad-target"),  # no zone ids
+    ("CONNECT", "[fe80::1%25eth0]:443", "bad-target"),
+    ("CONNECT", "[127.0.0.1]:443", "bad-target"),
+    ("CONNECT", "[example.com]:443", "bad-target"),
+    ("CONNECT", "[]:443", "bad-target"),
+    ("CONNECT", "[::1:443", "bad-target"),
+    ("CONNECT", "[:::1]:443", "bad-target"),
+    ("CONNECT", "[::1]:443:1", "bad-target"),
+    ("CONNECT", "[::1]:\u0661\u0662", "bad-target"),  # Arabic-Indic digits are not a port
+    ("GET", "http://[::1]:8080/a", ("::1", 8080, "/a")),
+    ("GET", "http://[::1]/a", ("::1", 80, "/a")),
+    ("GET", "http://[::1]?q", ("::1", 80, "/?q")),
+    ("GET", "http://::1/a", "bad-target"),
     ("CONNECT", "exa_mple.com:443", "bad-target"),
     ("GET", "http://example.com/a?b=c", ("example.com", 80, "/a?b=c")),
     ("GET", "http://example.com:8080", ("example.com", 8080, "/")),
@@ -125,6 +151,98 @@ BANS = frozenset(decide.DEFAULT_BAN_STATUSES)
                                               (500, False), (502, False)])
 def test_ban_signature(status, want):
     assert decide.is_ban(status, BANS) is want
+
+
+@pytest.mark.parametrize(("status", "pattern", "body", "encoding", "want"), [
+    (200, "", b"captcha", "", False),  # no pattern: status codes only
+    (429, "", b"", "", True),
+    (200, r"(?i)captcha", b"<title>CAPTCHA</title>", "", True),  # any status
+    (404, r"(?i)captcha", b"please solve the captcha", "", True),
+    (200, r"access denied", b"welcome", "", False),
+    (429, r"never", b"welcome", "", True),  # a ban status needs no pattern
+    (200, r"captcha", gzip.compress(b"a captcha page"), "gzip", True),  # decoded before the search
+    (200, r"captcha", zlib.compress(b"a captcha page"), "deflate", True),
+    (200, r"captcha", _raw_deflate(b"a captcha page"), "deflate", True),  # raw deflate (no zlib header)
+    (200, r"captcha", gzip.compress(b"a captcha page"), "", False),  # compressed, undeclared: not decoded
+    (200, r"captcha", b"a captcha page", "br", False),  # a coding the gateway does not decode: no pattern ban
+    (200, r"captcha", b"not gzip at all captcha", "gzip", False),  # undecodable: no pattern ban
+    (200, r"captcha", b"x" * decide.BAN_WINDOW + b"captcha", "", False),  # past the window
+    (200, r"captcha", gzip.compress(b"x" * (decide.BAN_WINDOW + 10) + b"captcha"), "gzip", False),  # a bomb stops at the window
+    (200, r"caf\u00e9", "un café".encode(), "", True),  # UTF-8 text
+    (200, r"x", b"\xff\xfe x", "", True),  # bad UTF-8 replaced, not an error
+])
+def test_ban_pattern(status, pattern, body, encoding, want):
+    compiled = decide.compile_ban_pattern(pattern)
+    window = decide.ban_window(body, encoding)
+    assert decide.is_ban(status, BANS, compiled, window) is want
+
+
+def test_a_decompressed_window_is_bounded_whatever_the_ratio():
+    bomb = gzip.compress(b"\0" * (50 * 1024 * 1024))  # 50 MiB of zeros in ~50 KiB
+    assert len(decide.ban_window(bomb, "gzip")) == decide.BAN_WINDOW
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("(unclosed", "not a regular expression"),
+    ("a" * 1001, "over 1000 characters"),
+    ("x*", "matches an empty body"),
+    ("|captcha", "matches an empty body"),
+])
+def test_bad_ban_patterns_say_why(text, why):
+    with pytest.raises(ValueError, match=why):
+        decide.compile_ban_pattern(text)
+
+
+@pytest.mark.parametrize(("headers", "want"), [
+    ((), ("none", 0)),
+    ((("Content-Length", "12"),), ("length", 12)),
+    ((("Content-Length", "0"),), ("length", 0)),
+    ((("Content-Length", "5"), ("Content-Length", "5")), ("length", 5)),  # the same value twice: one
+    ((("Transfer-Encoding", "chunked"),), ("chunked", 0)),
+    ((("Transfer-Encoding", "Chunked"),), ("chunked", 0)),
+    ((("Content-Length", "5"), ("Content-Length", "6")), 400),
+    ((("Content-Length", "-1"),), 400),
+    ((("Content-Length", "1e3"),), 400),
+    ((("Content-Length", "\u0661"),), 400),
+    ((("Content-Length", "1" * 19),), 400),
+    ((("Content-Length", "1025"),), 413),  # over max_body
+    ((("Transfer-Encoding", "chunked"), ("Content-Length", "5")), 400),  # smuggling
+    ((("Transfer-Encoding", "gzip"),), 400),  # chunked must be last
+    ((("Transfer-Encoding", "chunked, gzip"),), 400),
+    ((("Transfer-Encoding", "gzip, chunked"),), 501),
+    ((("Transfer-Encoding", "gzip"), ("Transfer-Encoding", "chunked")), 501),
+    ((("Transfer-Encoding", ""),), 400),
+])
+def test_request_body_framing(headers, want):
+    head = decide.Head("POST", "http://example.com/", "HTTP/1.1", headers)
+    if isinstance(want, int):
+        with pytest.raises(Refused) as err:
+            decide.request_framing(head, 1024)
+        assert err.value.status == want
+    else:
+        got = decide.request_framing(head, 1024)
+        assert (got.kind, got.length) == want
+
+
+@pytest.mark.parametrize(("line", "want"), [
+    (b"0\r\n", 0),
+    (b"1a\r\n", 26),
+    (b"FF;name=value\r\n", 255),
+    (b"10 \r\n", 16),
+    (b"\r\n", None),
+    (b"-1\r\n", None),
+    (b"0x10\r\n", None),
+    (b"g\r\n", None),
+    (b"1" * 16 + b"\r\n", None),  # over 15 hex digits
+    (b"10", None),  # no CRLF
+    (b"10\n", None),
+])
+def test_chunk_sizes(line, want):
+    if want is None:
+        with pytest.raises(ValueError):
+            decide.chunk_size(line)
+    else:
+        assert decide.chunk_size(line) == want
 
 
 @pytest.mark.parametrize(("failure", "attempt", "most", "resendable", "want"), [
@@ -183,6 +301,66 @@ def test_the_upstream_request_drops_hop_by_hop_headers_and_credentials():
                              b"Connection: keep-alive, X-Drop\r\nX-Drop: 1\r\nKeep-Alive: 5\r\nAccept: */*\r\n\r\n")
     out = decide.upstream_head(head, decide.target_of(head))
     assert out == (b"GET http://a.example:80/x HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+
+
+@pytest.mark.parametrize(("sent", "want"), [
+    (decide.Framing("length", 7), b"Content-Length: 7\r\n"),  # a chunked body kept: sent with its length
+    (decide.Framing("chunked"), b"Transfer-Encoding: chunked\r\n"),  # a long one: chunked on
+    (decide.Framing("none"), b""),
+])
+def test_the_upstream_request_carries_the_bodys_framing_as_sent(sent, want):
+    head = decide.parse_head(b"POST http://[::1]:8080/x HTTP/1.1\r\nHost: [::1]:8080\r\nTransfer-Encoding: chunked\r\n"
+                             b"Content-Length: 99\r\n\r\n")
+    out = decide.upstream_head(head, decide.target_of(head), sent)
+    assert out == (b"POST http://[::1]:8080/x HTTP/1.1\r\nHost: [::1]:8080\r\n" + want + b"Connection: close\r\n\r\n")
+
+
+def _head(version: str, *headers: str) -> decide.Head:
+    return decide.parse_head(f"POST http://a.example/ {version}\r\n{''.join(h + chr(13) + chr(10) for h in headers)}"
+                             f"\r\n".encode())
+
+
+@pytest.mark.parametrize(("version", "headers", "body", "want"), [
+    ("HTTP/1.1", ("Expect: 100-continue",), decide.Framing("length", 5), True),
+    ("HTTP/1.1", ("Expect: 100-Continue",), decide.Framing("chunked"), True),  # case-insensitive
+    ("HTTP/1.1", ("Expect: 100-continue",), decide.Framing("length", 0), False),  # no body to wait for
+    ("HTTP/1.1", ("Expect: 100-continue",), decide.Framing("none"), False),
+    ("HTTP/1.0", ("Expect: 100-continue",), decide.Framing("length", 5), False),  # ignored (RFC 9110 10.1.1)
+    ("HTTP/1.1", (), decide.Framing("length", 5), False),
+    ("HTTP/1.1", ("Expect: 200-ok",), decide.Framing("length", 5), 417),
+    ("HTTP/1.1", ("Expect: 100-continue, x",), decide.Framing("length", 5), 417),
+    ("HTTP/1.0", ("Expect: 200-ok",), decide.Framing("none"), 417),
+])
+def test_the_gateway_meets_an_expect_itself(version, headers, body, want):
+    head = _head(version, *headers)
+    if want == 417:
+        with pytest.raises(Refused) as exc:
+            decide.expects_continue(head, body)
+        assert (exc.value.status, exc.value.reason) == (417, "expectation-failed")
+    else:
+        assert decide.expects_continue(head, body) is want
+
+
+@pytest.mark.parametrize(("headers", "want"), [((), False), (("Content-Length: 0",), False),
+                                               (("Content-Length: 3",), True), (("Transfer-Encoding: chunked",), True)])
+def test_a_declared_body(headers, want):
+    assert decide.declares_body(_head("HTTP/1.1", *headers)) is want
+
+
+@pytest.mark.parametrize(("status", "want"), [(100, True), (102, True), (103, True), (199, True), (200, False),
+                                              (204, False), (404, False), (101, ValueError)])
+def test_interim_responses_are_read_past(status, want):
+    if want is ValueError:
+        with pytest.raises(ValueError, match="101"):
+            decide.interim(status)
+    else:
+        assert decide.interim(status) is want
+
+
+def test_the_upstream_request_drops_expect():
+    head = _head("HTTP/1.1", "Host: a.example", "Expect: 100-continue", "Content-Length: 5")
+    out = decide.upstream_head(head, decide.target_of(head), decide.Framing("length", 5))
+    assert b"expect" not in out.lower() and b"Content-Length: 5\r\n" in out
 
 
 def test_the_relayed_response_head_says_our_connection_and_the_proxy():
