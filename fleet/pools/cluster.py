@@ -35,6 +35,7 @@ from typing import Any
 from fleet import kube
 from fleet.pools import decide as rules
 from fleet.pools.decide import Decision, Demand
+from fleet.pools.metrics import Figures, PoolSeries
 from fleet.pools.model import API_VERSION, KIND, LABEL_HASH, Member, Pool, PoolError, member_of, parse_pool
 from fleet.pools.schema import SUFFIX
 from fleet.proxies.manifests import ManifestError
@@ -50,7 +51,7 @@ NAME_ATTEMPTS = 5
 
 @dataclass
 class Counters:
-    """What the controller did, for tests and (later) fleet.pools.metrics."""
+    """What the controller did, for tests and benchmarks (/metrics: `PoolController.series`)."""
 
     creates: int = 0
     deletes: dict[str, int] = field(default_factory=dict)  # by reason
@@ -63,7 +64,8 @@ class PoolController:
                  clock: Callable[[], float] = time.time,
                  demand: Callable[[Pool, Sequence[str]], Demand | None] = lambda pool, keys: None,
                  usage: Callable[[str], tuple[int, int]] = lambda key: (0, 0),
-                 rng: random.Random | None = None, served: Callable[[str], bool] = lambda ns: True) -> None:
+                 rng: random.Random | None = None, served: Callable[[str], bool] = lambda ns: True,
+                 series: PoolSeries | None = None) -> None:
         self.writer, self.namespaces, self.clock = writer, namespaces, clock
         self.demand = demand  # the lease API's demand for a pool, given its members' keys (None: unknown)
         self.served = served  # whether this installation serves a namespace now (its claim: fleet.proxies.claims)
@@ -71,6 +73,7 @@ class PoolController:
         self.rng = rng or random.Random()
         self.history: dict[str, list[tuple[float, int]]] = {}
         self.counters = Counters()
+        self.series = series if series is not None else PoolSeries()  # fleet.pools.metrics: the controller's /metrics
         self._reported: set[str] = set()
 
     # -- one pass -------------------------------------------------------------------------
@@ -89,6 +92,7 @@ class PoolController:
                 pools = [o for o in pools if ok.setdefault(_ns(o), self.served(_ns(o)))]
                 proxies = [o for o in proxies if ok.setdefault(_ns(o), self.served(_ns(o)))]
             out.update(self._namespace(pools, proxies))
+        self.series.retain(tuple(k.split("/", 1)) for k, what in out.items() if what not in ("unreadable", "deleting"))
         return out
 
     def _namespace(self, pools: list[dict[str, Any]], proxies: list[dict[str, Any]]) -> dict[str, str]:
@@ -101,7 +105,7 @@ class PoolController:
                 continue
             ns = str(_meta(p).get("namespace") or "")
             if (ns, owner[1]) not in owners:
-                self._delete(ns, str(_meta(p).get("name")), "orphan")  # its pool is gone (no garbage collector)
+                self._delete(ns, "", str(_meta(p).get("name")), "orphan")  # its pool is gone (no garbage collector)
                 continue
             members.setdefault((ns, owner[1]), []).append(p)
         for obj in pools:
@@ -140,6 +144,10 @@ class PoolController:
             self.history[pool.key] = [*history, d.recommendation]
         if pool.deleting:
             return "deleting"
+        st = d.status
+        self.series.observe(pool.namespace, pool.name, Figures(
+            d.desired, int(st["readyReplicas"]), int(st["availableReplicas"]), int(st["updatedReplicas"]),
+            d.max_unavailable, d.remediation_blocked, pool.spec.autoscale.max if pool.spec.autoscale else None))
         self._apply(pool, obj, d)
         return f"{len(d.creates)} created, {len(d.deletes)} deleted"
 
@@ -147,7 +155,7 @@ class PoolController:
         for c in d.creates:
             self._create(pool, c.provider, c.template_hash)
         for x in d.deletes:
-            self._delete(pool.namespace, x.name, x.reason)
+            self._delete(pool.namespace, pool.name, x.name, x.reason)
         rv = pool.resource_version
         if d.scale_to is not None:  # spec.replicas: what the scale subresource reads and `kubectl scale` writes
             written = self.writer.patch(kube.PROXY_POOL, pool.namespace, pool.name,
@@ -188,12 +196,13 @@ class PoolController:
             return
         raise kube.ApiUnavailable(f"no free member name for pool {pool.key} after {NAME_ATTEMPTS} attempts")
 
-    def _delete(self, namespace: str, name: str, reason: str) -> None:
+    def _delete(self, namespace: str, pool: str, name: str, reason: str) -> None:
         try:
             self.writer.call("delete", kube.PROXY, namespace, name)
         except kube.NotFound:
             return
         self.counters.deletes[reason] = self.counters.deletes.get(reason, 0) + 1
+        self.series.replaced(namespace, pool, reason)
         log.info("pool member deleted", extra={"fields": {"proxy": f"{namespace}/{name}", "reason": reason}})
 
     # -- the loop ---------------------------------------------------------------------------

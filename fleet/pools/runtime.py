@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from fleet import runtime
 from fleet.pools.cluster import PoolController
 from fleet.pools.decide import Demand
+from fleet.pools.metrics import PoolSeries
 from fleet.pools.model import Pool
 from fleet.store import keys
 from fleet.store.leases import Leases
@@ -83,6 +84,7 @@ class PoolLoop:
                      extra={"fields": {"owner": self.owner}})
             self.holding = held
         if not held:
+            self.controller.series.forget()  # the holder serves the pools' figures
             return False
         self.inputs.refresh()
         self.controller.run_once()
@@ -100,6 +102,9 @@ class PoolLoop:
                 self.lock.release(self.owner)
             except Exception as exc:  # it lapses anyway
                 log.debug("pool lock release failed: %s", exc)
+
+
+SERIES = PoolSeries()  # the pools' part of this controller's /metrics (tasks.controller), fed by the loop
 
 
 def owner_id() -> str:
@@ -120,7 +125,7 @@ def start(stop: threading.Event) -> list[threading.Thread]:
     claims = objects.claims
     inputs = Inputs(store.leases, s.max_leases_per_proxy)
     ctl = PoolController(objects.writer, namespaces=s.proxy_scope, demand=inputs.demand, usage=inputs.usage,
-                         served=claims.allowed if claims is not None else (lambda ns: True))
+                         served=claims.allowed if claims is not None else (lambda ns: True), series=SERIES)
     loop = PoolLoop(ctl, store.pool_lock, inputs, owner_id())
     log.info("ProxyPools: one controller replica reconciles them (lock %s)", keys.POOL_LOCK)
     t = threading.Thread(target=loop.run, args=(stop,), name="fleet-pool-loop", daemon=True)
