@@ -92,7 +92,8 @@ class PoolController:
                 pools = [o for o in pools if ok.setdefault(_ns(o), self.served(_ns(o)))]
                 proxies = [o for o in proxies if ok.setdefault(_ns(o), self.served(_ns(o)))]
             out.update(self._namespace(pools, proxies))
-        self.series.retain(tuple(k.split("/", 1)) for k, what in out.items() if what not in ("unreadable", "deleting"))
+        self.series.retain((k.split("/", 1)[0], k.split("/", 1)[1]) for k, what in out.items()
+                           if what not in ("unreadable", "deleting"))
         return out
 
     def _namespace(self, pools: list[dict[str, Any]], proxies: list[dict[str, Any]]) -> dict[str, str]:
