@@ -224,10 +224,9 @@ PH_NAMES = ("ph", "providerhealth", "providerhealths")
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    from fleet.cli import pools
     from fleet.health.stored import StoredResults
     from fleet.store import Store, StoreError
-
-    from fleet.cli import pools
 
     if args.resource in PROXY_NAMES:
         return get_proxies(args)
