@@ -36,14 +36,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kubernetes import client  # noqa: E402
+from kubernetes import client
 
-from fleet import kube  # noqa: E402
-from fleet.pools.cluster import PoolController  # noqa: E402
-from fleet.pools.decide import Demand  # noqa: E402
-from providers.kubernetes.client import load_configuration  # noqa: E402
-from tests.fakes.kubeapi import FakeKubeAPI, Server  # noqa: E402
-from tests.fleet.pools.test_cluster import NS, Clock, Kubelet, members  # noqa: E402
+from fleet import kube
+from fleet.pools.cluster import PoolController
+from fleet.pools.decide import Demand
+from providers.kubernetes.client import load_configuration
+from tests.fakes.kubeapi import FakeKubeAPI, Server
+from tests.fleet.pools.test_cluster import NS, Clock, Kubelet, members
 
 
 def pool_body(name: str, replicas: int, **spec: object) -> dict:
