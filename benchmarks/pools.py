@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kubernetes import client
 
 from fleet import kube
-from fleet.pools.cluster import PoolController
+from fleet.pools.cluster import InCluster, PoolController
 from fleet.pools.decide import Demand
 from providers.kubernetes.client import load_configuration
 from tests.fakes.kubeapi import FakeKubeAPI, Server
@@ -61,7 +61,7 @@ class Bench:
         self.writer = kube.Writer(client.ApiClient(load_configuration(path)), "bench")
         self.clock = Clock()
         self.demand: Demand | None = None
-        self.ctl = PoolController(self.writer, (NS,), clock=self.clock, rng=random.Random(1),
+        self.ctl = PoolController(InCluster(self.writer), (NS,), clock=self.clock, rng=random.Random(1),
                                   demand=lambda pool, keys: self.demand)
         self.kubelet = Kubelet(self.api, self.clock)
 
