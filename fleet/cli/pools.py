@@ -1,14 +1,17 @@
 """`fleet get pools` and `fleet scale pool NAME --replicas N`: ProxyPools of
-the cluster (cluster mode only: the controller's kubeconfig settings,
-`--kubeconfig`/`--kube-context`, in-cluster or ~/.kube/config; standalone
-pools in Redis are not built yet, and these commands say so).
+the cluster (the controller's kubeconfig settings, `--kubeconfig`/`--kube-context`,
+in-cluster or ~/.kube/config), or with `--proxies` (standalone mode, as the
+controller decides) those of the manifests, their status from Redis
+(`fleet.pools.standalone`).
 
 `get pools` lists them as `kubectl get pxp` prints them (NAME DESIRED
 READY AVAILABLE AGE, NAMESPACE first across all namespaces). `scale pool`
 is what `kubectl scale pxp` sends: a merge patch of the pool's scale
 subresource (`fleet.kube.scale`), checked first against the pool's limits
 (a whole number in [0, MAX_REPLICAS], within autoscale's [min, max] when
-it autoscales, since the autoscaler would move it back at once).
+it autoscales, since the autoscaler would move it back at once). Standalone,
+it writes the replicas override in Redis, which holds until the manifest's
+own replicas changes (`kubectl scale` then `kubectl apply` of an edited file).
 
 Exit codes as the rest of the CLI: 0 done, 1 no such pool, 2 bad input
 (a bad N, past a limit, no cluster), 3 the API server unreachable.
@@ -39,7 +42,7 @@ def _client(args: argparse.Namespace) -> Any:
     api, _mode = kube.api_client(settings)
     if api is None:
         raise subcommands.BadInput("ProxyPools need a cluster (no --kubeconfig, no in-cluster service account, no "
-                                   "~/.kube/config); standalone pools (--proxies) are not built yet")
+                                   "~/.kube/config) and no --proxies manifests (standalone mode)")
     return api
 
 
@@ -54,8 +57,48 @@ def _name(name: str | None) -> None:
         raise subcommands.BadInput(f"NAME {validate_name(name)} (got {show(name)})")
 
 
+def _standalone(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """(settings, the store) in standalone mode (`--proxies` set), else None."""
+    from fleet.store import Store
+
+    settings = subcommands.settings_from(args)
+    if not settings.proxies:
+        return None
+    return settings, Store.from_url(settings.broker)
+
+
+def _standalone_pools(args: argparse.Namespace, settings: Any, store: Any) -> list[dict[str, Any]]:
+    from fleet.pools.standalone import InRedis
+    from fleet.proxies.standalone import Standalone
+    from fleet.store import StoreError
+
+    where = InRedis(store.pools, Standalone(store.proxies, settings.proxies, settings.installation_id), settings.proxies,
+                    settings.installation_id, write=False)
+    try:
+        items, m = where.pools()
+    except StoreError as exc:
+        raise subcommands.Unreachable(f"cannot read ProxyPools from Redis: {show(str(exc), 200)}") from None
+    for e in m.errors:
+        print(f"warning: {e}", file=sys.stderr)
+    return [o for o in items if not args.namespace or o["metadata"]["namespace"] == args.namespace]
+
+
 def get_pools(args: argparse.Namespace) -> int:
     _name(args.name)
+    standalone = _standalone(args)
+    if standalone is not None:
+        settings, store = standalone
+        try:
+            items = _standalone_pools(args, settings, store)
+        finally:
+            store.close()
+        if args.name is not None:
+            ns = args.namespace or DEFAULT_NAMESPACE
+            items = [o for o in items if o["metadata"]["name"] == args.name and o["metadata"]["namespace"] == ns]
+            if not items:
+                print(f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}", file=sys.stderr)
+                return subcommands.EXIT_NOT_READY
+        return _show(args, items)
     api = _client(args)
     try:
         if args.name is not None:
@@ -69,6 +112,10 @@ def get_pools(args: argparse.Namespace) -> int:
         return subcommands.EXIT_NOT_READY
     except kube.KubeError as exc:
         raise _unreachable(exc) from None
+    return _show(args, items)
+
+
+def _show(args: argparse.Namespace, items: list[dict[str, Any]]) -> int:
     if args.output == "json":
         print(json.dumps(items[0] if args.name else items, indent=2, sort_keys=True))
     elif args.output == "yaml":
@@ -131,6 +178,9 @@ def cmd_scale(args: argparse.Namespace) -> int:
     n = replicas_of(args.replicas)
     _name(args.name)
     ns = args.namespace or DEFAULT_NAMESPACE
+    standalone = _standalone(args)
+    if standalone is not None:
+        return _scale_standalone(args, ns, n, *standalone)
     api = _client(args)
     try:
         pool = _get(api, ns, args.name)
@@ -149,8 +199,32 @@ def cmd_scale(args: argparse.Namespace) -> int:
     return subcommands.EXIT_OK
 
 
+def _scale_standalone(args: argparse.Namespace, ns: str, n: int, settings: Any, store: Any) -> int:
+    from fleet.pools.standalone import declared_pools, set_replicas
+    from fleet.store import StoreError
+
+    try:
+        d = next((d for d in declared_pools(settings.proxies).pools if d.key == f"{ns}/{args.name}"), None)
+        if d is None:
+            print(f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}", file=sys.stderr)
+            return subcommands.EXIT_NOT_READY
+        why = within_autoscale(d.obj["spec"], n)
+        if why:
+            raise subcommands.BadInput(f"proxypool {ns}/{args.name}: {why}")
+        set_replicas(store.pools, settings.proxies, ns, args.name, n)
+    except StoreError as exc:
+        raise subcommands.Unreachable(f"cannot write the scale to Redis: {show(str(exc), 200)}") from None
+    finally:
+        store.close()
+    print(f"proxypool.crawl.example.com/{args.name} scaled to {n} (standalone: until the manifest's replicas "
+          f"changes from {d.replicas if d.replicas is not None else 'unset'})")
+    return subcommands.EXIT_OK
+
+
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("scale", parents=[common], help="set a ProxyPool's replicas (its scale subresource, as kubectl scale)")
+    s = sub.add_parser("scale", parents=[common], help=(
+        "set a ProxyPool's replicas: its scale subresource, as kubectl scale; standalone (--proxies), an override "
+        "in Redis that holds until the manifest's own replicas changes"))
     s.add_argument("resource", help="pool (proxypool)")
     s.add_argument("name")
     s.add_argument("--replicas", required=True, help=f"the new replicas, 0 to {MAX_REPLICAS}")

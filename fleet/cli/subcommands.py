@@ -470,11 +470,12 @@ def parser() -> argparse.ArgumentParser:
     gc.add_parser(sub, common)
 
     s = sub.add_parser("get", parents=[common],
-                       help="show provider health or standalone Proxies from Redis, or the cluster's ProxyPools")
-    s.add_argument("resource", help="ph (providerhealth), px (proxies) or pools (proxypools, from the cluster)")
+                       help="show provider health, standalone Proxies from Redis, or ProxyPools (cluster or standalone)")
+    s.add_argument("resource", help=("ph (providerhealth), px (proxies) or pools (proxypools: the cluster's, or with "
+                                     "--proxies the manifests' with their status from Redis)"))
     s.add_argument("name", nargs="?")
     s.add_argument("-n", "--namespace", help="px, pools: only this namespace (default: all, with a NAMESPACE column)")
-    s.add_argument("-l", "--selector", help="px: only a pool's members, pool=NAME")
+    s.add_argument("-l", "--selector", help="px: only a ProxyPool's members, pool=NAME (standalone: from Redis)")
     s.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     s.set_defaults(fn=cmd_get)
 
