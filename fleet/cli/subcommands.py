@@ -175,7 +175,11 @@ def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
     from fleet.proxies.manifests import load_manifests
     from providers import registry
 
+    from fleet.pools.standalone import declared_pools
+
     proxies, errors = load_manifests(path)
+    pools = declared_pools(path)
+    errors = [*errors, *pools.errors]
     if config is not None:
         for p in proxies:
             if p.spec.provider not in config.names():
@@ -188,7 +192,7 @@ def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
                 print(f"note: {p.key}: spec.placement: {why}: the controller reports it Failed (InvalidPlacement)",
                       file=sys.stderr)
     if not errors:
-        print(f"{path}: ok, {len(proxies)} Proxy manifest(s)")
+        print(f"{path}: ok, {len(proxies)} Proxy manifest(s), {len(pools.pools)} ProxyPool manifest(s)")
         return []
     head = f"{path}: {len(errors)} problem(s) in the Proxy manifests ({len(proxies)} valid); the controller applies none of these:"
     return [head, *(str(e) for e in errors)]
