@@ -172,14 +172,13 @@ def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
     """Prints the count when the manifests are all valid, and notes on what the
     controller would set Failed (a provider missing from `config`, a placement
     it refuses): those are statuses, not manifest errors. The problems, as text."""
+    from fleet.pools.standalone import declared_pools
     from fleet.proxies.manifests import load_manifests
     from providers import registry
 
-    from fleet.pools.standalone import declared_pools
-
     proxies, errors = load_manifests(path)
     pools = declared_pools(path)
-    errors = [*errors, *pools.errors]
+    problems = [*(str(e) for e in errors), *pools.errors]
     if config is not None:
         for p in proxies:
             if p.spec.provider not in config.names():
@@ -191,11 +190,11 @@ def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
             if why:
                 print(f"note: {p.key}: spec.placement: {why}: the controller reports it Failed (InvalidPlacement)",
                       file=sys.stderr)
-    if not errors:
+    if not problems:
         print(f"{path}: ok, {len(proxies)} Proxy manifest(s), {len(pools.pools)} ProxyPool manifest(s)")
         return []
-    head = f"{path}: {len(errors)} problem(s) in the Proxy manifests ({len(proxies)} valid); the controller applies none of these:"
-    return [head, *(str(e) for e in errors)]
+    head = f"{path}: {len(problems)} problem(s) in the Proxy manifests ({len(proxies)} valid); the controller applies none of these:"
+    return [head, *problems]
 
 
 def cmd_check(args: argparse.Namespace) -> int:

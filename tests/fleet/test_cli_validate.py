@@ -134,5 +134,5 @@ def test_proxypools_beside_the_proxies_are_checked_too(capsys, tmp_path):
     assert run(capsys, "validate", "--proxies", str(path)) == (
         0, f"{path}: ok, 1 Proxy manifest(s), 1 ProxyPool manifest(s)\n", "")
     path.write_text(GOOD.format(name="a") + "---\n" + POOL.format(weight=0))
-    code, out, err = run(capsys, "validate", "--proxies", str(path))
+    code, _, err = run(capsys, "validate", "--proxies", str(path))
     assert code == 2 and f"{path}#2: spec.providers[0].weight: must be at least 1" in err
