@@ -154,11 +154,13 @@ def test_no_manifest_takes_a_members_name_or_its_owner_annotation(pw):
     (pw.dir / "web.yaml").write_text(pool_manifest(1))
     pw.cycle(3)
     (name,) = members(pw)
-    (pw.dir / "steal.yaml").write_text(manifest(name, provider="other"))
+    before = pw.proxy(name)
+    (pw.dir / "steal.yaml").write_text(manifest(name, provider="other", port=4000))
     (pw.dir / "fake.yaml").write_text(manifest("fake").replace("namespace: crawl}",
                                                                f"namespace: crawl, annotations: {{{POOL_OWNER}: x}}}}"))
     pw.cycle(2)
-    assert pw.proxy(name).spec.provider == pw.proxy(name).spec.provider and POOL_OWNER in pw.proxy(name).annotations
+    after = pw.proxy(name)
+    assert (after.spec, after.uid, after.annotations) == (before.spec, before.uid, before.annotations)
     assert pw.proxy("fake") is None
     why = [str(e) for e in pw.objects.errors]
     assert any("is a ProxyPool member's name" in e for e in why) and any("set by fleet on ProxyPool members" in e for e in why)
