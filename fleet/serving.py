@@ -83,6 +83,13 @@ GATEWAY_RETRIES = "proxy_operator_gateway_upstream_retries_total"  # {reason}: r
 GATEWAY_BYTES = "proxy_operator_gateway_bytes_total"  # {direction}: up, down
 GATEWAY_TUNNELS_OPEN = "proxy_operator_gateway_tunnels_open"
 GATEWAY_TUNNEL_DURATION = "proxy_operator_gateway_tunnel_duration_seconds"  # histogram of closed tunnels
+# ProxyPools (fleet.pools.metrics), on the controller replica that runs the pool loop: the last pass's figures.
+# Labelled `pool_namespace`, not `namespace`: a scrape's own `namespace` label (fleet's) would rename it.
+POOL_REPLICAS = "proxy_operator_pool_replicas"  # {pool_namespace,pool,state}: desired, ready, available, updated
+POOL_MAX_UNAVAILABLE = "proxy_operator_pool_max_unavailable"  # {pool_namespace,pool}: strategy.maxUnavailable resolved
+POOL_AUTOSCALE_MAX = "proxy_operator_pool_autoscale_max_replicas"  # {pool_namespace,pool}: autoscaling pools only
+POOL_REMEDIATION_BLOCKED = "proxy_operator_pool_remediation_blocked"  # {pool_namespace,pool}: 1 above maxUnhealthy
+POOL_REPLACEMENTS = "proxy_operator_pool_replacements_total"  # {pool_namespace,pool,reason}: rotation, template, remediation
 
 # Why a check result was dropped before it was stored or written (the
 # `reason` label); `fleet.health.messages` decides the last three.

@@ -123,7 +123,7 @@ def controller_startup() -> None:
         ctl.start()
         gc_part = gc.collectors() if ctl.settings.gc_enabled else []  # GC off: no stale last-success stamps
         registry = serving.registry_of([*collectors(ctl), ProxiesCollector(ctl.store.proxies.phases, ctl.store.proxies.verdicts),
-                                        *gc_part, reload.STATUS.collector()])
+                                        *gc_part, reload.STATUS.collector(), pools.SERIES])
         serving.serve_metrics(ctl.settings.metrics_bind_address, registry, ctl.store.ping)
         proxies.start(_stop_sweeps)
         pools.start(_stop_sweeps)  # after the Proxy claims: a pool is reconciled only where they are held

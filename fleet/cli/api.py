@@ -63,7 +63,7 @@ def cmd_lease(args: argparse.Namespace) -> int:
             raise subcommands.BadInput(f"--ttl must be whole seconds, at least 1s, got {show(args.ttl)}")
         ttl = int(seconds)
     body: dict[str, Any] = {"target": args.target, "ttl": ttl, "sticky": args.sticky, "provider": args.provider,
-                            "region": args.region, "zone": args.zone}
+                            "region": args.region, "zone": args.zone, "pool": args.pool}
     try:  # the same checks as the server's, before any request (the server's --lease-max-ttl may be lower)
         parse_lease(json.dumps({k: v for k, v in body.items() if v is not None}).encode(), 86400.0)
     except BadRequest as exc:
@@ -74,7 +74,7 @@ def cmd_lease(args: argparse.Namespace) -> int:
         raise subcommands.BadInput(str(exc)) from None
     try:
         status, doc = client.lease(base, token.decode() if token else None, args.target, ttl, args.sticky, args.provider,
-                                   args.region, args.zone, timeout=args.timeout)
+                                   args.region, args.zone, timeout=args.timeout, pool=args.pool)
     except client.Unreachable as exc:
         raise subcommands.Unreachable(str(exc)) from None
     if status == 200:
@@ -115,6 +115,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--provider", help="only a proxy of this provider")
     s.add_argument("--region", help="only a proxy in this region")
     s.add_argument("--zone", help="only a proxy in this zone")
+    s.add_argument("--pool", help="only a member of this ProxyPool (its refusals count as the pool's demand)")
     s.add_argument("--api-url", help=f"the API's URL [{API_URL_ENV}] (default: http:// of --api-bind-address)")
     s.add_argument("--timeout", type=_timeout, default=10.0, help="time limit of the request (default 10s)")
     s.add_argument("-o", "--output", choices=("url", "json"), default="url", help="url (default) or the whole lease as JSON")

@@ -172,10 +172,13 @@ def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
     """Prints the count when the manifests are all valid, and notes on what the
     controller would set Failed (a provider missing from `config`, a placement
     it refuses): those are statuses, not manifest errors. The problems, as text."""
+    from fleet.pools.standalone import declared_pools
     from fleet.proxies.manifests import load_manifests
     from providers import registry
 
     proxies, errors = load_manifests(path)
+    pools = declared_pools(path)
+    problems = [*(str(e) for e in errors), *pools.errors]
     if config is not None:
         for p in proxies:
             if p.spec.provider not in config.names():
@@ -187,11 +190,11 @@ def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
             if why:
                 print(f"note: {p.key}: spec.placement: {why}: the controller reports it Failed (InvalidPlacement)",
                       file=sys.stderr)
-    if not errors:
-        print(f"{path}: ok, {len(proxies)} Proxy manifest(s)")
+    if not problems:
+        print(f"{path}: ok, {len(proxies)} Proxy manifest(s), {len(pools.pools)} ProxyPool manifest(s)")
         return []
-    head = f"{path}: {len(errors)} problem(s) in the Proxy manifests ({len(proxies)} valid); the controller applies none of these:"
-    return [head, *(str(e) for e in errors)]
+    head = f"{path}: {len(problems)} problem(s) in the Proxy manifests ({len(proxies)} valid); the controller applies none of these:"
+    return [head, *problems]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -224,13 +227,19 @@ PH_NAMES = ("ph", "providerhealth", "providerhealths")
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    from fleet.cli import pools
     from fleet.health.stored import StoredResults
     from fleet.store import Store, StoreError
 
     if args.resource in PROXY_NAMES:
         return get_proxies(args)
+    if args.selector is not None:
+        raise BadInput("-l/--selector: only fleet get px has one")
+    if args.resource in pools.POOL_NAMES:
+        return pools.get_pools(args)
     if args.resource not in PH_NAMES:
-        raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth) and px (proxies)")
+        raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth), px (proxies) "
+                       "and pools (proxypools)")
     if args.name is not None and validate_name(args.name):
         raise BadInput(f"NAME {validate_name(args.name)} (got {show(args.name)})")
     settings = settings_from(args)
@@ -269,6 +278,7 @@ def get_proxies(args: argparse.Namespace) -> int:
     from fleet.proxies.standalone import Standalone
     from fleet.store import Store, StoreError
 
+    pool = pool_selector(args.selector)
     settings = settings_from(args)
     store = Store.from_url(settings.broker)
     try:
@@ -279,6 +289,8 @@ def get_proxies(args: argparse.Namespace) -> int:
         store.close()
     if args.namespace:
         proxies = [p for p in proxies if p.namespace == args.namespace]
+    if pool is not None:
+        proxies = [p for p in proxies if p.pool == pool]
     if args.name is not None:
         proxies = [p for p in proxies if p.name == args.name]
         if not proxies:
@@ -294,6 +306,22 @@ def get_proxies(args: argparse.Namespace) -> int:
         all_namespaces = not args.namespace
         print(tables.grid(table.columns(all_namespaces), table.rows(proxies, time.time(), all_namespaces)))
     return EXIT_OK
+
+
+def pool_selector(selector: str | None) -> str | None:
+    """`-l pool=NAME` (or `crawl.example.com/pool=NAME`, the members' label): the pool's name; None without one.
+    The only selector `fleet get px` knows; anything else is refused rather than ignored."""
+    from fleet.proxies.model import LABEL_POOL
+
+    if selector is None:
+        return None
+    key, eq, value = selector.partition("=")
+    if not eq or key.strip() not in ("pool", LABEL_POOL) or not value.strip() or "," in value or value.startswith("="):
+        raise BadInput(f"-l/--selector: only pool=NAME (or {LABEL_POOL}=NAME) is supported, got {show(selector)}")
+    value = value.strip()
+    if validate_name(value):
+        raise BadInput(f"-l/--selector: pool {validate_name(value)} (got {show(value)})")
+    return value
 
 
 def effective_schedule(published: dict[str, Any] | None, settings: Settings) -> tuple[float, bool, str]:
@@ -444,10 +472,13 @@ def parser() -> argparse.ArgumentParser:
     from fleet.cli import gc  # `fleet gc [--dry-run]`: orphan GC
     gc.add_parser(sub, common)
 
-    s = sub.add_parser("get", parents=[common], help="show provider health or standalone Proxies from Redis")
-    s.add_argument("resource", help="ph (providerhealth) or px (proxies)")
+    s = sub.add_parser("get", parents=[common],
+                       help="show provider health, standalone Proxies from Redis, or ProxyPools (cluster or standalone)")
+    s.add_argument("resource", help=("ph (providerhealth), px (proxies) or pools (proxypools: the cluster's, or with "
+                                     "--proxies the manifests' with their status from Redis)"))
     s.add_argument("name", nargs="?")
-    s.add_argument("-n", "--namespace", help="px: only this namespace (default: all, with a NAMESPACE column)")
+    s.add_argument("-n", "--namespace", help="px, pools: only this namespace (default: all, with a NAMESPACE column)")
+    s.add_argument("-l", "--selector", help="px: only a ProxyPool's members, pool=NAME (standalone: from Redis)")
     s.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     s.set_defaults(fn=cmd_get)
 
@@ -499,6 +530,11 @@ def parser() -> argparse.ArgumentParser:
     from fleet.cli import gateway as gateway_cli
 
     gateway_cli.add_parser(sub, common)
+
+    # ProxyPools (issue 22): `fleet scale pool`, fleet/cli/pools.py (`fleet get pools` is under get).
+    from fleet.cli import pools as pools_cli
+
+    pools_cli.add_parser(sub, common)
     for command in sub.choices.values():
         command.formatter_class = _OwnUsage
     return p

@@ -126,6 +126,26 @@ def an_object(out: Any, verb: str, resource: Resource, name: str | None, namespa
     return out
 
 
+def scale(api_client: client.ApiClient, resource: Resource, namespace: str, name: str,
+          replicas: int | None = None) -> dict[str, Any]:
+    """The object's scale subresource (an autoscaling/v1 Scale): read, or
+    with `replicas` a merge patch of its spec.replicas (what `kubectl scale`
+    sends). Raises only the tree's errors (NotFound: no such object; 422
+    Rejected: the CRD's limits)."""
+    check_scope(resource, namespace)
+    api = client.CustomObjectsApi(api_client)
+    verb = "get" if replicas is None else "patch"
+    with guarded(verb, resource, name, namespace, "scale"):
+        if replicas is None:
+            out = api.get_namespaced_custom_object_scale(resource.group, resource.version, namespace, resource.plural, name,
+                                                         _request_timeout=REQUEST_TIMEOUT)
+        else:
+            out = api.patch_namespaced_custom_object_scale(
+                resource.group, resource.version, namespace, resource.plural, name, {"spec": {"replicas": replicas}},
+                field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
+    return an_object(out, verb, resource, name, namespace)
+
+
 class Client:
     """The SDK's API objects of one cluster, and the writer's request
     (`call`): what the writer's parts share."""

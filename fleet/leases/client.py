@@ -41,9 +41,10 @@ def call(base_url: str, method: str, path: str, token: str | None, body: dict[st
 
 def lease(base_url: str, token: str | None, target: str, ttl: int | None = None, sticky: str | None = None,
           provider: str | None = None, region: str | None = None, zone: str | None = None,
-          timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+          timeout: float = 10.0, pool: str | None = None) -> tuple[int, dict[str, Any]]:
     body: dict[str, Any] = {"target": target}
-    for name, value in (("ttl", ttl), ("sticky", sticky), ("provider", provider), ("region", region), ("zone", zone)):
+    for name, value in (("ttl", ttl), ("sticky", sticky), ("provider", provider), ("region", region), ("zone", zone),
+                        ("pool", pool)):
         if value is not None:
             body[name] = value
     status, doc, _ = call(base_url, "POST", "/v1/leases", token, body, timeout)

@@ -1,220 +1,56 @@
-"""Cluster mode: applying `fleet.pools.decide` to the ProxyPools of the API
-server, in one place.
+"""Cluster mode: where ProxyPools and their members live is the API server
+(`InCluster`, the `Where` of `fleet.pools.controller.PoolController`).
 
-    run_once():  per namespace of the scope: list the pools and the Proxies →
-                 per pool: its members (labelled crawl.example.com/pool=<pool>
-                 and owned by it) → decide → create / delete member Proxies →
-                 write spec.replicas when autoscaling moved it → write the status
-
-Level-triggered: every pass reads everything afresh (two lists per
-namespace), so nothing is lost across restarts and no cache can go stale;
-the autoscaler's recommendations are the only memory (in process, as an
-HPA's). Members are ordinary Proxies: `<pool>-<5 random characters>`, the
-pool's labels, an ownerReference to the pool (controller, blockOwnerDeletion),
-so the API server's garbage collector deletes them with the pool and their
-finalizer deletes their instance. The Proxy controller (`fleet.proxies`)
-provisions them like any other. Without a garbage collector (the fake API of
-the tests) a member whose owning pool is gone is deleted here too.
-
-A pool the controller cannot read (an object an older CRD let in) is
-skipped, logged once. Writes go through `fleet.kube.Writer` (the create and
-a DELETE of Proxies, the pool's status with its resourceVersion, spec.replicas
-by a merge patch: the path the scale subresource names).
+Two lists per namespace a pass (pools, Proxies). Writes go through
+`fleet.kube.Writer`: the create and a DELETE of Proxies, the pool's status
+with its resourceVersion, spec.replicas by a merge patch (the path the scale
+subresource names). Members are owned by their pool (ownerReferences), so the
+API server's garbage collector deletes them with it and their finalizer
+deletes their instance; without one (the fake API of the tests) the
+controller's orphan rule does.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from fleet import kube
-from fleet.pools import decide as rules
-from fleet.pools.decide import Decision, Demand
-from fleet.pools.model import API_VERSION, KIND, LABEL_HASH, Member, Pool, PoolError, member_of, parse_pool
-from fleet.pools.schema import SUFFIX
-from fleet.proxies.manifests import ManifestError
-from fleet.proxies.model import LABEL_POOL
-from fleet.settings import ALL_NAMESPACES
+from fleet.pools.controller import Counters, Listing, NameTaken, PoolController
+from fleet.pools.model import Pool
 
-log = logging.getLogger("fleet.pools")
-
-SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # as Kubernetes' generateName: no vowels, no 0/1/3
-HISTORY = 3600.0  # seconds of autoscale recommendations kept (longer than any window)
-NAME_ATTEMPTS = 5
+__all__ = ["Counters", "InCluster", "PoolController"]
 
 
-@dataclass
-class Counters:
-    """What the controller did, for tests and (later) fleet.pools.metrics."""
+class InCluster:
+    def __init__(self, writer: kube.Writer) -> None:
+        self.writer = writer
 
-    creates: int = 0
-    deletes: dict[str, int] = field(default_factory=dict)  # by reason
-    status_writes: int = 0
-    scales: int = 0
+    def list(self, namespace: str | None) -> Listing:
+        return Listing(_items(kube.list_page(self.writer.api_client, kube.PROXY_POOL, namespace=namespace)),
+                       _items(kube.list_page(self.writer.api_client, kube.PROXY, namespace=namespace)))
 
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            self.writer.create(kube.PROXY, namespace, body)
+        except kube.Conflict:
+            raise NameTaken(str((body.get("metadata") or {}).get("name"))) from None
 
-class PoolController:
-    def __init__(self, writer: kube.Writer, namespaces: tuple[str, ...] = (ALL_NAMESPACES,),
-                 clock: Callable[[], float] = time.time,
-                 demand: Callable[[Pool, Sequence[str]], Demand | None] = lambda pool, keys: None,
-                 usage: Callable[[str], tuple[int, int]] = lambda key: (0, 0),
-                 rng: random.Random | None = None, served: Callable[[str], bool] = lambda ns: True) -> None:
-        self.writer, self.namespaces, self.clock = writer, namespaces, clock
-        self.demand = demand  # the lease API's demand for a pool, given its members' keys (None: unknown)
-        self.served = served  # whether this installation serves a namespace now (its claim: fleet.proxies.claims)
-        self.usage = usage  # `namespace/name` of a Proxy -> (leases held, active cooldowns)
-        self.rng = rng or random.Random()
-        self.history: dict[str, list[tuple[float, int]]] = {}
-        self.counters = Counters()
-        self._reported: set[str] = set()
-
-    # -- one pass -------------------------------------------------------------------------
-
-    def run_once(self) -> dict[str, str]:
-        """Reconcile every pool of the scope once; what happened to each, by `namespace/name`."""
-        out: dict[str, str] = {}
-        scopes: list[str | None] = [None] if self.namespaces == (ALL_NAMESPACES,) else list(self.namespaces)
-        for ns in scopes:
-            if ns is not None and not self.served(ns):
-                continue
-            pools = _items(kube.list_page(self.writer.api_client, kube.PROXY_POOL, namespace=ns))
-            proxies = _items(kube.list_page(self.writer.api_client, kube.PROXY, namespace=ns))
-            if ns is None:  # every namespace: only those this installation holds the claim of
-                ok: dict[str, bool] = {}
-                pools = [o for o in pools if ok.setdefault(_ns(o), self.served(_ns(o)))]
-                proxies = [o for o in proxies if ok.setdefault(_ns(o), self.served(_ns(o)))]
-            out.update(self._namespace(pools, proxies))
-        return out
-
-    def _namespace(self, pools: list[dict[str, Any]], proxies: list[dict[str, Any]]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        owners = {(_meta(o).get("namespace"), _meta(o).get("uid")) for o in pools}
-        members: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for p in proxies:
-            owner = _owner(p)
-            if owner is None:
-                continue
-            ns = str(_meta(p).get("namespace") or "")
-            if (ns, owner[1]) not in owners:
-                self._delete(ns, str(_meta(p).get("name")), "orphan")  # its pool is gone (no garbage collector)
-                continue
-            members.setdefault((ns, owner[1]), []).append(p)
-        for obj in pools:
-            meta = _meta(obj)
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            try:
-                pool = parse_pool(obj)
-            except PoolError as exc:
-                if key not in self._reported:
-                    self._reported.add(key)
-                    log.warning("ignoring a ProxyPool fleet cannot read", extra={"fields": {"pool": key, "error": str(exc)[:300]}})
-                out[key] = "unreadable"
-                continue
-            try:
-                out[key] = self.reconcile(pool, obj, members.get((pool.namespace, pool.uid), []))
-            except kube.KubeError as exc:  # one pool's failure must not stop the others
-                log.warning("pool reconcile failed", extra={"fields": {"pool": key, "error": f"{type(exc).__name__}: {exc}"}})
-                out[key] = "error"
-        return out
-
-    def reconcile(self, pool: Pool, obj: dict[str, Any], member_objs: Iterable[dict[str, Any]]) -> str:
-        now = self.clock()
-        members: list[Member] = []
-        member_keys: list[str] = []
-        for o in member_objs:
-            meta = _meta(o)
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            try:
-                members.append(member_of(o, *self.usage(key)))
-            except ManifestError:
-                continue  # not a Proxy fleet can read: the Proxy controller reports it
-            member_keys.append(key)
-        history = [(t, n) for t, n in self.history.get(pool.key, []) if t >= now - HISTORY]
-        d = rules.decide(pool, members, self.demand(pool, member_keys), now, history)
-        if d.recommendation is not None:
-            self.history[pool.key] = [*history, d.recommendation]
-        if pool.deleting:
-            return "deleting"
-        self._apply(pool, obj, d)
-        return f"{len(d.creates)} created, {len(d.deletes)} deleted"
-
-    def _apply(self, pool: Pool, obj: dict[str, Any], d: Decision) -> None:
-        for c in d.creates:
-            self._create(pool, c.provider, c.template_hash)
-        for x in d.deletes:
-            self._delete(pool.namespace, x.name, x.reason)
-        rv = pool.resource_version
-        if d.scale_to is not None:  # spec.replicas: what the scale subresource reads and `kubectl scale` writes
-            written = self.writer.patch(kube.PROXY_POOL, pool.namespace, pool.name,
-                                        {"metadata": {"resourceVersion": rv}, "spec": {"replicas": d.scale_to}})
-            rv = str(_meta(written).get("resourceVersion") or rv)
-            self.counters.scales += 1
-        raw = obj.get("status")
-        current: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        if any(current.get(k) != v for k, v in d.status.items()):
-            self.writer.patch_status(kube.PROXY_POOL, pool.namespace, pool.name, rv, d.status)
-            self.counters.status_writes += 1
-
-    def _create(self, pool: Pool, provider: str, template_hash: str) -> None:
-        share = next(s for s in pool.spec.providers if s.provider == provider)
-        t = pool.spec.template
-        pl = share.placement if share.placement is not None else t.placement
-        placement = {k: v for k, v in (("region", pl.region), ("zone", pl.zone), ("machineType", pl.machine_type),
-                                       ("image", pl.image)) if v}
-        spec: dict[str, Any] = {"provider": provider, "port": t.port}
-        if placement:
-            spec["placement"] = placement
-        if t.raw.get("cloudInit") is not None:
-            spec["cloudInit"] = t.raw["cloudInit"]
-        for _ in range(NAME_ATTEMPTS):
-            name = f"{pool.name}-{''.join(self.rng.choice(SUFFIX_ALPHABET) for _ in range(SUFFIX))}"
-            body = {"apiVersion": kube.PROXY.api_version, "kind": kube.PROXY.kind,
-                    "metadata": {"name": name, "namespace": pool.namespace,
-                                 "labels": {LABEL_POOL: pool.name, LABEL_HASH: template_hash},
-                                 "ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND, "name": pool.name,
-                                                      "uid": pool.uid, "controller": True, "blockOwnerDeletion": True}]},
-                    "spec": spec}
-            try:
-                self.writer.create(kube.PROXY, pool.namespace, body)
-            except kube.Conflict:
-                continue  # the name is taken: another suffix
-            self.counters.creates += 1
-            log.info("pool member created", extra={"fields": {"pool": pool.key, "proxy": name, "provider": provider}})
-            return
-        raise kube.ApiUnavailable(f"no free member name for pool {pool.key} after {NAME_ATTEMPTS} attempts")
-
-    def _delete(self, namespace: str, name: str, reason: str) -> None:
+    def delete(self, namespace: str, name: str) -> bool:
         try:
             self.writer.call("delete", kube.PROXY, namespace, name)
         except kube.NotFound:
-            return
-        self.counters.deletes[reason] = self.counters.deletes.get(reason, 0) + 1
-        log.info("pool member deleted", extra={"fields": {"proxy": f"{namespace}/{name}", "reason": reason}})
+            return False
+        return True
 
-    # -- the loop ---------------------------------------------------------------------------
+    def scale(self, pool: Pool, replicas: int) -> str:
+        written = self.writer.patch(kube.PROXY_POOL, pool.namespace, pool.name,
+                                    {"metadata": {"resourceVersion": pool.resource_version}, "spec": {"replicas": replicas}})
+        meta = written.get("metadata") if isinstance(written, dict) else None
+        return str((meta or {}).get("resourceVersion") or pool.resource_version)
 
-    def run(self, stop: threading.Event, interval: float = 2.0) -> None:
-        """A pass every `interval` seconds until `stop`."""
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except Exception as exc:  # the API down: try again next pass
-                log.warning("pool loop: %s: %s", type(exc).__name__, exc)
-            stop.wait(interval)
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _ns(obj: dict[str, Any]) -> str:
-    return str(_meta(obj).get("namespace") or "")
+    def write_status(self, pool: Pool, resource_version: str, status: Mapping[str, Any]) -> None:
+        self.writer.patch_status(kube.PROXY_POOL, pool.namespace, pool.name, resource_version, status)
 
 
 def _items(listed: dict[str, Any]) -> list[dict[str, Any]]:
@@ -222,15 +58,3 @@ def _items(listed: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(items, list):
         raise kube.ApiUnavailable("list: the items are not a list")
     return [i for i in items if isinstance(i, dict)]
-
-
-def _owner(obj: dict[str, Any]) -> tuple[str, str] | None:
-    """(pool name, pool uid) when a ProxyPool controls this Proxy and its label says so."""
-    meta = _meta(obj)
-    raw = meta.get("labels")
-    labels: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    for ref in meta.get("ownerReferences") or ():
-        if (isinstance(ref, dict) and ref.get("kind") == KIND and ref.get("controller") is True
-                and str(ref.get("apiVersion", "")).startswith("crawl.example.com/") and labels.get(LABEL_POOL) == ref.get("name")):
-            return str(ref.get("name")), str(ref.get("uid"))
-    return None

@@ -25,7 +25,9 @@ the API. The rules, one row each in tests/fleet/pools/test_decide.py:
 | creates              | each provider up to its share of updated members, at most replicas + maxSurge members |
 |                      | in all (so rotation is surge-first: the new one before the old one goes)              |
 | deletes              | outdated members, and updated ones beyond a provider's share, in the scale-down order;|
-|                      | an available one only while availableReplicas stays ≥ replicas − maxUnavailable       |
+|                      | an available one only while availableReplicas stays ≥ replicas − maxUnavailable; the  |
+|                      | reason: rotation (past maxAge), template (changed, or its provider no longer listed), |
+|                      | remediation, scale-down                                                                |
 | scale-down order     | not created yet, then Failed/unhealthy, then outdated, then most cooldowns, then     |
 |                      | fewest leases, then oldest (then by name)                                             |
 | remediation          | unhealthy (Failed, or Healthy=False for unhealthyAfter) members are deleted (and so   |
@@ -74,8 +76,10 @@ R_WITHIN, R_TOO_MANY = "WithinMaxUnhealthy", "TooManyUnhealthy"
 R_NOT_LIMITED, R_REFUSED, R_PROVIDER_MAX, R_AT_MAX, R_AT_MIN = (
     "WithinLimits", "ProviderRefused", "ProviderMax", "AtMaxReplicas", "AtMinReplicas")
 
-# why a member is deleted (the counters' label)
-SCALE_DOWN, ROTATION, REMEDIATION = "scale-down", "rotation", "remediation"
+# why a member is deleted (the counters' label): rotation by age, a template changed (or its provider no longer
+# listed), the remediation of an unhealthy member; the last three are replacements (fleet.pools.metrics)
+SCALE_DOWN, ROTATION, TEMPLATE, REMEDIATION = "scale-down", "rotation", "template", "remediation"
+REPLACEMENTS = (ROTATION, TEMPLATE, REMEDIATION)
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ class Create:
 @dataclass(frozen=True)
 class Delete:
     name: str
-    reason: str  # SCALE_DOWN | ROTATION | REMEDIATION
+    reason: str  # SCALE_DOWN | ROTATION | TEMPLATE | REMEDIATION
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ class Decision:
     scale_to: int | None = None  # autoscale: write spec.replicas
     recommendation: tuple[float, int] | None = None  # autoscale: (now, replicas) for the history
     desired: int = 0
+    max_unavailable: int = 0  # strategy.maxUnavailable resolved against desired (after the both-0 rule)
+    remediation_blocked: bool = False  # more unhealthy than maxUnhealthy: nothing is replaced
 
 
 # --- arithmetic ---------------------------------------------------------------------------
@@ -266,7 +272,8 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
         old = [m for m in mine if not updated(m)]
         excess = max(0, len(upd) - targets.get(prov, 0))
         candidates += [(m, SCALE_DOWN) for m in upd[:excess]]
-        candidates += [(m, ROTATION) for m in old if remediate or not unhealthy(m)]
+        candidates += [(m, ROTATION if m.template_hash == hashes.get(m.provider) else TEMPLATE)
+                       for m in old if remediate or not unhealthy(m)]
     budget = sum(1 for m in remaining if available(m)) - (desired - unavailable)
     for m, why in sorted(candidates, key=lambda c: order(c[0])):
         if not available(m):
@@ -336,4 +343,4 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
               "conditions": [c.to_dict() for c in conds]}
     ordered = tuple(Delete(name, why) for name, why in sorted(deletes.items(), key=lambda kv: order(
         next(m for m in live if m.name == kv[0]))))
-    return Decision(tuple(creates), ordered, status, scale_to, rec, desired)
+    return Decision(tuple(creates), ordered, status, scale_to, rec, desired, unavailable, not remediate)

@@ -1,4 +1,4 @@
-"""The ProxyPool loop on the controller (cluster mode only), started by
+"""The ProxyPool loop on the controller (cluster and standalone mode), started by
 `tasks.controller.controller_startup` after the Proxy reconciler.
 
 One controller replica runs it: each pass first takes or extends the Redis
@@ -18,8 +18,10 @@ members, the refused lease requests naming the pool over DEMAND_WINDOW,
 (the lease API's `pool` filter is not namespaced): two pools of the same
 name in two namespaces share it.
 
-Standalone mode (`--proxies` manifests) has no pools yet: the loop is off
-and says so.
+Standalone mode (`--proxies` manifests): the same loop, lock and inputs over
+`fleet.pools.standalone.InRedis` (the manifests' ProxyPools, members and
+status in Redis); a member created or retired is due at once for the Proxy
+reconciler.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from fleet import runtime
-from fleet.pools.cluster import PoolController
+from fleet.pools.cluster import InCluster, PoolController
 from fleet.pools.decide import Demand
+from fleet.pools.metrics import PoolSeries
 from fleet.pools.model import Pool
+from fleet.pools.standalone import InRedis
 from fleet.store import keys
 from fleet.store.leases import Leases
 from fleet.store.pools import PoolLock
@@ -83,6 +87,7 @@ class PoolLoop:
                      extra={"fields": {"owner": self.owner}})
             self.holding = held
         if not held:
+            self.controller.series.forget()  # the holder serves the pools' figures
             return False
         self.inputs.refresh()
         self.controller.run_once()
@@ -102,25 +107,43 @@ class PoolLoop:
                 log.debug("pool lock release failed: %s", exc)
 
 
+SERIES = PoolSeries()  # the pools' part of this controller's /metrics (tasks.controller), fed by the loop
+
+
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def start(stop: threading.Event) -> list[threading.Thread]:
-    """The pool loop as a daemon thread when the controller watches a cluster's Proxies."""
+    """The pool loop as a daemon thread when the controller has Proxies (a cluster's, or standalone manifests)."""
     from fleet.proxies import runtime as proxies
     from fleet.proxies.cluster import Cluster
+    from fleet.proxies.standalone import Standalone
 
     objects, _ = proxies.mode()
-    if not isinstance(objects, Cluster):
-        log.info("ProxyPools: off (cluster mode only; standalone pools are not built yet)")
-        return []
     s = runtime.settings()
     store = runtime.store()
-    claims = objects.claims
     inputs = Inputs(store.leases, s.max_leases_per_proxy)
-    ctl = PoolController(objects.writer, namespaces=s.proxy_scope, demand=inputs.demand, usage=inputs.usage,
-                         served=claims.allowed if claims is not None else (lambda ns: True))
+    if isinstance(objects, Cluster):
+        claims = objects.claims
+        ctl = PoolController(InCluster(objects.writer), namespaces=s.proxy_scope, demand=inputs.demand,
+                             usage=inputs.usage, served=claims.allowed if claims is not None else (lambda ns: True),
+                             series=SERIES)
+    elif isinstance(objects, Standalone):
+        rec = proxies.reconciler()
+
+        def due(keys: Iterable[str]) -> None:
+            if rec is None:
+                return
+            for key in keys:
+                rec.store.schedule(key, rec.clock())
+            rec.wake.set()
+
+        where = InRedis(store.pools, objects, objects.path, s.installation_id, on_change=due)
+        ctl = PoolController(where, demand=inputs.demand, usage=inputs.usage, series=SERIES)
+    else:
+        log.info("ProxyPools: off (no --proxies manifests and no cluster)")
+        return []
     loop = PoolLoop(ctl, store.pool_lock, inputs, owner_id())
     log.info("ProxyPools: one controller replica reconciles them (lock %s)", keys.POOL_LOCK)
     t = threading.Thread(target=loop.run, args=(stop,), name="fleet-pool-loop", daemon=True)

@@ -79,6 +79,7 @@ from providers.base import Placement
 from providers.text import show
 
 LIST_KINDS = ("List", "ProxyList")  # `kubectl get -o yaml` writes List; the API's list is ProxyList
+OTHER_KINDS = ("ProxyPool",)  # documents of the same files another feature reads (fleet.pools.standalone): not Proxies
 DEFAULT_NAMESPACE = "default"
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -419,6 +420,19 @@ class Declared:
         return ManifestError(path, message, source=self.source).moved(self.source, self.prefix)
 
 
+@dataclass(frozen=True)
+class Other:
+    """A document of one of OTHER_KINDS (a ProxyPool), unparsed, with where it was read: its feature reads it."""
+
+    obj: Mapping[str, Any]
+    source: str
+    prefix: str = ""
+
+    @property
+    def file(self) -> str:
+        return self.source.rpartition("#")[0] or self.source
+
+
 def load_manifests(path: str) -> tuple[list[Proxy], list[ManifestError]]:
     """Every Proxy in `path` and every problem (`load_declared` without the places)."""
     declared, errors = load_declared(path)
@@ -432,14 +446,24 @@ def load_declared(path: str) -> tuple[list[Declared], list[ManifestError]]:
     never stops the others -- nor does a directory entry that cannot be read
     (a symlink loop, no permission, a directory or FIFO with a manifest's
     name): it is one problem. A namespace/name seen before is an error for
-    the later one."""
+    the later one. Documents of OTHER_KINDS (ProxyPools) are skipped here (`load_all` returns them)."""
+    declared, _, errors = load_all(path)
+    return declared, errors
+
+
+def load_all(path: str) -> tuple[list[Declared], list[Other], list[ManifestError]]:
+    """`load_declared`, plus the documents of OTHER_KINDS as they are (their feature checks them)."""
     files, errors = _files(path)
     found: list[Declared] = []
+    others: list[Other] = []
     first: dict[tuple[str, str], str] = {}
     for file in files:
         for item in _read(file):
             if isinstance(item, ManifestError):
                 errors.append(item)
+                continue
+            if isinstance(item, Other):
+                others.append(item)
                 continue
             proxy = item.proxy
             where = f"{item.source} {item.prefix}" if item.prefix else item.source
@@ -449,7 +473,7 @@ def load_declared(path: str) -> tuple[list[Declared], list[ManifestError]]:
                 continue
             first[(proxy.namespace, proxy.name)] = where
             found.append(item)
-    return found, errors
+    return found, others, errors
 
 
 def fingerprint(path: str) -> str:
@@ -498,7 +522,7 @@ def _files(path: str) -> tuple[list[str], list[ManifestError]]:
     return [os.path.join(path, n) for n in names[:MAX_FILES]], errors
 
 
-def _read(file: str) -> Iterator[Declared | ManifestError]:
+def _read(file: str) -> Iterator[Declared | Other | ManifestError]:
     try:
         text = _text(file)
     except ManifestError as exc:
@@ -525,6 +549,9 @@ def _read(file: str) -> Iterator[Declared | ManifestError]:
             yield doc
             continue
         for obj, prefix in entries:
+            if isinstance(obj, Mapping) and obj.get("kind") in OTHER_KINDS:
+                yield Other(obj, source, prefix)
+                continue
             try:
                 yield Declared(_proxy(obj), source, prefix)
             except ManifestError as exc:

@@ -158,6 +158,7 @@ class Proxy:
 API_VERSION = "crawl.example.com/v1alpha1"
 KIND = "Proxy"
 LABEL_POOL = "crawl.example.com/pool"  # on every ProxyPool member: its pool's name (fleet.pools writes it)
+POOL_OWNER = "crawl.example.com/pool-uid"  # standalone: the annotation of a ProxyPool's member, its pool's uid (no manifest sets it)
 INLINE_DIGEST = "inlineDigest"  # spec.cloudInit's key in standalone's stored form (never in a manifest)
 
 

@@ -23,6 +23,12 @@ again from that file if it changed since, never a text whose hash differs.
 kubectl's last-applied annotation (the whole manifest) is stored redacted.
 A `secretRef` is read from `--secrets-dir` at the same moment.
 
+ProxyPools (`kind: ProxyPool` documents of the same files) are
+`fleet.pools.standalone`'s: it adds their members here (`add`, annotated
+`POOL_OWNER`) and retires them (`retire`); `sync` never retires a member and
+refuses a manifest that names one or sets that annotation. A member's inline
+cloud-init is its pool template's text, found the same way.
+
 A Proxy whose manifest is removed is marked deleting and goes through the
 finalizer's rules like a deleted Kubernetes object. While any manifest fails
 to parse (or the path cannot be read), nothing is marked deleting: the
@@ -45,8 +51,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fleet.proxies.decide import rfc3339
-from fleet.proxies.manifests import Declared, ManifestError, fingerprint, load_declared, parse_proxy
-from fleet.proxies.model import INLINE_DIGEST, LAST_APPLIED, CloudInit, InlineDigest, Proxy, ProxyStatus, to_object
+from fleet.proxies.manifests import Declared, ManifestError, Other, fingerprint, load_all, parse_proxy
+from fleet.proxies.model import INLINE_DIGEST, LAST_APPLIED, POOL_OWNER, CloudInit, InlineDigest, Proxy, ProxyStatus, to_object
 from fleet.proxies.reconciler import CloudInitUnavailable, Conflict
 from fleet.proxies.table import redacted
 from fleet.store import Proxies as ProxyStore
@@ -134,12 +140,16 @@ class Standalone:
         where = f"inline cloud-init of {p.key}"
         if not self._inside(digest.file):
             raise CloudInitUnavailable(f"{where}: its manifest file {digest.file!r} is not under --proxies {self.path}")
-        declared, errors = load_declared(digest.file)
+        declared, others, errors = load_all(digest.file)
         for d in declared:
             ci = d.proxy.spec.cloud_init
             if d.proxy.key == p.key and ci.inline is not None and InlineDigest.of(ci.inline) == digest:
                 self._texts[digest.sha256] = ci.inline
                 return ci.inline
+        for text in template_texts(o for o in others if _name_of(o) == (p.namespace, p.pool)):
+            if InlineDigest.of(text, digest.file) == digest:  # a pool member's: its pool's template
+                self._texts[digest.sha256] = text
+                return text
         why = f"{len(errors)} problem(s) reading it" if errors else "it declares another text now (applied at the next sync)"
         raise CloudInitUnavailable(f"{where}: {digest.file} no longer holds the text applied ({why})")
 
@@ -163,17 +173,23 @@ class Standalone:
 
     def sync(self) -> list[str]:
         """Bring Redis in line with the manifests; the keys that changed."""
-        declared, errors = load_declared(self.path)
+        declared, others, errors = load_all(self.path)
         before = self._texts
         self._texts = {InlineDigest.of(t).sha256: t for d in declared if (t := d.proxy.spec.cloud_init.inline) is not None}
+        self._texts.update({InlineDigest.of(t).sha256: t for t in template_texts(others)})  # the pools' members'
         refused: list[ManifestError] = []
         changed = []
         wanted = {d.proxy.key: d for d in declared}
+        members = {p.key for p in self.all() if POOL_OWNER in p.annotations}
         for key, d in wanted.items():
-            if self._merge(key, d, refused, before):
+            if POOL_OWNER in d.proxy.annotations:
+                refused.append(d.error(f"metadata.annotations.{POOL_OWNER}", "is set by fleet on ProxyPool members only"))
+            elif key in members:
+                refused.append(d.error("metadata.name", f"{key} is a ProxyPool member's name; declare another"))
+            elif self._merge(key, d, refused, before):
                 changed.append(key)
-        for key in self.keys():
-            if key not in wanted and not errors and self._retire(key):
+        for key in self.keys():  # a pool's member is the pool loop's to delete (fleet.pools.standalone)
+            if key not in wanted and key not in members and not errors and self.retire(key):
                 changed.append(key)
         self.errors = errors + refused
         for err in self.errors:
@@ -218,7 +234,17 @@ class Standalone:
                 continue
         return False
 
-    def _retire(self, key: str) -> bool:
+    def add(self, p: Proxy) -> bool:
+        """A Proxy no manifest declares (a ProxyPool's member), as `sync` creates one: False when the key is taken."""
+        new = dataclasses.replace(p, uid=self.uid_of(p.key), generation=1, status=ProxyStatus(), finalizers=(),
+                                  created_at=rfc3339(self.clock()), resource_version="", deleting=False)
+        try:
+            self._put(new, "")
+        except Conflict:
+            return False
+        return True
+
+    def retire(self, key: str) -> bool:
         """A Proxy no longer declared: mark it deleting (removed at once without a finalizer)."""
         for _ in range(CAS_RETRIES):
             cur = self.get(key)
@@ -252,6 +278,26 @@ class Standalone:
             except Exception as exc:  # Redis down: the next pass tries again
                 log.warning("reading Proxy manifests failed: %s: %s", type(exc).__name__, exc)
             stop.wait(every)
+
+
+def template_texts(others: Iterable[Other]) -> list[str]:
+    """The inline cloud-init texts of ProxyPool documents' templates (their members' cloud-init), read leniently:
+    a pool that is not well formed creates no member (fleet.pools.standalone reports it)."""
+    out = []
+    for o in others:
+        spec = o.obj.get("spec")
+        template = spec.get("template") if isinstance(spec, Mapping) else None
+        ci = template.get("cloudInit") if isinstance(template, Mapping) else None
+        text = ci.get("inline") if isinstance(ci, Mapping) else None
+        if isinstance(text, str):
+            out.append(text)
+    return out
+
+
+def _name_of(o: Other) -> tuple[str, str]:
+    meta = o.obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
 # -- the stored form ---------------------------------------------------------------------

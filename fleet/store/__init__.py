@@ -7,7 +7,7 @@ One module per concern, each a thin set of Redis calls on raw values:
 `beat` (beat's lock, last round, schedule, skipped checks), `statuses`
 (the Kubernetes writer's cache of the objects it last wrote), `proxies`
 (the Proxy reconciler's due times, calls in flight and standalone objects),
-`leases` (the lease API's state), `pools` (the ProxyPool loop's lock). The store knows
+`leases` (the lease API's state), `pools` (the ProxyPool loop's lock; standalone pools' records and scale overrides). The store knows
 no feature: it keeps the documents a feature hands it, and the feature
 decodes and judges them (`fleet.health.stored` for check results).
 
@@ -28,7 +28,7 @@ from fleet.store.gc import GcState
 from fleet.store.heartbeats import Heartbeats
 from fleet.store.leases import Leases
 from fleet.store.marks import Marks
-from fleet.store.pools import PoolLock
+from fleet.store.pools import PoolLock, PoolRecords
 from fleet.store.prober import ProberMembers
 from fleet.store.proxies import Proxies
 from fleet.store.results import Raw, Results
@@ -65,6 +65,7 @@ class Store:
         self.prober = ProberMembers(client)
         self.leases = Leases(client)
         self.pool_lock = PoolLock(client)
+        self.pools = PoolRecords(client)
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 10, connect_timeout: float = 5,

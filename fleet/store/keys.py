@@ -57,6 +57,8 @@ PX_ENDPOINTS = "fleet:px:endpoints"  # hash: key → {"uid","ip","port","provide
 PROBE_VERDICTS = "fleet:probe:verdicts"  # hash: key → the prober's verdict {"uid","healthy","since","message","egressIP"}
 PROBER_MEMBERS = "fleet:prober:members"  # sorted set: prober replica id → when its membership lapses (Unix time)
 POOL_LOCK = "fleet:pool:lock"  # the controller replica running the ProxyPool loop (its owner id), with a TTL
+POOL_OBJECTS = "fleet:pool:objects"  # hash: pool key → its record (standalone mode: uid, generation, status; JSON)
+POOL_SCALE = "fleet:pool:scale"  # hash: pool key → {"replicas","manifest"} a scale's override of spec.replicas (standalone)
 GC_LAST = "fleet:gc:last"  # hash: provider → Unix time of its last complete sweep
 GC_LOCK = "fleet:gc:lock"  # hash: the sweep in progress (id, deadline, each provider's state), with a TTL
 # The lease API (fleet.leases; fleet.store.leases says what each holds).

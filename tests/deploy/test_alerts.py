@@ -44,10 +44,16 @@ REQUIRED = {
     # issue 23: the gateway
     "GatewayNoProxies",
     "GatewayUpstreamErrors",
+    # issue 22: ProxyPools
+    "PoolUnavailable",
+    "PoolRemediationBlocked",
+    "PoolAtMaxScale",
 }
 # not about one provider
 FLEET_WIDE = {"ControllerDown", "RoundsStopped", "ProxiesUnhealthy", "ProxyStuck", "ProberDown", "ConfigReloadRefused",
               "LeaseRefusals", "GatewayNoProxies", "GatewayUpstreamErrors"}
+# about one ProxyPool: named by its namespace and name
+POOL_ALERTS = {"PoolUnavailable", "PoolRemediationBlocked", "PoolAtMaxScale"}
 CONTROLLER_JOB = "fleet-controller-metrics"
 PROBER_JOB = "fleet-prober"
 # The scrape job each process' ServiceMonitor must make (by the component its
@@ -126,7 +132,9 @@ def test_labels_and_annotations(name):
     ann = rule["annotations"]
     assert ann["summary"] and ann["description"]
     assert ann["runbook_url"] == f"docs/runbooks/{name}.md"
-    if name not in FLEET_WIDE:
+    if name in POOL_ALERTS:
+        assert "{{ $labels.pool_namespace }}/{{ $labels.pool }}" in ann["summary"], "a pool alert names its pool"
+    elif name not in FLEET_WIDE:
         assert "{{ $labels.provider }}" in ann["summary"], "a provider alert names its provider"
 
 
@@ -163,6 +171,21 @@ def test_gc_failing_watches_skips_and_the_last_success():
     # one alert per provider: both branches keep the same labels (`or` then dedupes)
     assert expr.count("by (namespace, job, provider)") == 2
     assert '"*"' in ALERTS["GCFailing"]["annotations"]["summary"], "a whole sweep skipped (provider *) says so"
+
+
+def test_pool_alerts_keep_one_series_per_pool_and_read_the_decisions_figures():
+    for name in POOL_ALERTS:
+        expr = ALERTS[name]["expr"]
+        groupings = re.findall(r"by \(([^)]*)\)", expr)
+        assert groupings and set(groupings) == {"namespace, job, pool_namespace, pool"}, (name, groupings)
+        assert set(re.findall(r"on \(([^)]*)\)", expr)) <= {"namespace, job, pool_namespace, pool"}, name
+    unavailable = ALERTS["PoolUnavailable"]["expr"]
+    assert serving.POOL_MAX_UNAVAILABLE in unavailable and 'state="available"' in unavailable and 'state="desired"' in unavailable
+    assert serving.POOL_REMEDIATION_BLOCKED in ALERTS["PoolRemediationBlocked"]["expr"]
+    assert serving.POOL_AUTOSCALE_MAX in ALERTS["PoolAtMaxScale"]["expr"]
+    from fleet.pools.metrics import STATES
+    states = {v for r in POOL_ALERTS for v in _label_values(ALERTS[r]["expr"], serving.POOL_REPLICAS, "state")}
+    assert states and states <= set(STATES)
 
 
 def test_rounds_stopped_watches_beats_stamp_and_spares_checks_off():

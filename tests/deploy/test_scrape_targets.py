@@ -35,7 +35,8 @@ def _families(registry: CollectorRegistry) -> set[str]:
 
 def _registries() -> dict[str, CollectorRegistry]:
     """Each process' /metrics registry, from the collectors its entry point composes, on empty inputs:
-    controller (tasks/controller.py: fleet.health.metrics.collectors, ProxiesCollector, fleet.gc.runtime.collectors),
+    controller (tasks/controller.py: fleet.health.metrics.collectors, ProxiesCollector, fleet.gc.runtime.collectors,
+    fleet.pools.runtime.SERIES),
     worker (fleet.celery.calls.worker_registry), prober (fleet.prober.process: ProberSeries), api (fleet.leases.app:
     ApiSeries, with its Redis-read gauges answered)."""
     from fleet import reload
@@ -45,6 +46,7 @@ def _registries() -> dict[str, CollectorRegistry]:
     from fleet.health.metrics import ProviderTargetCollector
     from fleet.httpguard import Guard, Limits
     from fleet.leases.metrics import ApiSeries
+    from fleet.pools.metrics import PoolSeries
     from fleet.prober.metrics import ProberSeries
     from fleet.proxies.metrics import ProxiesCollector
     from fleet.serving import ControllerCounters, registry_of
@@ -59,7 +61,7 @@ def _registries() -> dict[str, CollectorRegistry]:
                                    *ControllerCounters(["ProviderHealth"]).collectors(),
                                    ProxiesCollector(lambda: {}, lambda: {}),
                                    LastSuccessCollector(["p"], lambda: {}), *GcCounters(["p"]).collectors(),
-                                   status.collector()]),
+                                   status.collector(), PoolSeries()]),
         "worker": worker_registry(CallMetrics()),
         "prober": registry_of(ProberSeries().collectors()),
         "api": api.registry,

@@ -65,7 +65,7 @@ def test_every_malformed_manifest_is_refused_with_the_controllers_verdict(capsys
 def test_valid_manifests_are_counted(capsys, tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("---\n".join(GOOD.format(name=n) for n in "abc"))
-    assert run(capsys, "validate", "--proxies", str(path)) == (0, f"{path}: ok, 3 Proxy manifest(s)\n", "")
+    assert run(capsys, "validate", "--proxies", str(path)) == (0, f"{path}: ok, 3 Proxy manifest(s), 0 ProxyPool manifest(s)\n", "")
 
 
 def test_with_the_providers_file_both_are_checked_and_statuses_are_notes(capsys, tmp_path):
@@ -75,7 +75,7 @@ def test_with_the_providers_file_both_are_checked_and_statuses_are_notes(capsys,
     path.write_text(GOOD.format(name="a") + "---\n" + GOOD.format(name="b").replace("provider: kvm", "provider: gcp"))
     code, out, err = run(capsys, "validate", "-c", str(config), "--proxies", str(path))
     assert code == 0
-    assert out == f"{config}: ok, 1 provider(s) (kvm; types fake)\n{path}: ok, 2 Proxy manifest(s)\n"
+    assert out == f"{config}: ok, 1 provider(s) (kvm; types fake)\n{path}: ok, 2 Proxy manifest(s), 0 ProxyPool manifest(s)\n"
     assert err == ("note: default/b: spec.provider 'gcp' is not in the providers file: the controller reports it "
                    "Failed (ProviderNotConfigured) until it is\n")
 
@@ -118,3 +118,21 @@ def test_the_real_cli_on_a_directory_of_every_bad_case_and_a_symlink_loop(tmp_pa
     got = subprocess.run([sys.executable, "-m", "fleet.cli", "validate"], env=env, capture_output=True, text=True,
                          timeout=120)
     assert got.returncode == 2 and len(got.stderr.rstrip("\n").split("\n")) - 1 == len(errors) - 1
+
+
+POOL = """\
+apiVersion: crawl.example.com/v1alpha1
+kind: ProxyPool
+metadata: {{name: web}}
+spec: {{replicas: 2, providers: [{{provider: kvm, weight: {weight}}}], template: {{port: 3128}}}}
+"""
+
+
+def test_proxypools_beside_the_proxies_are_checked_too(capsys, tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD.format(name="a") + "---\n" + POOL.format(weight=1))
+    assert run(capsys, "validate", "--proxies", str(path)) == (
+        0, f"{path}: ok, 1 Proxy manifest(s), 1 ProxyPool manifest(s)\n", "")
+    path.write_text(GOOD.format(name="a") + "---\n" + POOL.format(weight=0))
+    code, _, err = run(capsys, "validate", "--proxies", str(path))
+    assert code == 2 and f"{path}#2: spec.providers[0].weight: must be at least 1" in err

@@ -132,3 +132,19 @@ def test_a_pool_on_a_real_controller_reaches_its_replicas_scales_and_is_deleted(
     wait_for(lambda: listed() == [], 60, f"the members deleted:\n{log()}")
     assert "forbidden" not in stack.log("controller").lower(), log()
     r.close()
+
+
+def test_fleet_scale_pool_and_get_pools_against_the_real_api_server(kube_server, kube_ns, capsys):
+    """The CLI's scale subresource PATCH and list, as a real API server answers them (the SDK's *_scale call)."""
+    from fleet.cli.subcommands import main
+
+    kube_server.json("POST", pools(kube_ns), pool("web", replicas=3, autoscale={"min": 1, "max": 8}))
+    cfg = ["--kubeconfig", kube_server.kubeconfig]
+    assert main(["scale", "pool", "web", "--replicas", "6", "-n", kube_ns, *cfg]) == 0
+    assert kube_server.json("GET", pools(kube_ns, "web"))["spec"]["replicas"] == 6
+    assert main(["scale", "pool", "web", "--replicas", "9", "-n", kube_ns, *cfg]) == 2  # past autoscale.max
+    assert main(["scale", "pool", "nope", "--replicas", "2", "-n", kube_ns, *cfg]) == 1
+    capsys.readouterr()
+    assert main(["get", "pools", "-n", kube_ns, *cfg]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["NAME", "DESIRED", "READY"] and out[1].split()[:3] == ["web", "6", "0"]

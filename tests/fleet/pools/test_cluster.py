@@ -19,7 +19,7 @@ from kubernetes import client
 
 from fleet.durations import rfc3339
 from fleet.kube import Writer
-from fleet.pools.cluster import PoolController
+from fleet.pools.cluster import InCluster, PoolController
 from fleet.proxies.model import LABEL_POOL
 from providers.kubernetes.client import load_configuration
 
@@ -88,7 +88,7 @@ def env(kubeapi):
     writer = Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), "blue")
     clock = Clock()
     usage: dict[str, tuple[int, int]] = {}
-    ctl = PoolController(writer, (NS,), clock=clock, usage=lambda key: usage.get(key, (0, 0)), rng=random.Random(7))
+    ctl = PoolController(InCluster(writer), (NS,), clock=clock, usage=lambda key: usage.get(key, (0, 0)), rng=random.Random(7))
     return kubeapi, writer, clock, ctl, usage
 
 

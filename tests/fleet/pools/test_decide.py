@@ -183,6 +183,21 @@ def test_a_template_change_rotates_only_the_members_it_changes():
     d = decide(p, ms, None, NOW)
     assert by_provider(d.creates) == {"b": 2} and d.deletes == ()
     assert d.status["updatedReplicas"] == 2
+    new = [member(p, f"b-new-{i}", "b", age=5, ready_for=5) for i in range(2)]
+    d = decide(p, ms + new, None, NOW)  # the new ones available: the old ones go, counted as a template change
+    assert sorted((x.name, x.reason) for x in d.deletes) == [("b-0", rules.TEMPLATE), ("b-1", rules.TEMPLATE)]
+
+
+def test_the_decision_says_max_unavailable_and_whether_remediation_is_blocked():
+    p = pool(10, [{"provider": "a"}], strategy={"maxSurge": 0, "maxUnavailable": "25%"},
+             remediation={"maxUnhealthy": 1, "unhealthyAfterSeconds": 60})
+    d = decide(p, fleet(p, {"a": 10}), None, NOW)
+    assert (d.max_unavailable, d.remediation_blocked) == (2, False)  # 25% of 10 rounds down
+    sick = [member(p, f"sick-{i}", "a", ready=False, unhealthy_since=NOW - 120) for i in range(2)]
+    d = decide(p, fleet(p, {"a": 8}) + sick, None, NOW)
+    assert d.remediation_blocked and d.deletes == ()
+    rounded = pool(3, [{"provider": "a"}], strategy={"maxSurge": "10%", "maxUnavailable": 0})
+    assert decide(rounded, fleet(rounded, {"a": 3}), None, NOW).max_unavailable == 0  # surge rounds up to 1
 
 
 def test_remediation_replaces_unhealthy_members_within_max_unhealthy():
@@ -256,7 +271,7 @@ def test_a_member_of_a_provider_no_longer_listed_is_rotated_out():
     p = pool(2, [{"provider": "a"}], strategy={"maxSurge": 1})
     ms = fleet(p, {"a": 2}) + [member(p, "gone-0", "gone", hash_="x")]
     d = decide(p, ms, None, NOW)
-    assert [(x.name, x.reason) for x in d.deletes] == [("gone-0", rules.ROTATION)]
+    assert [(x.name, x.reason) for x in d.deletes] == [("gone-0", rules.TEMPLATE)]
 
 
 def test_a_deleting_pool_does_nothing():

@@ -16,7 +16,7 @@ import time
 import fakeredis
 import pytest
 
-from fleet.pools.cluster import PoolController
+from fleet.pools.cluster import InCluster, PoolController
 from fleet.pools.model import parse_pool
 from fleet.pools.runtime import Inputs, PoolLoop
 from fleet.store import Store, keys
@@ -32,7 +32,7 @@ def store():
 def loop_for(env, store, owner, ttl=15.0, served=lambda ns: True):  # noqa: F811
     _, writer, clock, _, _ = env
     inputs = Inputs(store.leases, per_member=2, clock=clock)
-    ctl = PoolController(writer, (NS,), clock=clock, demand=inputs.demand, usage=inputs.usage,
+    ctl = PoolController(InCluster(writer), (NS,), clock=clock, demand=inputs.demand, usage=inputs.usage,
                          rng=random.Random(owner), served=served)
     return PoolLoop(ctl, store.pool_lock, inputs, owner, ttl=ttl)
 

@@ -1,0 +1,232 @@
+"""`fleet get pools` and `fleet scale pool NAME --replicas N`: ProxyPools of
+the cluster (the controller's kubeconfig settings, `--kubeconfig`/`--kube-context`,
+in-cluster or ~/.kube/config), or with `--proxies` (standalone mode, as the
+controller decides) those of the manifests, their status from Redis
+(`fleet.pools.standalone`).
+
+`get pools` lists them as `kubectl get pxp` prints them (NAME DESIRED
+READY AVAILABLE AGE, NAMESPACE first across all namespaces). `scale pool`
+is what `kubectl scale pxp` sends: a merge patch of the pool's scale
+subresource (`fleet.kube.scale`), checked first against the pool's limits
+(a whole number in [0, MAX_REPLICAS], within autoscale's [min, max] when
+it autoscales, since the autoscaler would move it back at once). Standalone,
+it writes the replicas override in Redis, which holds until the manifest's
+own replicas changes (`kubectl scale` then `kubectl apply` of an edited file).
+
+Exit codes as the rest of the CLI: 0 done, 1 no such pool, 2 bad input
+(a bad N, past a limit, no cluster), 3 the API server unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from fleet import kube
+from fleet.cli import subcommands, tables
+from fleet.durations import age
+from fleet.pools.schema import MAX_REPLICAS
+from providers.text import show
+
+POOL_NAMES = ("pools", "pool", "pxp", "proxypool", "proxypools")
+DEFAULT_NAMESPACE = "default"  # as kubectl: a pool named without -n is looked for here
+
+
+def _client(args: argparse.Namespace) -> Any:
+    settings = subcommands.settings_from(args)
+    api, _mode = kube.api_client(settings)
+    if api is None:
+        raise subcommands.BadInput("ProxyPools need a cluster (no --kubeconfig, no in-cluster service account, no "
+                                   "~/.kube/config) and no --proxies manifests (standalone mode)")
+    return api
+
+
+def _unreachable(exc: kube.KubeError) -> subcommands.Unreachable:
+    return subcommands.Unreachable(f"{type(exc).__name__}: {show(str(exc), 300)}")
+
+
+def _name(name: str | None) -> None:
+    from fleet.config import validate_name
+
+    if name is not None and validate_name(name):
+        raise subcommands.BadInput(f"NAME {validate_name(name)} (got {show(name)})")
+
+
+def _standalone(args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """(settings, the store) in standalone mode (`--proxies` set), else None."""
+    from fleet.store import Store
+
+    settings = subcommands.settings_from(args)
+    if not settings.proxies:
+        return None
+    return settings, Store.from_url(settings.broker)
+
+
+def _standalone_pools(args: argparse.Namespace, settings: Any, store: Any) -> list[dict[str, Any]]:
+    from fleet.pools.standalone import InRedis
+    from fleet.proxies.standalone import Standalone
+    from fleet.store import StoreError
+
+    where = InRedis(store.pools, Standalone(store.proxies, settings.proxies, settings.installation_id), settings.proxies,
+                    settings.installation_id, write=False)
+    try:
+        items, m = where.pools()
+    except StoreError as exc:
+        raise subcommands.Unreachable(f"cannot read ProxyPools from Redis: {show(str(exc), 200)}") from None
+    for e in m.errors:
+        print(f"warning: {e}", file=sys.stderr)
+    return [o for o in items if not args.namespace or o["metadata"]["namespace"] == args.namespace]
+
+
+def get_pools(args: argparse.Namespace) -> int:
+    _name(args.name)
+    standalone = _standalone(args)
+    if standalone is not None:
+        settings, store = standalone
+        try:
+            items = _standalone_pools(args, settings, store)
+        finally:
+            store.close()
+        if args.name is not None:
+            ns = args.namespace or DEFAULT_NAMESPACE
+            items = [o for o in items if o["metadata"]["name"] == args.name and o["metadata"]["namespace"] == ns]
+            if not items:
+                print(f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}", file=sys.stderr)
+                return subcommands.EXIT_NOT_READY
+        return _show(args, items)
+    api = _client(args)
+    try:
+        if args.name is not None:
+            ns = args.namespace or DEFAULT_NAMESPACE
+            items = [_get(api, ns, args.name)]
+        else:
+            listed = kube.list_page(api, kube.PROXY_POOL, namespace=args.namespace or None)
+            items = [i for i in listed.get("items") or [] if isinstance(i, dict)]
+    except kube.NotFound:
+        print(f"proxypool {args.name!r} not found in namespace {args.namespace or DEFAULT_NAMESPACE!r}", file=sys.stderr)
+        return subcommands.EXIT_NOT_READY
+    except kube.KubeError as exc:
+        raise _unreachable(exc) from None
+    return _show(args, items)
+
+
+def _show(args: argparse.Namespace, items: list[dict[str, Any]]) -> int:
+    if args.output == "json":
+        print(json.dumps(items[0] if args.name else items, indent=2, sort_keys=True))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(items[0] if args.name else items, sort_keys=True).rstrip())
+    elif not items:
+        where = f"namespace {args.namespace!r}" if args.namespace else "any namespace"
+        print(f"No ProxyPools in {where}", file=sys.stderr)
+    else:
+        print(tables.grid(*table(items, time.time(), all_namespaces=not args.namespace and args.name is None)))
+    return subcommands.EXIT_OK
+
+
+def table(items: list[dict[str, Any]], now: float, all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
+    """`kubectl get pxp`'s columns (the CRD's printer columns)."""
+    head = ["NAME", "DESIRED", "READY", "AVAILABLE", "AGE"]
+    rows = []
+    for o in sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"].get("name", ""))):
+        meta, spec, st = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
+        row = [meta.get("name", ""), spec.get("replicas", ""), st.get("readyReplicas", 0), st.get("availableReplicas", 0),
+               age(meta.get("creationTimestamp"), now)]
+        rows.append([meta.get("namespace", ""), *row] if all_namespaces else row)
+    return (["NAMESPACE", *head] if all_namespaces else head), rows
+
+
+def _get(api: Any, namespace: str, name: str) -> dict[str, Any]:
+    """The pool; NotFound when there is none (a read only: the writer's installation label plays no part)."""
+    out = kube.Writer(api, "fleet-cli").read(kube.PROXY_POOL, namespace, name)
+    if out is None:
+        raise kube.NotFound(f"proxypool {namespace}/{name}")
+    return out
+
+
+def replicas_of(text: str) -> int:
+    """--replicas: a whole number in [0, MAX_REPLICAS]."""
+    try:
+        n = int(text, 10)
+    except ValueError:
+        raise subcommands.BadInput(f"--replicas must be a whole number, got {show(text)}") from None
+    if not 0 <= n <= MAX_REPLICAS:
+        raise subcommands.BadInput(f"--replicas must be between 0 and {MAX_REPLICAS}, got {n}")
+    return n
+
+
+def within_autoscale(spec: dict[str, Any], n: int) -> str | None:
+    """Why `n` cannot be set on a pool with this spec (None: it can)."""
+    a = spec.get("autoscale")
+    if not isinstance(a, dict):
+        return None
+    lo, hi = a.get("min", 0), a.get("max", MAX_REPLICAS)
+    if n > hi:
+        return f"{n} is past autoscale.max ({hi}): the autoscaler would scale it back; raise autoscale.max first"
+    if n < lo:
+        return f"{n} is below autoscale.min ({lo}): the autoscaler would scale it back; lower autoscale.min first"
+    return None
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    if args.resource not in POOL_NAMES:
+        raise subcommands.BadInput(f"unknown resource {show(args.resource)}: fleet scale knows pool (proxypool)")
+    n = replicas_of(args.replicas)
+    _name(args.name)
+    ns = args.namespace or DEFAULT_NAMESPACE
+    standalone = _standalone(args)
+    if standalone is not None:
+        return _scale_standalone(args, ns, n, *standalone)
+    api = _client(args)
+    try:
+        pool = _get(api, ns, args.name)
+        why = within_autoscale(pool.get("spec") or {}, n)
+        if why:
+            raise subcommands.BadInput(f"proxypool {ns}/{args.name}: {why}")
+        got = kube.scale(api, kube.PROXY_POOL, ns, args.name, n)
+    except kube.NotFound:
+        print(f"proxypool {args.name!r} not found in namespace {ns!r}", file=sys.stderr)
+        return subcommands.EXIT_NOT_READY
+    except kube.Rejected as exc:
+        raise subcommands.BadInput(f"proxypool {ns}/{args.name}: the API server refused {n}: {show(str(exc), 300)}") from None
+    except kube.KubeError as exc:
+        raise _unreachable(exc) from None
+    print(f"proxypool.crawl.example.com/{args.name} scaled to {(got.get('spec') or {}).get('replicas', n)}")
+    return subcommands.EXIT_OK
+
+
+def _scale_standalone(args: argparse.Namespace, ns: str, n: int, settings: Any, store: Any) -> int:
+    from fleet.pools.standalone import declared_pools, set_replicas
+    from fleet.store import StoreError
+
+    try:
+        d = next((d for d in declared_pools(settings.proxies).pools if d.key == f"{ns}/{args.name}"), None)
+        if d is None:
+            print(f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}", file=sys.stderr)
+            return subcommands.EXIT_NOT_READY
+        why = within_autoscale(d.obj["spec"], n)
+        if why:
+            raise subcommands.BadInput(f"proxypool {ns}/{args.name}: {why}")
+        set_replicas(store.pools, settings.proxies, ns, args.name, n)
+    except StoreError as exc:
+        raise subcommands.Unreachable(f"cannot write the scale to Redis: {show(str(exc), 200)}") from None
+    finally:
+        store.close()
+    print(f"proxypool.crawl.example.com/{args.name} scaled to {n} (standalone: until the manifest's replicas "
+          f"changes from {d.replicas if d.replicas is not None else 'unset'})")
+    return subcommands.EXIT_OK
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("scale", parents=[common], help=(
+        "set a ProxyPool's replicas: its scale subresource, as kubectl scale; standalone (--proxies), an override "
+        "in Redis that holds until the manifest's own replicas changes"))
+    s.add_argument("resource", help="pool (proxypool)")
+    s.add_argument("name")
+    s.add_argument("--replicas", required=True, help=f"the new replicas, 0 to {MAX_REPLICAS}")
+    s.add_argument("-n", "--namespace", help=f"the pool's namespace (default {DEFAULT_NAMESPACE})")
+    s.set_defaults(fn=cmd_scale)
