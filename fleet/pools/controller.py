@@ -24,6 +24,7 @@ A pool the controller cannot read is skipped, logged once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -97,11 +98,13 @@ class PoolController:
                  demand: Callable[[Pool, Sequence[str]], Demand | None] = lambda pool, keys: None,
                  usage: Callable[[str], tuple[int, int]] = lambda key: (0, 0),
                  rng: random.Random | None = None, served: Callable[[str], bool] = lambda ns: True,
-                 series: PoolSeries | None = None) -> None:
+                 series: PoolSeries | None = None,
+                 egress: Callable[[str, str], str] = lambda key, uid: "") -> None:
         self.where, self.namespaces, self.clock = where, namespaces, clock
         self.demand = demand  # the lease API's demand for a pool, given its members' keys (None: unknown)
         self.served = served  # whether this installation serves a namespace now (its claim: fleet.proxies.claims)
         self.usage = usage  # `namespace/name` of a Proxy -> (leases held, active cooldowns)
+        self.egress = egress  # (`namespace/name`, uid) of a Proxy -> the prober's egress address ("" unknown)
         self.rng = rng or random.Random()
         self.history: dict[str, list[tuple[float, int]]] = {}
         self.counters = Counters()
@@ -168,9 +171,12 @@ class PoolController:
             meta = _meta(o)
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             try:
-                members.append(member_of(o, *self.usage(key)))
+                m = member_of(o, *self.usage(key))
             except ManifestError:
                 continue  # not a Proxy fleet can read: the Proxy controller reports it
+            if pool.spec.unique_egress and m.running:  # read only when the rule is on
+                m = dataclasses.replace(m, egress_ip=self.egress(key, m.uid))
+            members.append(m)
             member_keys.append(key)
         history = [(t, n) for t, n in self.history.get(pool.key, []) if t >= now - HISTORY]
         d = rules.decide(pool, members, self.demand(pool, member_keys), now, history)

@@ -3,8 +3,8 @@
     decide(pool, members, demand, now, history) → Decision(creates, deletes, status, scale_to, recommendation)
 
 `members` are the pool's Proxies (`fleet.pools.model.Member`: phase,
-health, age, leases, cooldowns, template hash); `demand` is the lease API's
-(None: unknown, no autoscaling this time); `history` the autoscaler's past
+health, age, leases, cooldowns, template hash, the prober's egress
+address); `demand` is the lease API's (None: unknown, no autoscaling this time); `history` the autoscaler's past
 recommendations (the caller keeps them, as an HPA does). The caller
 (`fleet.pools.cluster`) creates and deletes the member Proxies, writes
 `status` to the pool's status subresource and, when `scale_to` is set,
@@ -27,12 +27,20 @@ the API. The rules, one row each in tests/fleet/pools/test_decide.py:
 | deletes              | outdated members, and updated ones beyond a provider's share, in the scale-down order;|
 |                      | an available one only while availableReplicas stays ≥ replicas − maxUnavailable; the  |
 |                      | reason: rotation (past maxAge), template (changed, or its provider no longer listed), |
-|                      | remediation, scale-down                                                                |
-| scale-down order     | not created yet, then Failed/unhealthy, then outdated, then most cooldowns, then     |
-|                      | fewest leases, then oldest (then by name)                                             |
+|                      | remediation, egress, scale-down                                                        |
+| scale-down order     | not created yet, then Failed/unhealthy, then outdated or egress duplicates, then most |
+|                      | cooldowns, then fewest leases, then oldest (then by name)                             |
 | remediation          | unhealthy (Failed, or Healthy=False for unhealthyAfter) members are deleted (and so   |
-|                      | replaced) only while at most maxUnhealthy (rounded down) are; above, none is, not even |
-|                      | by rotation: RemediationAllowed=False (TooManyUnhealthy)                               |
+|                      | replaced) only while at most maxUnhealthy (rounded down) are faulty (unhealthy, or an |
+|                      | egress duplicate); above, none is, not even by rotation, and no egress duplicate:     |
+|                      | RemediationAllowed=False (TooManyUnhealthy)                                           |
+| egress               | uniqueEgressIP: of the Running members with one egress address (the prober's), all   |
+|                      | but the earliest created (then by name) are egress duplicates: outdated like a member |
+|                      | past maxAge, so replaced surge-first within maxSurge/maxUnavailable (reason egress), |
+|                      | first in the scale-down order after the unhealthy; only while the breaker allows      |
+| leases               | a replaced member's leases are revoked when it is deleted (the lease API answers      |
+|                      | `revoked` once its endpoint goes), so with maxUnavailable 0 only after its            |
+|                      | replacement is available; maxUnavailable > 0 lets that many go first (a Deployment's) |
 | autoscale            | demand / (per-member capacity × target%) rounded up, clamped to [min, max]; a scale up |
 |                      | takes the lowest recommendation of its window, a scale down the highest of its window;|
 |                      | ScalingLimited=True AtMaxReplicas / AtMinReplicas when clamped                        |
@@ -77,9 +85,10 @@ R_NOT_LIMITED, R_REFUSED, R_PROVIDER_MAX, R_AT_MAX, R_AT_MIN = (
     "WithinLimits", "ProviderRefused", "ProviderMax", "AtMaxReplicas", "AtMinReplicas")
 
 # why a member is deleted (the counters' label): rotation by age, a template changed (or its provider no longer
-# listed), the remediation of an unhealthy member; the last three are replacements (fleet.pools.metrics)
-SCALE_DOWN, ROTATION, TEMPLATE, REMEDIATION = "scale-down", "rotation", "template", "remediation"
-REPLACEMENTS = (ROTATION, TEMPLATE, REMEDIATION)
+# listed), the remediation of an unhealthy member, an egress address shared with an earlier member (uniqueEgressIP);
+# the last four are replacements (fleet.pools.metrics)
+SCALE_DOWN, ROTATION, TEMPLATE, REMEDIATION, EGRESS = "scale-down", "rotation", "template", "remediation", "egress"
+REPLACEMENTS = (ROTATION, TEMPLATE, REMEDIATION, EGRESS)
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class Create:
 @dataclass(frozen=True)
 class Delete:
     name: str
-    reason: str  # SCALE_DOWN | ROTATION | TEMPLATE | REMEDIATION
+    reason: str  # SCALE_DOWN | ROTATION | TEMPLATE | REMEDIATION | EGRESS
 
 
 @dataclass(frozen=True)
@@ -225,8 +234,28 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
             return False
         return spec.max_age is None or now - m.created_at < spec.max_age + jitter(m.uid, spec.max_age_jitter)
 
+    # uniqueEgressIP: of the Running members sharing an egress address, all but the earliest created
+    shared: set[str] = set()
+    if spec.unique_egress:
+        by_ip: dict[str, list[Member]] = {}
+        for m in live:
+            if m.running and m.egress_ip:
+                by_ip.setdefault(m.egress_ip, []).append(m)
+        for group in by_ip.values():
+            shared.update(m.name for m in sorted(group, key=lambda m: (m.created_at, m.name))[1:])
+
+    # the breaker: unhealthy members and egress duplicates are replaced only while at most maxUnhealthy are either
+    sick = [m for m in live if unhealthy(m)]
+    faulty = {m.name for m in sick} | shared
+    remediate = len(faulty) <= max_unhealthy
+    replacing = shared if remediate else set()
+
+    def current(m: Member) -> bool:
+        """Updated and not to be replaced for its egress address: what counts toward its provider's share."""
+        return updated(m) and m.name not in replacing
+
     def order(m: Member) -> tuple[int, int, int, float, str]:
-        rank = 0 if not m.created else 1 if unhealthy(m) else 2 if not updated(m) else 3
+        rank = 0 if not m.created else 1 if unhealthy(m) else 2 if not current(m) else 3
         return rank, -m.cooldowns, m.leases, m.created_at, m.name
 
     # the spread, with refusing providers capped at their working members
@@ -255,8 +284,6 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
         limits.append((limit_why, limit_msg))
 
     # remediation
-    sick = [m for m in live if unhealthy(m)]
-    remediate = len(sick) <= max_unhealthy
     deletes: dict[str, str] = {}
     if remediate:
         for m in sorted(sick, key=order):
@@ -268,11 +295,11 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
     providers = [s.provider for s in spec.providers] + sorted({m.provider for m in remaining} - set(hashes))
     for prov in providers:
         mine = [m for m in remaining if m.provider == prov]
-        upd = sorted((m for m in mine if updated(m)), key=order)
-        old = [m for m in mine if not updated(m)]
+        upd = sorted((m for m in mine if current(m)), key=order)
+        old = [m for m in mine if not current(m)]
         excess = max(0, len(upd) - targets.get(prov, 0))
         candidates += [(m, SCALE_DOWN) for m in upd[:excess]]
-        candidates += [(m, ROTATION if m.template_hash == hashes.get(m.provider) else TEMPLATE)
+        candidates += [(m, EGRESS if updated(m) else ROTATION if m.template_hash == hashes.get(m.provider) else TEMPLATE)
                        for m in old if remediate or not unhealthy(m)]
     budget = sum(1 for m in remaining if available(m)) - (desired - unavailable)
     for m, why in sorted(candidates, key=lambda c: order(c[0])):
@@ -285,7 +312,7 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
     # creates: each provider up to its share of updated members, within replicas + maxSurge
     kept = [m for m in live if m.name not in deletes]
     # an unhealthy member kept by the breaker holds its place: no replacement is made for it
-    need = {p: max(0, targets[p] - sum(1 for m in kept if m.provider == p and (updated(m) or (not remediate and unhealthy(m)))))
+    need = {p: max(0, targets[p] - sum(1 for m in kept if m.provider == p and (current(m) or (not remediate and unhealthy(m)))))
             for p in targets}
     room = max(0, desired + surge - len(kept))
     creates: list[Create] = []
@@ -326,7 +353,8 @@ def decide(pool: Pool, members: Sequence[Member], demand: Demand | None, now: fl
     conds = set_condition(conds, progressing, now)
     conds = set_condition(conds, Condition(
         REMEDIATION_ALLOWED, "True" if remediate else "False", R_WITHIN if remediate else R_TOO_MANY,
-        f"{len(sick)} unhealthy, maxUnhealthy {max_unhealthy}" + ("" if remediate else ": nothing is replaced"), g), now)
+        f"{len(sick)} unhealthy" + (f", {len(shared)} sharing an egress address" if shared else "")
+        + f", maxUnhealthy {max_unhealthy}" + ("" if remediate else ": nothing is replaced"), g), now)
     conds = set_condition(conds, Condition(
         SCALING_LIMITED, "True" if limits else "False", limits[0][0] if limits else R_NOT_LIMITED,
         "; ".join(m for _, m in limits) if limits else "", g), now)

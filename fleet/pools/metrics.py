@@ -18,7 +18,8 @@ rule sees one value per pool):
 - `proxy_operator_pool_replacements_total{pool_namespace,pool,reason}`:
   members deleted to be replaced, by why (`REPLACEMENTS`): `rotation`
   (past maxAge + jitter), `template` (its template changed or its provider
-  left the list), `remediation` (unhealthy). One family with a reason rather
+  left the list), `remediation` (unhealthy), `egress` (an egress address
+  an earlier member has: uniqueEgressIP). One family with a reason rather
   than one per kind: they are the same act, and their sum is the pool's
   churn, what an outage makes spike (`sum without (reason)`). Scale-downs
   replace nothing and are not counted here.
@@ -113,7 +114,7 @@ class PoolSeries(Collector):
                 a.add_metric([ns, name], f.autoscale_max)
             b.add_metric([ns, name], 1 if f.remediation_blocked else 0)
         c = CounterMetricFamily(POOL_REPLACEMENTS, "Pool members deleted to be replaced, by reason: rotation (past maxAge), "
-                                                   "template (changed), remediation (unhealthy).", labels=[*LABELS, "reason"])
+                                                   "template (changed), remediation (unhealthy), egress (a shared egress address).", labels=[*LABELS, "reason"])
         for (ns, name), counts in sorted(replaced.items()):
             for reason in REPLACEMENTS:
                 c.add_metric([ns, name, reason], counts[reason])

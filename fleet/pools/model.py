@@ -24,7 +24,7 @@ from fleet.kube.crd import Field
 from fleet.pools import schema
 from fleet.proxies.decide import LATCHES, R_QUOTA
 from fleet.proxies.manifests import ManifestError, parse_proxy
-from fleet.proxies.model import FAILED, HEALTHY, LABEL_POOL, PROVISIONED, READY, CloudInit, Condition, Proxy
+from fleet.proxies.model import FAILED, HEALTHY, LABEL_POOL, PROVISIONED, READY, RUNNING, CloudInit, Condition, Proxy
 from providers import names
 from providers.base import Placement
 
@@ -96,6 +96,7 @@ class PoolSpec:
     remediation: Remediation = field(default_factory=Remediation)
     min_ready: float = 0.0
     progress_deadline: float = 600.0
+    unique_egress: bool = False  # uniqueEgressIP: no two Running members on one egress address
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,8 @@ class Member:
     deleting: bool = False
     leases: int = 0  # held now (the lease API)
     cooldowns: int = 0  # active now (the lease API)
+    running: bool = False  # phase Running
+    egress_ip: str = ""  # the prober's last egress address for this uid ("" unknown)
 
 
 # --- parsing ------------------------------------------------------------------
@@ -163,6 +166,14 @@ def _int(value: Any, path: str, node: Field, default: int | None = None) -> int 
         raise PoolError(f"{path}: must be at least {node.minimum}, got {value}")
     if node.maximum is not None and value > node.maximum:
         raise PoolError(f"{path}: must be at most {node.maximum}, got {value}")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise PoolError(f"{path}: must be true or false, got {type(value).__name__}")
     return value
 
 
@@ -281,6 +292,7 @@ def parse_pool(obj: Mapping[str, Any]) -> Pool:
         min_ready=float(_int(spec.get("minReadySeconds"), "spec.minReadySeconds", sp["minReadySeconds"]) or 0),
         progress_deadline=float(_int(spec.get("progressDeadlineSeconds"), "spec.progressDeadlineSeconds",
                                      sp["progressDeadlineSeconds"]) or 600),
+        unique_egress=_bool(spec.get("uniqueEgressIP"), "spec.uniqueEgressIP"),
     )
     gen = meta.get("generation")
     return Pool(namespace=namespace, name=name, uid=str(meta.get("uid") or ""),
@@ -333,7 +345,7 @@ def _since(p: Proxy, type_: str, status: str) -> float | None:
     return _time(c.last_transition_time) or 0.0
 
 
-def member_of(obj: Mapping[str, Any], leases: int = 0, cooldowns: int = 0) -> Member:
+def member_of(obj: Mapping[str, Any], leases: int = 0, cooldowns: int = 0, egress_ip: str = "") -> Member:
     """A member Proxy object as the decision's value (ManifestError if it is no Proxy fleet can read)."""
     p = parse_proxy(dict(obj), source="the API server")
     meta = obj.get("metadata")
@@ -346,4 +358,5 @@ def member_of(obj: Mapping[str, Any], leases: int = 0, cooldowns: int = 0) -> Me
         name=p.name, uid=p.uid, provider=p.spec.provider, created_at=_time(p.created_at) or 0.0,
         template_hash=str(labels.get(LABEL_HASH) or ""), created=bool(p.status.provider_id),
         ready_since=_since(p, READY, "True"), unhealthy_since=_since(p, HEALTHY, "False"),
-        failed=p.status.phase == FAILED, refused=refused, deleting=p.deleting, leases=leases, cooldowns=cooldowns)
+        failed=p.status.phase == FAILED, refused=refused, deleting=p.deleting, leases=leases, cooldowns=cooldowns,
+        running=p.status.phase == RUNNING, egress_ip=egress_ip)

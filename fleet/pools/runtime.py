@@ -14,7 +14,9 @@ What the pool decision reads from Redis, once per pass (`Inputs`): every
 proxy's open leases and active cooldowns (`Leases.usage`, the scale-down
 order) and, per pool, its demand (`Demand`: the open leases of its
 members, the refused lease requests naming the pool over DEMAND_WINDOW,
-`--max-leases-per-proxy`). The refused counter is per pool *name*
+`--max-leases-per-proxy`) and, for pools with uniqueEgressIP, each Running
+member's egress address from the prober's verdicts (`fleet:probe:verdicts`,
+the verdict on the member's current uid only). The refused counter is per pool *name*
 (the lease API's `pool` filter is not namespaced): two pools of the same
 name in two namespaces share it.
 
@@ -32,7 +34,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from fleet import runtime
 from fleet.pools.cluster import InCluster, PoolController
@@ -40,6 +42,7 @@ from fleet.pools.decide import Demand
 from fleet.pools.metrics import PoolSeries
 from fleet.pools.model import Pool
 from fleet.pools.standalone import InRedis
+from fleet.proxies.reconciler import probe_of
 from fleet.store import keys
 from fleet.store.leases import Leases
 from fleet.store.pools import PoolLock
@@ -52,15 +55,27 @@ DEMAND_WINDOW = 60.0  # seconds of refused lease requests counted as demand
 
 
 class Inputs:
-    """The pass's reads from Redis: usage by proxy key, demand by pool (refreshed once per pass)."""
+    """The pass's reads from Redis: usage by proxy key, demand by pool (refreshed once per pass), and the
+    prober's verdicts for egress addresses (read at most once per pass, and only when a pool asks:
+    uniqueEgressIP)."""
 
-    def __init__(self, leases: Leases, per_member: int, clock: Callable[[], float] = time.time) -> None:
-        self.leases, self.per_member, self.clock = leases, per_member, clock
+    def __init__(self, leases: Leases, per_member: int, clock: Callable[[], float] = time.time,
+                 verdicts: Callable[[], Mapping[str, bytes | str]] = dict) -> None:
+        self.leases, self.per_member, self.clock, self.verdicts = leases, per_member, clock, verdicts
         self.loads: dict[str, int] = {}
         self.cooling: dict[str, int] = {}
+        self._verdicts: Mapping[str, bytes | str] | None = None
 
     def refresh(self) -> None:
         self.loads, self.cooling = self.leases.usage(self.clock())
+        self._verdicts = None
+
+    def egress(self, key: str, uid: str) -> str:
+        """The prober's last egress address for this Proxy's uid ("" none, or a verdict on another uid)."""
+        if self._verdicts is None:
+            self._verdicts = self.verdicts()
+        probe = probe_of(self._verdicts.get(key), uid)
+        return probe.egress_ip if probe is not None else ""
 
     def usage(self, key: str) -> tuple[int, int]:
         return self.loads.get(key, 0), self.cooling.get(key, 0)
@@ -123,12 +138,12 @@ def start(stop: threading.Event) -> list[threading.Thread]:
     objects, _ = proxies.mode()
     s = runtime.settings()
     store = runtime.store()
-    inputs = Inputs(store.leases, s.max_leases_per_proxy)
+    inputs = Inputs(store.leases, s.max_leases_per_proxy, verdicts=store.proxies.verdicts)
     if isinstance(objects, Cluster):
         claims = objects.claims
         ctl = PoolController(InCluster(objects.writer), namespaces=s.proxy_scope, demand=inputs.demand,
                              usage=inputs.usage, served=claims.allowed if claims is not None else (lambda ns: True),
-                             series=SERIES)
+                             series=SERIES, egress=inputs.egress)
     elif isinstance(objects, Standalone):
         rec = proxies.reconciler()
 
@@ -140,7 +155,7 @@ def start(stop: threading.Event) -> list[threading.Thread]:
             rec.wake.set()
 
         where = InRedis(store.pools, objects, objects.path, s.installation_id, on_change=due)
-        ctl = PoolController(where, demand=inputs.demand, usage=inputs.usage, series=SERIES)
+        ctl = PoolController(where, demand=inputs.demand, usage=inputs.usage, series=SERIES, egress=inputs.egress)
     else:
         log.info("ProxyPools: off (no --proxies manifests and no cluster)")
         return []

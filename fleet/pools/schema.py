@@ -14,7 +14,7 @@ member is an ordinary Proxy.
 
 from __future__ import annotations
 
-from fleet.kube.crd import Column, Crd, Rule, Scale, array, conditions, int_or_percent, integer, obj, root, string
+from fleet.kube.crd import Column, Crd, Rule, Scale, array, boolean, conditions, int_or_percent, integer, obj, root, string
 from fleet.kube.resources import PROXY_POOL
 from fleet.proxies.schema import CLOUD_INIT, DNS1123_LABEL, MAX_LABEL, PLACEMENT, PORT
 
@@ -110,6 +110,10 @@ SPEC = obj(
         "strategy": STRATEGY,
         "autoscale": AUTOSCALE,
         "remediation": REMEDIATION,
+        "uniqueEgressIP": boolean(
+            "uniqueEgressIP, when true, keeps no two Running members on one egress address (the prober's): of "
+            "members sharing one, the later created are replaced, surge-first within strategy, and only while "
+            "the remediation breaker allows (they count with the unhealthy toward maxUnhealthy).", default=False),
         "minReadySeconds": integer("minReadySeconds is how long a member is Ready before it counts as available.",
                                    format="int32", minimum=0, maximum=DAY, default=0),
         "progressDeadlineSeconds": integer(
