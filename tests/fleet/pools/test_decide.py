@@ -222,6 +222,66 @@ def test_above_max_unhealthy_nothing_is_replaced_not_even_by_rotation():
     assert d.status["unhealthyReplicas"] == 6
 
 
+# --- uniqueEgressIP ---------------------------------------------------------------------
+
+
+def on_ip(p, name, ip, *, age=1000.0, running=True, **kw):
+    return member(p, name, "a", age=age, running=running, egress_ip=ip, **kw)
+
+
+def test_egress_duplicates_are_the_later_created_and_replaced_surge_first():
+    p = pool(4, [{"provider": "a"}], uniqueEgressIP=True, strategy={"maxSurge": 1, "maxUnavailable": 0},
+             remediation={"maxUnhealthy": 2})
+    ms = [on_ip(p, "first", "198.51.100.7", age=3000), on_ip(p, "later", "198.51.100.7", age=2000),
+          on_ip(p, "latest", "198.51.100.7", age=1000), on_ip(p, "own", "198.51.100.8", age=500)]
+    d = decide(p, ms, None, NOW)
+    assert len(d.creates) == 1 and d.deletes == ()  # the new one first, nothing deleted
+    assert d.status["updatedReplicas"] == 4  # a duplicate has the current template: it is not "outdated" in status
+    assert "2 sharing an egress address" in cond(d, "RemediationAllowed")["message"]
+    d = decide(p, ms + [member(p, "new", "a", age=1, ready=False)], None, NOW)
+    assert d.creates == () and d.deletes == ()  # wait for it to be available
+    d = decide(p, ms + [member(p, "new", "a", age=1, ready_for=1)], None, NOW)
+    # one out (of the two duplicates the older, by the scale-down order), the next one in; "first" stays
+    assert [(x.name, x.reason) for x in d.deletes] == [("later", rules.EGRESS)] and len(d.creates) == 1
+
+
+def test_the_egress_rule_is_off_by_default_and_ignores_unknown_and_not_running_members():
+    same = "203.0.113.9"
+    off = pool(3, [{"provider": "a"}])
+    assert decide(off, [on_ip(off, f"m{i}", same, age=100 + i) for i in range(3)], None, NOW).creates == ()
+    p = pool(3, [{"provider": "a"}], uniqueEgressIP=True)
+    ms = [on_ip(p, "m0", same, age=300), on_ip(p, "m1", same, age=200, running=False),  # Replacing, say
+          on_ip(p, "m2", "", age=100), on_ip(p, "m3", "", age=50)]  # no egress known yet: no duplicates
+    d = decide(p, ms[:3], None, NOW)
+    assert d.creates == () and d.deletes == ()
+    d = decide(p, ms, None, NOW)  # one too many: an ordinary scale-down, not an egress replacement
+    assert [x.reason for x in d.deletes] == [rules.SCALE_DOWN]
+
+
+def test_egress_replacement_within_max_unavailable_deletes_first():
+    p = pool(3, [{"provider": "a"}], uniqueEgressIP=True, strategy={"maxSurge": 0, "maxUnavailable": 1})
+    ms = [on_ip(p, "first", "192.0.2.1", age=300), on_ip(p, "later", "192.0.2.1", age=200), on_ip(p, "x", "192.0.2.2")]
+    d = decide(p, ms, None, NOW)
+    assert [(x.name, x.reason) for x in d.deletes] == [("later", rules.EGRESS)] and len(d.creates) == 1
+
+
+def test_egress_duplicates_count_under_the_breaker():
+    p = pool(10, [{"provider": "a"}], uniqueEgressIP=True, remediation={"maxUnhealthy": "40%"})
+    nat = [on_ip(p, f"m{i}", "192.0.2.50", age=1000 + i) for i in range(10)]  # a provider NATs them all through one
+    d = decide(p, nat, None, NOW)
+    assert d.deletes == () and d.creates == () and d.remediation_blocked
+    ra = cond(d, "RemediationAllowed")
+    assert (ra["status"], ra["reason"]) == ("False", rules.R_TOO_MANY) and "9 sharing an egress address" in ra["message"]
+    # with the unhealthy: 3 sick + 2 duplicates > 4, so neither is replaced
+    ms = [on_ip(p, f"ok{i}", f"192.0.2.{i}") for i in range(5)] + [on_ip(p, "dup1", "192.0.2.0", age=10),
+                                                                   on_ip(p, "dup2", "192.0.2.1", age=10)]
+    ms += [member(p, f"sick{i}", "a", ready=False, unhealthy_since=NOW - 600) for i in range(3)]
+    d = decide(p, ms, None, NOW)
+    assert d.deletes == () and d.creates == () and d.remediation_blocked
+    d = decide(p, ms[:-1], None, NOW)  # 2 sick + 2 duplicates: within
+    assert sorted(x.reason for x in d.deletes) == [rules.REMEDIATION] * 2 and len(d.creates) == 5  # 1 short, 2+2 replaced
+
+
 def test_autoscale_from_demand_within_min_and_max_with_stabilisation():
     p = pool(2, [{"provider": "a"}], autoscale={"min": 2, "max": 10, "targetUtilization": 50,
                                                 "scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": 300})
@@ -295,6 +355,7 @@ def test_members_being_deleted_do_not_count():
     ({"autoscale": {"min": 3, "max": 1}}, "min must not exceed max"),
     ({"template": {"port": 0}}, "spec.template.port"),
     ({"template": {"bogus": 1}}, "spec.template: unknown field 'bogus'"),
+    ({"uniqueEgressIP": "yes"}, "spec.uniqueEgressIP: must be true or false"),
 ])
 def test_bad_pools_are_refused_with_the_field(spec, words):
     obj = _obj(pool(1))
