@@ -114,7 +114,8 @@ class PoolSeries(Collector):
                 a.add_metric([ns, name], f.autoscale_max)
             b.add_metric([ns, name], 1 if f.remediation_blocked else 0)
         c = CounterMetricFamily(POOL_REPLACEMENTS, "Pool members deleted to be replaced, by reason: rotation (past maxAge), "
-                                                   "template (changed), remediation (unhealthy), egress (a shared egress address).", labels=[*LABELS, "reason"])
+                                                   "template (changed), remediation (unhealthy), egress (a shared egress address).",
+                                labels=[*LABELS, "reason"])
         for (ns, name), counts in sorted(replaced.items()):
             for reason in REPLACEMENTS:
                 c.add_metric([ns, name, reason], counts[reason])
