@@ -19,7 +19,6 @@ deleted, and stops it all.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import secrets
@@ -37,28 +36,21 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes.http import LoopbackServer  # noqa: E402
+from tests.fakes.http import LoopbackServer, Quiet  # noqa: E402
 from tests.integration.conftest import RedisServer, free_port  # noqa: E402
 from tests.providers.kvm.lab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
 
 EGRESS_RANGE = "127.0.1.0/24"  # each Squid its own outgoing address (docs/local-provider.md)
 
 
-class _EchoOrigin(http.server.BaseHTTPRequestHandler):
+class _EchoOrigin(Quiet):
     """Answers with the client address it sees (a proxy's egress address); /slow after a second, so two
     requests through the gateway overlap and hold two proxies at once."""
 
     def do_GET(self) -> None:
         if self.path.startswith("/slow"):
             time.sleep(1.0)
-        body = self.client_address[0].encode() + b"\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.reply(200, self.client_address[0].encode() + b"\n")
 
 
 def kvm_provider(lab) -> dict:

@@ -52,6 +52,7 @@ from fleet.pools.controller import Listing, NameTaken
 from fleet.pools.model import API_VERSION, KIND, LABEL_HASH, Pool, PoolError, parse_pool
 from fleet.proxies.manifests import DEFAULT_NAMESPACE, ManifestError, Other, load_all, parse_proxy
 from fleet.proxies.model import LABEL_POOL, POOL_OWNER, Proxy, to_object
+from fleet.proxies.reconciler import json_object
 from fleet.proxies.standalone import Standalone, stored_form
 from fleet.store.pools import PoolRecords
 
@@ -163,16 +164,6 @@ def member_object(p: Proxy) -> dict[str, Any]:
     return obj
 
 
-def _load(raw: str | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 class InRedis:
     """The standalone `Where`: pools from the manifests, records and overrides in Redis, members as standalone
     Proxies. `on_change(keys)`: Proxy keys created or retired (the reconciler takes them at once)."""
@@ -203,8 +194,8 @@ class InRedis:
         out = []
         self._declared = {d.key: d for d in m.pools}
         for d in m.pools:
-            old = _load(records.get(d.key))
-            override = _load(scales.get(d.key))
+            old = json_object(records.get(d.key))
+            override = json_object(scales.get(d.key))
             obj, rec, holds = effective(d, old, override, self.uid_of(d.key), now)
             if self.write:
                 if rec != old:

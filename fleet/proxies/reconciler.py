@@ -149,7 +149,7 @@ class Reconciler:
         if p is None:
             self.store.forget(key)
             return "gone"
-        call = _json(self.store.call(key))
+        call = json_object(self.store.call(key))
         if call is not None:
             # its answer wakes the Proxy; an answer that never came is given up once the call lapses
             deadline = call.get("deadline")
@@ -185,7 +185,7 @@ class Reconciler:
         return env, text
 
     def _outcome(self, p: Proxy, raw: bytes | str | None) -> Outcome | None:
-        doc = _json(raw)
+        doc = json_object(raw)
         if doc is None:
             return None
         call, out = doc.get("call"), doc.get("outcome")
@@ -346,7 +346,7 @@ def phase_since(raw: bytes | str | None) -> tuple[str, float] | None:
 def probe_of(raw: bytes | str | None, uid: str) -> Probe | None:
     """The prober's verdict, if it is about this UID (a verdict on a Proxy since
     deleted and declared again under the same name is not)."""
-    doc = _json(raw)
+    doc = json_object(raw)
     if doc is None or doc.get("uid") != uid or not isinstance(doc.get("healthy"), bool):
         return None
     message, egress = doc.get("message"), doc.get("egressIP")
@@ -354,7 +354,8 @@ def probe_of(raw: bytes | str | None, uid: str) -> Probe | None:
                  egress[:64] if isinstance(egress, str) else "")
 
 
-def _json(raw: bytes | str | None) -> dict[str, Any] | None:
+def json_object(raw: bytes | str | None) -> dict[str, Any] | None:
+    """A stored JSON object, or None when absent, not JSON, or not an object."""
     if raw is None:
         return None
     try:

@@ -189,59 +189,51 @@ def test_no_cluster_wide_secret_read_unless_every_namespace_is_asked_for(tmp_pat
     assert not cluster.can(wide, CONTROLLER, "list", "secrets", None)
 
 
-def test_the_peoples_proxy_roles(rendered):
-    roles = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "ClusterRole"}
-    editor, viewer = roles["proxy-editor-role"], roles["proxy-viewer-role"]
+ALICE = ("crawl-team", "alice")
 
-    def bound(role, ns="crawl-team"):
-        return [role, {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": ns},
-                       "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"]},
-                       "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": "crawl-team"}]}]
 
-    alice = ("crawl-team", "alice")
+def bound(role: dict[str, Any], ns: str = "crawl-team") -> list[dict[str, Any]]:
+    """`role` and a RoleBinding of it in `ns` to ServiceAccount crawl-team/alice."""
+    return [role, {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": ns},
+                   "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"]},
+                   "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": "crawl-team"}]}]
+
+
+def peoples_roles(objs: list[dict[str, Any]], kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The `kind`-editor-role and `kind`-viewer-role ClusterRoles."""
+    roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRole"}
+    return roles[f"{kind}-editor-role"], roles[f"{kind}-viewer-role"]
+
+
+@pytest.mark.parametrize(("kind", "resource"), [("proxy", "proxies"), ("proxypool", "proxypools")])
+def test_the_peoples_editor_writes_in_its_namespace_the_viewer_reads_and_neither_touches_status_or_secrets(
+        rendered, kind, resource):
+    editor, viewer = peoples_roles(rendered, kind)
     for verb in ("create", "delete", "get", "list", "patch", "update", "watch"):
-        assert cluster.can(bound(editor), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
-        assert not cluster.can(bound(editor), alice, verb, "proxies", "other", group=PROXY_GROUP), verb
-    for verb in ("get", "list", "watch"):
-        assert cluster.can(bound(viewer), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+        assert cluster.can(bound(editor), ALICE, verb, resource, "crawl-team", group=PROXY_GROUP), verb
+        assert not cluster.can(bound(editor), ALICE, verb, resource, "other", group=PROXY_GROUP), verb
     for role in (editor, viewer):
-        assert not cluster.can(bound(role), alice, "patch", "proxies/status", "crawl-team", group=PROXY_GROUP)
-        assert not cluster.can(bound(role), alice, "get", "secrets", "crawl-team")
+        assert not cluster.can(bound(role), ALICE, "patch", f"{resource}/status", "crawl-team", group=PROXY_GROUP)
+        assert not cluster.can(bound(role), ALICE, "get", "secrets", "crawl-team")
         assert not any(lbl.startswith("rbac.authorization.k8s.io/aggregate") for lbl in role["metadata"].get("labels", {}))
+    for verb in ("get", "list", "watch"):
+        assert cluster.can(bound(viewer), ALICE, verb, resource, "crawl-team", group=PROXY_GROUP), verb
     for verb in ("create", "delete", "patch", "update"):
-        assert not cluster.can(bound(viewer), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
+        assert not cluster.can(bound(viewer), ALICE, verb, resource, "crawl-team", group=PROXY_GROUP), verb
 
 
-def test_the_peoples_proxypool_roles(rendered):
-    roles = {o["metadata"]["name"]: o for o in rendered if o["kind"] == "ClusterRole"}
-    editor, viewer = roles["proxypool-editor-role"], roles["proxypool-viewer-role"]
-
-    def bound(role, ns="crawl-team"):
-        return [role, {"kind": "RoleBinding", "metadata": {"name": "b", "namespace": ns},
-                       "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"]},
-                       "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": "crawl-team"}]}]
-
-    alice = ("crawl-team", "alice")
-    for verb in ("create", "delete", "get", "list", "patch", "update", "watch"):
-        assert cluster.can(bound(editor), alice, verb, "proxypools", "crawl-team", group=PROXY_GROUP), verb
-        assert not cluster.can(bound(editor), alice, verb, "proxypools", "other", group=PROXY_GROUP), verb
+def test_the_peoples_proxypool_roles_scale_and_read_the_members(rendered):
+    editor, viewer = peoples_roles(rendered, "proxypool")
     for verb in ("get", "patch", "update"):  # kubectl scale, an HPA
-        assert cluster.can(bound(editor), alice, verb, "proxypools/scale", "crawl-team", group=PROXY_GROUP), verb
-        assert not cluster.can(bound(viewer), alice, verb if verb != "get" else "patch", "proxypools/scale",
+        assert cluster.can(bound(editor), ALICE, verb, "proxypools/scale", "crawl-team", group=PROXY_GROUP), verb
+        assert not cluster.can(bound(viewer), ALICE, verb if verb != "get" else "patch", "proxypools/scale",
                                "crawl-team", group=PROXY_GROUP), verb
     for role in (editor, viewer):
         for verb in ("get", "list", "watch"):  # the members and the status, read-only
             for resource in ("proxies", "proxypools/status"):
-                assert cluster.can(bound(role), alice, verb, resource, "crawl-team", group=PROXY_GROUP), (verb, resource)
+                assert cluster.can(bound(role), ALICE, verb, resource, "crawl-team", group=PROXY_GROUP), (verb, resource)
         for verb in ("create", "delete", "patch", "update"):
-            assert not cluster.can(bound(role), alice, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
-        assert not cluster.can(bound(role), alice, "patch", "proxypools/status", "crawl-team", group=PROXY_GROUP)
-        assert not cluster.can(bound(role), alice, "get", "secrets", "crawl-team")
-        assert not any(lbl.startswith("rbac.authorization.k8s.io/aggregate") for lbl in role["metadata"].get("labels", {}))
-    for verb in ("get", "list", "watch"):
-        assert cluster.can(bound(viewer), alice, verb, "proxypools", "crawl-team", group=PROXY_GROUP), verb
-    for verb in ("create", "delete", "patch", "update"):
-        assert not cluster.can(bound(viewer), alice, verb, "proxypools", "crawl-team", group=PROXY_GROUP), verb
+            assert not cluster.can(bound(role), ALICE, verb, "proxies", "crawl-team", group=PROXY_GROUP), verb
 
 
 # --- two installations ------------------------------------------------------------------

@@ -37,8 +37,9 @@ import pytest
 
 from fleet.store import keys
 from providers.base import Deadline
+from tests.fakes.http import Quiet
 from tests.integration.conftest import free_port, wait_for
-from tests.procs import die_with_parent
+from tests.procs import die_with_parent, stop_group
 from tests.providers.local.conftest import make_provider, port_window, request, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -48,7 +49,7 @@ OTHER_TOKEN = "other-token-0123456789abcdef"
 BIG = os.urandom(1024 * 1024)
 
 
-class _Origin(http.server.BaseHTTPRequestHandler):
+class _Origin(Quiet):
     protocol_version = "HTTP/1.1"
     bans: ClassVar[dict[str, int]] = {}  # path → 429s still to give
     captchas: ClassVar[dict[str, int]] = {}  # path → gzip'd 200 captcha pages still to give
@@ -68,11 +69,7 @@ class _Origin(http.server.BaseHTTPRequestHandler):
                 self.captchas[path] = captcha - 1
         if captcha:  # a soft ban: 200, gzip'd, the word past the first chunk of markup
             body = gzip.compress(b"<html>" + b"<!-- padding -->" * 500 + b"<p>Please solve the CAPTCHA</p></html>")
-            self.send_response(200)
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(200, body, {"Content-Encoding": "gzip"})
             return
         if left:
             body, status = b"banned\n", 429
@@ -80,10 +77,7 @@ class _Origin(http.server.BaseHTTPRequestHandler):
             body, status = BIG, 200
         else:
             body, status = b"hello from the origin " + path.encode() + b"\n", 200
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.reply(status, body)
 
     def _body(self) -> tuple[bytes, str]:
         """The request body, de-chunked here (http.server does not), and how it was framed."""
@@ -111,16 +105,9 @@ class _Origin(http.server.BaseHTTPRequestHandler):
             if left:
                 self.bans[path] = left - 1
         status, out = (429, b"banned\n") if left else (200, body)
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(out)))
-        self.send_header("X-Framing", framing)
-        self.end_headers()
-        self.wfile.write(out)
+        self.reply(status, out, {"X-Framing": framing})
 
     do_POST = do_PUT = _echo
-
-    def log_message(self, *args) -> None:
-        pass
 
 
 class _Backlogged(http.server.ThreadingHTTPServer):
@@ -194,13 +181,7 @@ class GatewayProc:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
 
     def metrics(self) -> str:
         import urllib.request

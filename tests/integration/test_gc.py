@@ -25,7 +25,7 @@ from providers.local.config import LocalConfig
 from providers.local.provider import LocalProvider
 from providers.local.state import Store as LocalStore
 from tests.integration.conftest import wait_for
-from tests.integration.test_local_proxies import alive, declare, records, status
+from tests.integration.test_local_proxies import alive, declare, local_stack, records, status
 from tests.providers.local.conftest import kill_all, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -35,27 +35,15 @@ OURS = "gc-test"
 
 @pytest.fixture
 def lab(redis_server, make_stack, tmp_path, state_dir, port_window):  # noqa: F811
-    if squid_binary() is None:
-        pytest.fail("squid is not installed: run `make test`, which installs it")
-    manifests = tmp_path / "proxies"
-    manifests.mkdir()
     not_a_dir = tmp_path / "not-a-directory"
     not_a_dir.write_text("")
     lo, hi = port_window
     providers = [{"name": "lab", "type": "local", "local": {"stateDir": state_dir, "portRange": f"{lo}-{hi}"}},
                  {"name": "broken", "type": "local", "local": {"stateDir": str(not_a_dir), "portRange": f"{lo}-{hi}"}}]
-    stack = make_stack(redis_server.url, providers, FLEET_PROXIES=str(manifests), FLEET_PROXY_POLL_INTERVAL="1s",
-                       FLEET_PROVIDER_CHECK_INTERVAL="0", FLEET_INSTALLATION=OURS, FLEET_GC_MIN_AGE="10m",
-                       FLEET_PROVIDER_CALL_TIMEOUT="20s")
-    stack.manifests, stack.state_dir, stack.ports = manifests, state_dir, port_window
-    stack.redis = redis_server.client()
-    stack.worker("lab")
-    stack.worker("broken")
-    stack.controller()
-    stack.wait_ready("worker:lab", "worker:broken", "controller")
-    yield stack
-    stack.stop()
-    kill_all(state_dir)
+    with local_stack(redis_server, make_stack, tmp_path, state_dir, port_window, providers, FLEET_INSTALLATION=OURS,
+                     FLEET_GC_MIN_AGE="10m", FLEET_PROVIDER_CALL_TIMEOUT="20s") as stack:
+        stack.redis = redis_server.client()
+        yield stack
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import asyncio
 import json
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import pytest
 from fleet.store import keys
 from fleet.store.leases import LOAD, PREFIX, RELEASE_KEEP
 from tests.integration.conftest import free_port, wait_for
-from tests.procs import die_with_parent
+from tests.procs import die_with_parent, stop_group
 
 pytestmark = pytest.mark.integration
 
@@ -57,13 +56,7 @@ class ApiProc:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
 
     def request(self, method: str, path: str, body: bytes | dict | None = None, token: str | None = TOKEN,
                 headers: dict[str, str] | None = None) -> tuple[int, dict, dict]:

@@ -24,7 +24,7 @@ import pytest
 from fleet.pools.runtime import INTERVAL
 from providers.local.state import Record
 from tests.integration.conftest import wait_for
-from tests.integration.test_local_proxies import alive, fetch
+from tests.integration.test_local_proxies import alive, fetch, local_stack
 from tests.providers.local.conftest import ORIGIN_BODY, kill_all, origin, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -47,10 +47,6 @@ LABS = {"lab-a": "127.0.0.2", "lab-b": "127.0.0.3", "lab-c": "127.0.0.4"}
 
 @pytest.fixture
 def lab(redis_server, make_stack, tmp_path, state_dir, port_window):  # noqa: F811
-    if squid_binary() is None:
-        pytest.fail("squid is not installed: run `make test`, which installs it")
-    manifests = tmp_path / "proxies"
-    manifests.mkdir()
     providers = []
     for name, address in LABS.items():
         d = os.path.join(state_dir, name)
@@ -58,16 +54,8 @@ def lab(redis_server, make_stack, tmp_path, state_dir, port_window):  # noqa: F8
         os.chmod(d, 0o755)
         providers.append({"name": name, "type": "local", "local": {
             "stateDir": d, "bindAddress": address, "portRange": f"{port_window[0]}-{port_window[1]}"}})
-    stack = make_stack(redis_server.url, providers, FLEET_PROXIES=str(manifests), FLEET_PROXY_POLL_INTERVAL="1s",
-                       FLEET_PROVIDER_CHECK_INTERVAL="0")
-    stack.manifests, stack.state_dir, stack.ports = manifests, state_dir, port_window
-    for name in LABS:
-        stack.worker(name)
-    stack.controller()
-    stack.wait_ready(*(f"worker:{n}" for n in LABS), "controller")
-    yield stack
-    stack.stop()
-    kill_all(state_dir)
+    with local_stack(redis_server, make_stack, tmp_path, state_dir, port_window, providers) as stack:
+        yield stack
 
 
 def records(stack) -> dict[str, Record]:

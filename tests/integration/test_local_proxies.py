@@ -8,14 +8,17 @@ process and then releases the Proxy; skip-cleanup leaves the process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from providers.local.state import Record
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import Stack, wait_for
 from tests.providers.local.conftest import ORIGIN_BODY, kill_all, origin, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -39,23 +42,35 @@ def fetch(ip: str, port: int, url: str) -> bytes:
         return resp.read()
 
 
-@pytest.fixture
-def lab(redis_server, make_stack, tmp_path, state_dir, port_window):  # noqa: F811
+@contextlib.contextmanager
+def local_stack(redis_server, make_stack, tmp_path: Path, state_dir: str, port_window: tuple[int, int],  # noqa: F811
+                providers: list[dict], **env: str) -> Iterator[Stack]:
+    """A controller and a worker per provider of `providers` (local ones, squid required) reading standalone
+    manifests from tmp_path/proxies, ready; the stack has .manifests, .state_dir and .ports. At the end it
+    is stopped and every squid under state_dir killed."""
     if squid_binary() is None:
         pytest.fail("squid is not installed: run `make test`, which installs it")
     manifests = tmp_path / "proxies"
     manifests.mkdir()
-    providers = [{"name": "lab", "type": "local",
-                  "local": {"stateDir": state_dir, "portRange": f"{port_window[0]}-{port_window[1]}"}}]
     stack = make_stack(redis_server.url, providers, FLEET_PROXIES=str(manifests), FLEET_PROXY_POLL_INTERVAL="1s",
-                       FLEET_PROVIDER_CHECK_INTERVAL="0")
+                       FLEET_PROVIDER_CHECK_INTERVAL="0", **env)
     stack.manifests, stack.state_dir, stack.ports = manifests, state_dir, port_window
-    stack.worker("lab")
+    names = [p["name"] for p in providers]
+    for name in names:
+        stack.worker(name)
     stack.controller()
-    stack.wait_ready("worker:lab", "controller")
+    stack.wait_ready(*(f"worker:{n}" for n in names), "controller")
     yield stack
     stack.stop()
     kill_all(state_dir)
+
+
+@pytest.fixture
+def lab(redis_server, make_stack, tmp_path, state_dir, port_window):  # noqa: F811
+    providers = [{"name": "lab", "type": "local",
+                  "local": {"stateDir": state_dir, "portRange": f"{port_window[0]}-{port_window[1]}"}}]
+    with local_stack(redis_server, make_stack, tmp_path, state_dir, port_window, providers) as stack:
+        yield stack
 
 
 def declare(stack, name: str, port: int, annotations: dict | None = None) -> None:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
@@ -27,7 +26,7 @@ import pytest
 
 from fleet.cli import commands
 from fleet.store import keys
-from tests.fakes.http import LoopbackServer
+from tests.fakes.http import LoopbackServer, Quiet
 from tests.integration.conftest import free_port, wait_for
 from tests.integration.test_local_proxies import declare, lab, records, status  # noqa: F401
 from tests.providers.local.conftest import port_window, state_dir  # noqa: F401
@@ -38,17 +37,9 @@ INTERVAL = 0.5  # seconds
 FAILURES = 3
 
 
-class _Echo(http.server.BaseHTTPRequestHandler):
+class _Echo(Quiet):
     def do_GET(self) -> None:
-        body = json.dumps({"origin": self.client_address[0]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.reply(200, json.dumps({"origin": self.client_address[0]}).encode(), {"Content-Type": "application/json"})
 
 
 @pytest.fixture

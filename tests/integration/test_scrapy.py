@@ -7,7 +7,7 @@ released when the spider closes."""
 
 from __future__ import annotations
 
-import http.server
+import contextlib
 import itertools
 import json
 import subprocess
@@ -19,6 +19,7 @@ from typing import ClassVar
 import pytest
 
 from fleet.store import keys
+from tests.fakes.http import LoopbackServer, Quiet
 from tests.integration.test_gateway import Lab
 from tests.integration.test_leases import TOKEN, ApiProc
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
@@ -42,7 +43,7 @@ class Pages(scrapy.Spider):
 '''
 
 
-class _Origin(http.server.BaseHTTPRequestHandler):
+class _Origin(Quiet):
     protocol_version = "HTTP/1.1"
     bans: ClassVar[bool] = False
     seen: ClassVar[list[tuple[str, str, int]]] = []  # (client address, path, status) in arrival order
@@ -61,30 +62,19 @@ class _Origin(http.server.BaseHTTPRequestHandler):
                     status = 429
                 self.served[(me, addr)] = n + 1
             self.seen.append((f"{me}>{addr}", self.path, status))
-        body = b"banned\n" if status == 429 else f"page {self.path} for {addr}\n".encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.reply(status, b"banned\n" if status == 429 else f"page {self.path} for {addr}\n".encode())
 
 
 @pytest.fixture
 def origins():
     _Origin.seen, _Origin.banned, _Origin.served = [], {}, {}
-    servers = []
-    for host, bans in (("127.0.0.1", True), ("127.0.0.2", False)):
-        httpd = http.server.ThreadingHTTPServer((host, 0), _Origin)
-        httpd.daemon_threads = True
-        httpd.bans = bans  # type: ignore[attr-defined]
-        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(httpd)
-    yield [f"http://{h.server_address[0]}:{h.server_address[1]}" for h in servers]
-    for httpd in servers:
-        httpd.shutdown()
-        httpd.server_close()
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for host, bans in (("127.0.0.1", True), ("127.0.0.2", False)):
+            server = LoopbackServer(_Origin, f"origin-{host}", host)
+            server.httpd.bans = bans  # type: ignore[attr-defined]
+            urls.append(stack.enter_context(server).url)
+        yield urls
 
 
 def test_a_scrapy_crawl_fetches_every_page_and_the_banned_proxy_cools_for_that_origin_only(

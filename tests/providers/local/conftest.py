@@ -5,7 +5,6 @@ leak check: no squid started under the state directory outlives its test."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import itertools
 import os
 import random
@@ -23,7 +22,7 @@ from providers.base import CreateRequest, Deadline
 from providers.local import process
 from providers.local.config import FALLBACK_SQUID, LocalConfig
 from providers.local.provider import LocalProvider
-from tests.fakes.http import LoopbackServer
+from tests.fakes.http import LoopbackServer, Quiet
 
 WINDOW = 100
 NAME = "local-test"
@@ -135,15 +134,9 @@ def wait_for(cond, timeout: float = 10.0, what: str = "the condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-class _Origin(http.server.BaseHTTPRequestHandler):
+class _Origin(Quiet):
     def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(ORIGIN_BODY)))
-        self.end_headers()
-        self.wfile.write(ORIGIN_BODY)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.reply(200, ORIGIN_BODY)
 
 
 @pytest.fixture
@@ -153,18 +146,11 @@ def origin():
         yield server.url + "/"
 
 
-class _Echo(http.server.BaseHTTPRequestHandler):
+class _Echo(Quiet):
     """Answers with the client address it sees: the proxy's egress address."""
 
     def do_GET(self) -> None:
-        body = self.client_address[0].encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args) -> None:
-        pass
+        self.reply(200, self.client_address[0].encode())
 
 
 @pytest.fixture
