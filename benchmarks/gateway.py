@@ -1,4 +1,5 @@
-"""`fleet gateway` against connecting to the same Squids directly, side by side in one run (issue 23).
+"""`fleet gateway` against connecting to the same Squids directly, and against proxy.py chaining to them, side by
+side in one run (issue 23).
 
 Set-up: a real redis-server, `--squids` real Squid processes (the local provider) written into Redis as
 Running proxies, one `fleet gateway` process, and an origin (an asyncio HTTP/1.1 server in its own process:
@@ -13,6 +14,12 @@ Measured, each through the gateway and directly to a Squid:
   (directly: of the Squid);
 - the gateway's RSS with `--open` tunnels open at once.
 
+With `--proxypy` (the default when proxy.py is installed: `pip install -e '.[bench]'`) a third column: proxy.py
+in its own process (threadless, `--proxypy-acceptors`, its ProxyPoolPlugin over the same Squids, basic auth),
+measured by the same client code; its CPU and RSS are summed over its processes. It does no leases, Redis,
+retries or ban detection: the floor of a plugin-based proxy, not a like-for-like. The origin is addressed as
+`localhost` (proxy.py sends private-IP targets past its pool).
+
     python benchmarks/gateway.py                          # 4 squids, 200 tunnels, 1000 open
     python benchmarks/gateway.py --tunnels 50 --open 300 --seconds 5
 """
@@ -23,9 +30,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -105,12 +114,37 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def run(args: argparse.Namespace, gw: tuple[str, int], squids: list[tuple[str, int]], target: str,
-              gw_pid: int, squid_pids: list[int]) -> dict:
+def tree_pids(pid: int) -> list[int]:
+    """A process and its descendants (proxy.py runs its acceptors as child processes)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+    return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    return sum(cpu_s(p) for p in tree_pids(pid))
+
+
+def tree_rss_mib(pid: int) -> float:
+    return sum(rss_mib(p)[0] for p in tree_pids(pid))
+
+
+async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | None], squids: list[tuple[str, int]],
+              target: str, pids: dict[str, int]) -> dict:
+    """`proxies`: the relays measured besides "direct" (name -> address); `pids`: whose CPU and RSS count
+    for each column (direct: the first Squid)."""
     out: dict = {}
     host = target.split(":")[0]
+    cols = [("direct", lambda i: squids[i % len(squids)], False)]
+    cols += [(name, lambda i, a=addr: a, True) for name, addr in proxies.items()]
     # 1. CONNECT latency
-    for name, pick, auth in (("direct", lambda i: squids[i % len(squids)], False), ("gateway", lambda i: gw, True)):
+    for name, pick, auth in cols:
         lat = []
         for i in range(args.connects):
             r, w, dt = await tunnel(pick(i), target, auth)
@@ -120,7 +154,7 @@ async def run(args: argparse.Namespace, gw: tuple[str, int], squids: list[tuple[
         out[f"connect_{name}"] = (statistics.median(lat), pct(lat, 0.99))
         await asyncio.sleep(0.5)  # the gateway's releases
     # 2. requests/s through keep-alive tunnels
-    for name, pick, auth in (("direct", lambda i: squids[i % len(squids)], False), ("gateway", lambda i: gw, True)):
+    for name, pick, auth in cols:
         conns = [await tunnel(pick(i), target, auth) for i in range(args.tunnels)]
         count = 0
         end = time.perf_counter() + args.seconds
@@ -138,32 +172,62 @@ async def run(args: argparse.Namespace, gw: tuple[str, int], squids: list[tuple[
             w.close()
         await asyncio.sleep(0.5)
     # 3. 1 MiB bodies
-    for name, proxy, auth, pid in (("direct", squids[0], False, squid_pids[0]), ("gateway", gw, True, gw_pid)):
-        r, w, _ = await tunnel(proxy, target, auth)
-        c0, t0 = cpu_s(pid), time.perf_counter()
+    for name, pick, auth in cols:
+        pid = pids[name]
+        r, w, _ = await tunnel(squids[0] if name == "direct" else pick(0), target, auth)
+        c0, t0 = tree_cpu_s(pid), time.perf_counter()
         total = 0
         for _ in range(args.bodies):
             total += await get(r, w, host, "/big")
         dt = time.perf_counter() - t0
         mb = total / 1e6
-        out[f"body_{name}"] = (mb / dt, (cpu_s(pid) - c0) / mb)
+        out[f"body_{name}"] = (mb / dt, (tree_cpu_s(pid) - c0) / mb)
         w.close()
-    await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)
     # 4. RSS with many tunnels open
-    base_rss = rss_mib(gw_pid)[0]
-    conns = []
-    sem = asyncio.Semaphore(100)
+    for name, addr in proxies.items():
+        assert addr is not None
+        pid = pids[name]
+        base_rss = tree_rss_mib(pid)
+        conns: list = []
+        sem = asyncio.Semaphore(100)
 
-    async def opened(_: int) -> None:
-        async with sem:
-            conns.append(await tunnel(gw, target, True))
+        async def opened(_: int, addr: tuple[str, int] = addr, conns: list = conns,
+                         sem: asyncio.Semaphore = sem) -> None:
+            async with sem:
+                conns.append(await tunnel(addr, target, True))
 
-    await asyncio.gather(*(opened(i) for i in range(args.open)))
-    await asyncio.sleep(1)
-    out["rss"] = (base_rss, rss_mib(gw_pid)[0], len(conns))
-    for _, w, _ in conns:
-        w.close()
+        await asyncio.gather(*(opened(i) for i in range(args.open)))
+        await asyncio.sleep(1)
+        out[f"rss_{name}"] = (base_rss, tree_rss_mib(pid), len(conns))
+        for _, w, _ in conns:
+            w.close()
+        await asyncio.sleep(2)
     return out
+
+
+def start_proxypy(port: int, squids: list[tuple[str, int]], work: Path, acceptors: int) -> subprocess.Popen[bytes]:
+    """proxy.py in its threadless mode (one event loop per acceptor process, no thread per connection: the
+    mode its docs recommend and the one comparable to an asyncio relay), `acceptors` processes (default 1, like
+    the one-process gateway; CPU and RSS are summed over them), its ProxyPoolPlugin chaining each connection
+    to a random Squid, basic auth checked like the gateway's token. No leases, no Redis, no retries, no ban
+    detection: the floor of what a plugin-based proxy costs, not a like-for-like."""
+    cmd = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", str(port), "--threadless",
+           "--num-acceptors", str(acceptors), "--backlog", "4096", "--timeout", "300", "--log-level", "WARNING",
+           "--basic-auth", f"bench:{TOKEN}", "--plugins", "proxy.plugin.ProxyPoolPlugin"]
+    for host, sport in squids:
+        cmd += ["--proxy-pool", f"{host}:{sport}"]
+    with open(work / "proxypy.log", "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
+
+
+def wait_port(port: int, what: str, log: Path) -> None:
+    for _ in range(400):
+        with contextlib.suppress(OSError):
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"{what} did not listen on {port}; see {log}:\n{log.read_text()[-2000:]}")
 
 
 def main() -> int:
@@ -174,6 +238,11 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--bodies", type=int, default=100)
     p.add_argument("--open", type=int, default=1000)
+    p.add_argument("--proxypy", action=argparse.BooleanOptionalAction,
+                   default=importlib.util.find_spec("proxy") is not None,
+                   help="a third column: proxy.py chaining to the same Squids (default: when it is installed, "
+                        "pip install -e '.[bench]')")
+    p.add_argument("--proxypy-acceptors", type=int, default=1, help="proxy.py's --num-acceptors (its default: cores)")
     args = p.parse_args()
     binary = shutil.which("redis-server")
     if not binary:
@@ -184,7 +253,7 @@ def main() -> int:
     provider = None
     made: list[str] = []
     try:
-        rport, oport, gport, mport = free_port(), free_port(), free_port(), free_port()
+        rport, oport, gport, mport, pport = free_port(), free_port(), free_port(), free_port(), free_port()
         procs.append(subprocess.Popen([binary, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
                                        "--appendonly", "no"], stdout=subprocess.DEVNULL))
         procs.append(subprocess.Popen([sys.executable, "-c", ORIGIN, str(oport)]))
@@ -211,8 +280,6 @@ def main() -> int:
         for s in squids:
             while True:
                 try:
-                    import socket
-
                     socket.create_connection(s, 0.5).close()
                     break
                 except OSError:
@@ -233,20 +300,24 @@ def main() -> int:
             gw = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=env, stdout=log,
                                   stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(gw)
-        import socket
-
-        for _ in range(200):
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", gport), 0.5).close()
-                break
-            time.sleep(0.05)
+        wait_port(gport, "fleet gateway", work / "gateway.log")
+        proxies: dict[str, tuple[str, int] | None] = {"gateway": ("127.0.0.1", gport)}
+        pids = {"direct": squid_pids[0], "gateway": gw.pid}
+        if args.proxypy:
+            pp = start_proxypy(pport, squids, work, args.proxypy_acceptors)
+            procs.append(pp)
+            wait_port(pport, "proxy.py", work / "proxypy.log")
+            proxies["proxy.py"] = ("127.0.0.1", pport)
+            pids["proxy.py"] = pp.pid
         try:
             import uvloop
 
             uvloop.install()
         except ImportError:
             pass
-        res = asyncio.run(run(args, ("127.0.0.1", gport), squids, f"127.0.0.1:{oport}", gw.pid, squid_pids))
+        # The origin by name, not 127.0.0.1: proxy.py's pool plugin sends a private-IP target straight to it
+        # and not through the pool (before_upstream_connection), which would measure no Squid at all.
+        res = asyncio.run(run(args, proxies, squids, f"localhost:{oport}", pids))
     finally:
         stop(procs)
         if provider is not None:
@@ -254,17 +325,28 @@ def main() -> int:
                 with contextlib.suppress(Exception):
                     provider.delete(pid_id, Deadline.after(10))
         shutil.rmtree(work, ignore_errors=True)
+    names = ["direct", *proxies]
     d50, d99 = res["connect_direct"]
-    g50, g99 = res["connect_gateway"]
-    print(f"CONNECT latency ms      direct p50 {d50:.2f} p99 {d99:.2f} | gateway p50 {g50:.2f} p99 {g99:.2f} | "
-          f"added p50 {g50 - d50:+.2f} p99 {g99 - d99:+.2f}")
-    print(f"req/s, {args.tunnels} tunnels     direct {res['rps_direct']:.0f} | gateway {res['rps_gateway']:.0f} | "
-          f"ratio {res['rps_gateway'] / res['rps_direct']:.2f}")
-    (dm, dc), (gm, gc) = res["body_direct"], res["body_gateway"]
-    print(f"1 MiB bodies MB/s       direct {dm:.0f} | gateway {gm:.0f} | ratio {gm / dm:.2f}; CPU s/MB squid {dc * 1000:.2f} ms, "
-          f"gateway {gc * 1000:.2f} ms")
-    b, rss, n = res["rss"]
-    print(f"gateway RSS             {b:.0f} MiB idle, {rss:.0f} MiB with {n} tunnels open ({(rss - b) * 1024 / max(n, 1):.1f} KiB each)")
+    print("CONNECT latency ms      " + " | ".join(
+        f"{n} p50 {res[f'connect_{n}'][0]:.2f} p99 {res[f'connect_{n}'][1]:.2f}"
+        + ("" if n == "direct" else f" (added {res[f'connect_{n}'][0] - d50:+.2f} / {res[f'connect_{n}'][1] - d99:+.2f})")
+        for n in names))
+    print(f"req/s, {args.tunnels} tunnels     " + " | ".join(
+        f"{n} {res[f'rps_{n}']:.0f}" + ("" if n == "direct" else f" ({res[f'rps_{n}'] / res['rps_direct']:.2f}x)")
+        for n in names))
+    dm = res["body_direct"][0]
+    print("1 MiB bodies MB/s       " + " | ".join(
+        f"{n} {res[f'body_{n}'][0]:.0f}" + ("" if n == "direct" else f" ({res[f'body_{n}'][0] / dm:.2f}x)")
+        for n in names))
+    print("CPU ms per MB           " + " | ".join(
+        f"{'squid' if n == 'direct' else n} {res[f'body_{n}'][1] * 1000:.2f}" for n in names))
+    for n in proxies:
+        b, rss, k = res[f"rss_{n}"]
+        print(f"{n + ' RSS':<24}{b:.0f} MiB idle, {rss:.0f} MiB with {k} tunnels open "
+              f"({(rss - b) * 1024 / max(k, 1):.1f} KiB each)")
+    if "proxy.py" in proxies:
+        print(f"proxy.py: threadless, {args.proxypy_acceptors} acceptor(s), ProxyPoolPlugin (a random Squid per connection) + "
+              "basic auth; no leases, Redis, retries or ban detection: the floor of a plugin-based proxy, not a like-for-like")
     return 0
 
 
