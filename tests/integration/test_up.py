@@ -80,7 +80,8 @@ class Up:
             self.proc.wait()
         for pid in set(kids + list(started_pids(self.log()).values())):
             with contextlib.suppress(OSError):  # only our children still running, never a reused pid
-                if alive(pid) and b"fleet.celery.app" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if alive(pid) else b""
+                if b"fleet.celery.app" in cmdline or b"fleet.cli" in cmdline:  # Celery roles, the prober, api, gateway
                     os.kill(pid, signal.SIGKILL)
         self._log.close()
 
