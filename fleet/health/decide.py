@@ -227,8 +227,9 @@ def should_write(written: dict[str, Any], new: dict[str, Any], heartbeat: float)
     the kubelet's nodeStatusReportFrequency: at a 1m interval and the 5m
     default, the 7th steady round). Both
     times are check times (no clock here). `heartbeat` 0: every change is
-    written (the seed's one write per round); nothing written yet, or an
-    unreadable lastCheckTime: written."""
+    written (the seed's one write per round); nothing written yet, or a
+    written lastCheckTime unreadable or later than the new one (from the
+    future: `decide` passes it on only then): written."""
     if new == written:
         return False
     if heartbeat <= 0 or not written:
@@ -241,7 +242,7 @@ def should_write(written: dict[str, Any], new: dict[str, Any], heartbeat: float)
         last, cur = parse_rfc3339(written["lastCheckTime"]), parse_rfc3339(new["lastCheckTime"])
     except (KeyError, TypeError, ValueError):
         return True
-    return cur - last > heartbeat
+    return cur - last > heartbeat or cur < last  # later than the check at hand: from the future (`decide`)
 
 
 def decide(

@@ -105,6 +105,8 @@ def status(at=T0, ready=True, reason="Reachable", latency=100, message="", cond=
     # an unreadable written lastCheckTime: write
     ({**status(), "lastCheckTime": "garbage"}, status(at=T0 + 60), HB, True),
     ({k: v for k, v in status().items() if k != "lastCheckTime"}, status(at=T0 + 60), HB, True),
+    # a written lastCheckTime from the future (decide lets it through past now + the skew): write
+    (status(at=T0 + 86_400), status(at=T0 + 60), HB, True),
 ])
 def test_should_write(written, new, heartbeat, write):
     before = repr(written), repr(new)
@@ -123,3 +125,7 @@ def test_decide_defers_a_steady_round_until_the_heartbeat():
     down = lambda prev: status(at=T0 + 60, latency=105, ready=False)  # noqa: E731
     got = decide.decide(written, down, T0 + 60, T0 + 61, HB)
     assert isinstance(got, Patch) and got.status["targets"][0]["latencyMillis"] == 105
+    # a steady round over a lastCheckTime from the future is written, not deferred forever
+    future = {"metadata": {"name": "kvm-home", "resourceVersion": "7"}, "status": status(at=T0 + 100)}
+    got = decide.decide(future, steady, T0 + 60, T0 + 61, HB)  # T0 + 100 is past now + the 30 s skew
+    assert isinstance(got, Patch) and got.status["lastCheckTime"] == rfc3339(T0 + 60)
