@@ -251,7 +251,7 @@ OPTIONS: tuple[Option, ...] = (
            shown_default="15s, or the interval when that is shorter", shown_bounds="if set, at most the interval"),
     Option("status-heartbeat", "health", "How often a ProviderHealth status is written when nothing but its "
                                          "lastCheckTime and latency jitter (under max(10ms, 20%)) moved; a change of "
-                                         "a verdict, reason, message or condition is written at once.",
+                                         "a verdict, reason, message, detail or condition is written at once.",
            "duration", 300.0, 10.0, 3600.0, zero="every round"),
     _bind("metrics-bind-address", "process", "host:port of the controller's /metrics", ":8080"),
     _bind("worker-metrics-bind-address", "process",

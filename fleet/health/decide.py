@@ -221,12 +221,12 @@ def should_write(written: dict[str, Any], new: dict[str, Any], heartbeat: float)
     """Whether `new` is worth a write over `written` (the status as last
     written, KEP-589's rule for node status): always when anything but
     lastCheckTime and latencyMillis differs (a verdict, reason, message,
-    condition, target set, type); when a latency moved by at least
+    detail, condition, target set, type); when a latency moved by at least
     `latency_moved`; otherwise only once the heartbeat is due, i.e. `new`'s
     lastCheckTime is more than `heartbeat` seconds past `written`'s (as
     the kubelet's nodeStatusReportFrequency: at a 1m interval and the 5m
-    default, the 7th steady round). Both
-    times are check times (no clock here). `heartbeat` 0: every change is
+    default, the 7th steady round). Both times are check times (no clock
+    here). `heartbeat` 0: every change is
     written (the seed's one write per round); nothing written yet, or a
     written lastCheckTime unreadable or later than the new one (from the
     future: `decide` passes it on only then): written."""

@@ -86,6 +86,9 @@ def status(at=T0, ready=True, reason="Reachable", latency=100, message="", cond=
     (status(ready=False, reason="Timeout"), status(at=T0 + 60, ready=False, reason="Unreachable"), HB, True),
     # a message changed: write
     (status(ready=False, message="a"), status(at=T0 + 60, ready=False, message="b"), HB, True),
+    # a detail changed (KVM's pool space, GCP's managed instances): write
+    (status(), {**status(at=T0 + 60), "targets": [{**status()["targets"][0], "details": {"poolAvailable": "9GiB"}}]},
+     HB, True),
     # a condition changed (CheckOverdue, the sweep: same lastCheckTime): write
     (status(), status(cond="Unknown"), HB, True),
     # a target added or removed: write
