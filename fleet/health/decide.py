@@ -226,10 +226,10 @@ def should_write(written: dict[str, Any], new: dict[str, Any], heartbeat: float)
     lastCheckTime is more than `heartbeat` seconds past `written`'s (as
     the kubelet's nodeStatusReportFrequency: at a 1m interval and the 5m
     default, the 7th steady round). Both times are check times (no clock
-    here). `heartbeat` 0: every change is
-    written (the seed's one write per round); nothing written yet, or a
-    written lastCheckTime unreadable or later than the new one (from the
-    future: `decide` passes it on only then): written."""
+    here). `heartbeat` 0: every change is written (the seed's one write per
+    round). Nothing written yet, or a written lastCheckTime unreadable or
+    later than the new one (from the future: `decide` passes it on only
+    then): written."""
     if new == written:
         return False
     if heartbeat <= 0 or not written:
