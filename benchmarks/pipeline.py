@@ -412,7 +412,10 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
             stack.sender.send_task(routing.RECORD_CHECK, args=[doc | {"provider": name, "checkedAt": t, "scheduledAt": t,
                                                                        "recordedAt": None}])
 
-        modes = [("standalone", stack.env, redis_ends), ("api", {**stack.env, "FLEET_KUBECONFIG": kubeconfig}, api_ends)]
+        # --status-heartbeat 0: a status write per record, which is what the API mode's ends are (a PATCH each);
+        # with the default a steady record writes nothing (issue 24) and its end would never come
+        api_env = {**stack.env, "FLEET_KUBECONFIG": kubeconfig, "FLEET_STATUS_HEARTBEAT": "0"}
+        modes = [("standalone", stack.env, redis_ends), ("api", api_env, api_ends)]
         for mode, ctl_env, ends in modes:
             role = f"fleet-controller-{mode}"
             pids = dict(fleet_pids)

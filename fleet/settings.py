@@ -249,6 +249,10 @@ OPTIONS: tuple[Option, ...] = (
            "duration", 60.0, shown_bounds=f"0 (off) or at least {short_duration(MIN_INTERVAL)}"),
     Option("provider-check-timeout", "health", "Time limit of one provider check.", "duration", 0.0,
            shown_default="15s, or the interval when that is shorter", shown_bounds="if set, at most the interval"),
+    Option("status-heartbeat", "health", "How often a ProviderHealth status is written when nothing but its "
+                                         "lastCheckTime and latency jitter (under max(10ms, 20%)) moved; a change of "
+                                         "a verdict, reason, message, detail or condition is written at once.",
+           "duration", 300.0, 10.0, 3600.0, zero="every round"),
     _bind("metrics-bind-address", "process", "host:port of the controller's /metrics", ":8080"),
     _bind("worker-metrics-bind-address", "process",
           "host:port of a provider worker's /metrics (its provider-call counters), e.g. :9090", "0"),
@@ -400,6 +404,7 @@ class Settings:
     broker: str = _default("broker")
     provider_check_interval: float = _default("provider_check_interval")
     provider_check_timeout: float = _default("provider_check_timeout")  # 0: derived, see `check_timeout`
+    status_heartbeat: float = _default("status_heartbeat")  # 0: every round
     metrics_bind_address: str = _default("metrics_bind_address")
     worker_metrics_bind_address: str = _default("worker_metrics_bind_address")
     kubeconfig: str | None = _default("kubeconfig")

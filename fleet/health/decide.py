@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.durations import format_duration
+from fleet.durations import format_duration, parse_rfc3339
 from fleet.health import schema
 from fleet.health.limits import LIMITS
 from fleet.health.results import CheckResult, Verdict, rfc3339
@@ -33,6 +33,10 @@ REASON_CHECK_OVERDUE = "CheckOverdue"
 REASON_NOT_CHECKED = "NotCheckedYet"
 
 MAX_MESSAGE = schema.MAX_MESSAGE  # the CRD's maxLength of a target's message
+# A target's latencyMillis moving by less than max(this, JITTER_RATIO of the
+# written value) is not a change worth a write (`should_write`).
+JITTER_MILLIS = 10
+JITTER_RATIO = 0.2
 
 
 def verdict(result: CheckResult) -> Verdict:
@@ -192,14 +196,64 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 # publish's outcome when the object holds a newer check than the one at hand
 STALE = "stale"
+# publish's outcome when only lastCheckTime and latency jitter moved and the heartbeat is not due
+NOT_DUE = "not-due"
+
+
+def latency_moved(written: int, new: int) -> bool:
+    """A latencyMillis change worth writing: at least max(JITTER_MILLIS,
+    JITTER_RATIO × the written value)."""
+    return abs(new - written) >= max(JITTER_MILLIS, JITTER_RATIO * written)
+
+
+def _without_times(status: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    """The status less what moves every round (lastCheckTime, each
+    target's latencyMillis), and those latencies in target order."""
+    rest = {k: v for k, v in status.items() if k != "lastCheckTime"}
+    targets = [dict(t) for t in status.get("targets") or ()]
+    latencies = [int(t.pop("latencyMillis", 0) or 0) for t in targets]
+    if "targets" in status:
+        rest["targets"] = targets
+    return rest, latencies
+
+
+def should_write(written: dict[str, Any], new: dict[str, Any], heartbeat: float) -> bool:
+    """Whether `new` is worth a write over `written` (the status as last
+    written, KEP-589's rule for node status): always when anything but
+    lastCheckTime and latencyMillis differs (a verdict, reason, message,
+    detail, condition, target set, type); when a latency moved by at least
+    `latency_moved`; otherwise only once the heartbeat is due, i.e. `new`'s
+    lastCheckTime is more than `heartbeat` seconds past `written`'s (as
+    the kubelet's nodeStatusReportFrequency: at a 1m interval and the 5m
+    default, the 7th steady round). Both times are check times (no clock
+    here). `heartbeat` 0: every change is written (the seed's one write per
+    round). Nothing written yet, or a written lastCheckTime unreadable or
+    later than the new one (from the future: `decide` passes it on only
+    then): written."""
+    if new == written:
+        return False
+    if heartbeat <= 0 or not written:
+        return True
+    rest_w, lat_w = _without_times(written)
+    rest_n, lat_n = _without_times(new)
+    if rest_w != rest_n or any(latency_moved(w, n) for w, n in zip(lat_w, lat_n, strict=True)):
+        return True
+    try:
+        last, cur = parse_rfc3339(written["lastCheckTime"]), parse_rfc3339(new["lastCheckTime"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    return cur - last > heartbeat or cur < last  # later than the check at hand: from the future (`decide`)
 
 
 def decide(
-    current: dict[str, Any], want: Callable[[dict[str, Any]], dict[str, Any]], checked_at: float | None, now: float
+    current: dict[str, Any], want: Callable[[dict[str, Any]], dict[str, Any]], checked_at: float | None, now: float,
+    heartbeat: float = 0.0,
 ) -> Patch | Skip:
-    """What to write into the ProviderHealth `current` (as read): the merge
-    patch from its status to `want(status)` (`build_status`,
-    `overdue_status`), or a Skip. STALE when the check at `checked_at` is
+    """What to write into the ProviderHealth `current` (as last written or
+    read): the merge patch from its status to `want(status)`
+    (`build_status`, `overdue_status`), or a Skip. NOT_DUE when
+    `should_write` says the change is only time and jitter within the
+    `heartbeat` (--status-heartbeat). STALE when the check at `checked_at` is
     older than the object's lastCheckTime (another replica wrote a newer
     one), unless that lastCheckTime is past `now` + the clock skew (written
     before messages were validated: it must not block newer writes);
@@ -212,6 +266,8 @@ def decide(
     new = want(prev)
     if new == prev:
         return Skip(UNCHANGED)
+    if not should_write(prev, new, heartbeat):
+        return Skip(NOT_DUE)
     return Patch(merge_patch(prev, new))
 
 

@@ -1,6 +1,8 @@
 """The controller's work, kept thin: store the result, log transitions,
-publish ProviderHealth; sweep for overdue providers on its own clock (a
-thread, not a beat message, so a dead beat is reported too); clean up at start.
+publish ProviderHealth (on a change, else once per --status-heartbeat:
+`decide.should_write`); sweep for overdue providers on its own clock (a
+thread, not a beat message, so a dead beat is reported too; turning
+CheckOverdue is a change, written at once); clean up at start.
 
 Stateless between messages (the previous verdict comes from Redis), so
 replicas and restarts behave the same. Status decisions are in
@@ -134,7 +136,8 @@ class Controller:
         if self.writer is None:
             return "stored"
         outcome = self.writer.publish(
-            kube.PROVIDER_HEALTH, name, None, lambda current: decide.decide(current, build, checked_at, time.time())
+            kube.PROVIDER_HEALTH, name, None,
+            lambda current: decide.decide(current, build, checked_at, time.time(), self.settings.status_heartbeat),
         )
         if outcome == kube.FOREIGN:
             self.counters.skipped_foreign(kube.PROVIDER_HEALTH.kind)

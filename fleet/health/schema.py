@@ -38,7 +38,11 @@ STATUS = obj(
     {
         "type": string("type is the provider's type from the providers config: kubernetes,\ngcp or kvm."),
         "targetsReady": string("targetsReady counts the ready targets as \"ready/total\"."),
-        "lastCheckTime": string("lastCheckTime is when the latest check finished.", format="date-time"),
+        "lastCheckTime": string("lastCheckTime is when the latest written check finished. The status\n"
+                                "is written when a verdict, reason, message, detail or condition changes,\n"
+                                "else once per --status-heartbeat (5m), so this may be that old while Ready\n"
+                                "is current (CheckOverdue is written when due); fleet get ph and the\n"
+                                "gauges show every check.", format="date-time"),
         "conditions": conditions("conditions hold Ready, which summarizes the targets."),
         "targets": array("targets hold one verdict per checked target.", TARGET,
                          list_type="map", list_map_keys=("name",)),

@@ -121,7 +121,8 @@ def test_sigkilled_worker_loses_no_later_result(redis_server, make_stack, kubeap
 
 def test_redis_restart_between_rounds_loses_no_later_result(redis_server, make_stack, kubeapi):
     providers = [{"name": "p", "type": "fake", "fake": {"targets": [{"name": "t"}]}}]
-    stack = make_stack(redis_server.url, providers, FLEET_KUBECONFIG=kubeapi.kubeconfig_path)
+    # every round written (--status-heartbeat 0), so the status shows the write path works after the restart
+    stack = make_stack(redis_server.url, providers, FLEET_KUBECONFIG=kubeapi.kubeconfig_path, FLEET_STATUS_HEARTBEAT="0")
     store = StoredResults(Store(redis_server.client()))
     stack.worker("p")
     stack.controller()

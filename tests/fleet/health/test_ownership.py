@@ -302,7 +302,7 @@ def test_a_crd_removed_after_the_read_is_reported_at_the_create(fleet, kubeapi):
     blue.record(res("kvm-home", at=T0))
     kubeapi.script("PATCH", "/status$", lambda req: kubeapi.remove_crd() or None)
     with pytest.raises(ClusterAccessError, match="CRD installed"):
-        blue.record(res("kvm-home", at=T0 + 60))
+        blue.record(res("kvm-home", at=T0 + 60, ready=False))  # a change: written at once
 
 
 def test_an_object_deleted_under_us_is_recreated(fleet, kubeapi):
@@ -317,7 +317,7 @@ def test_an_object_deleted_under_us_is_recreated(fleet, kubeapi):
         return None
 
     kubeapi.script("PATCH", "/status$", delete_once)
-    assert blue.record(res("kvm-home", at=T0 + 60)) == "patched"
+    assert blue.record(res("kvm-home", at=T0 + 60, ready=False)) == "patched"  # a change: written at once
     assert kubeapi.objects["kvm-home"]["status"]["lastCheckTime"] == rfc3339(T0 + 60)
 
 

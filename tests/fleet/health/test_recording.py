@@ -37,11 +37,13 @@ def redis_client():
 
 @pytest.fixture
 def make(kubeapi, redis_client):
-    def make(names=("kvm-home", "local"), interval=60.0, writer=True, installation=INSTALLATION, redis=None, cache=False):
+    def make(names=("kvm-home", "local"), interval=60.0, writer=True, installation=INSTALLATION, redis=None, cache=False,
+             heartbeat=None):
         store = Store(redis or redis_client)
         w = Writer(client.ApiClient(load_configuration(kubeapi.kubeconfig_path)), installation,
                    store.statuses if cache else None) if writer else None
-        settings = Settings(provider_check_interval=interval, installation=installation)
+        settings = Settings(provider_check_interval=interval, installation=installation,
+                            **({} if heartbeat is None else {"status_heartbeat": heartbeat}))
         return Controller(settings, config(*names), store, w)
 
     return make
@@ -73,7 +75,9 @@ def test_patched_only_when_changed(make, kubeapi):
     writes = len(kubeapi.writes())
     assert ctl.writer.publish(PROVIDER_HEALTH, "kvm-home", None, lambda current: Skip(UNCHANGED)) == "unchanged"
     assert len(kubeapi.writes()) == writes
-    ctl.record(res(at=T0 + 60))
+    assert ctl.record(res(at=T0 + 60)) == "not-due"  # only lastCheckTime moved, within --status-heartbeat
+    assert len(kubeapi.writes()) == writes
+    ctl.record(res(at=T0 + 120, reason="Reachable again"))
     assert len(kubeapi.writes()) == writes + 1
     # the target stayed ready: its transition time is kept
     assert kubeapi.objects["kvm-home"]["status"]["targets"][0]["lastTransitionTime"] == rfc3339(T0)
@@ -119,7 +123,7 @@ def test_conflict_from_a_concurrent_write_rereads(make, kubeapi):
         return None
 
     kubeapi.script("PATCH", "/status$", sneak)
-    assert ctl.record(res(at=T0 + 60)) == "patched"
+    assert ctl.record(res(at=T0 + 60, ready=False)) == "patched"
     assert len([r for r in kubeapi.requests if r.method == "PATCH"]) == 3  # first, conflicted, retried
 
 
@@ -331,8 +335,9 @@ def test_a_clock_within_the_skew_is_accepted(make):
 def test_with_the_status_cache_a_round_costs_one_patch_and_no_get(make, kubeapi, redis_client):
     """Issue 11: the writer keeps the last written status and resourceVersion
     in Redis, so a record costs the API one PATCH (lastCheckTime moves) and
-    no GET, and an unchanged status (a steady overdue sweep) no request."""
-    a, b = make(cache=True), make(cache=True)  # two replicas sharing one Redis
+    no GET, and an unchanged status (a steady overdue sweep) no request.
+    With --status-heartbeat 0 every round is a write (issue 24's rule: test_heartbeat.py)."""
+    a, b = make(cache=True, heartbeat=0), make(cache=True, heartbeat=0)  # two replicas sharing one Redis
     a.record(res(at=T0))
     assert [r.method for r in kubeapi.requests] == ["GET", "POST", "PATCH"]
     n = len(kubeapi.requests)
