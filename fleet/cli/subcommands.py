@@ -37,7 +37,7 @@ from providers.text import show
 # Building the parser (`fleet --help`, and every command before it runs) imports only the
 # modules above and the subcommand modules' parser halves: each command imports what it
 # uses (redis-py through fleet.store, kombu through fleet.celery, pydantic through
-# fleet.config, PyYAML through the tables) when it runs. tests/fleet/test_cli_imports.py holds this.
+# fleet.config, PyYAML through the tables) when it runs. tests/integration/test_cli_imports.py holds this.
 
 if TYPE_CHECKING:
     from fleet.config import ProviderConfig, ProvidersConfig
@@ -235,7 +235,6 @@ PH_NAMES = ("ph", "providerhealth", "providerhealths")
 
 def cmd_get(args: argparse.Namespace) -> int:
     from fleet.cli import pools
-    from fleet.config import validate_name
 
     if args.resource in PROXY_NAMES:
         return get_proxies(args)
@@ -246,6 +245,8 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.resource not in PH_NAMES:
         raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth), px (proxies) "
                        "and pools (proxypools)")
+    from fleet.config import validate_name  # pydantic: not for px
+
     if args.name is not None and validate_name(args.name):
         raise BadInput(f"NAME {validate_name(args.name)} (got {show(args.name)})")
     from fleet.celery import beat, routing
@@ -324,11 +325,11 @@ def get_proxies(args: argparse.Namespace) -> int:
 def pool_selector(selector: str | None) -> str | None:
     """`-l pool=NAME` (or `crawl.example.com/pool=NAME`, the members' label): the pool's name; None without one.
     The only selector `fleet get px` knows; anything else is refused rather than ignored."""
+    if selector is None:
+        return None
     from fleet.config import validate_name
     from fleet.proxies.model import LABEL_POOL
 
-    if selector is None:
-        return None
     key, eq, value = selector.partition("=")
     if not eq or key.strip() not in ("pool", LABEL_POOL) or not value.strip() or "," in value or value.startswith("="):
         raise BadInput(f"-l/--selector: only pool=NAME (or {LABEL_POOL}=NAME) is supported, got {show(selector)}")
