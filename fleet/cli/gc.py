@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from fleet.cli import subcommands as cli
-from fleet.cli import tables
 
 if TYPE_CHECKING:
     from fleet.config import ProviderConfig
@@ -123,6 +122,7 @@ def _row(provider: str, v: Verdict) -> dict[str, Any]:
 
 
 def render(report: dict[str, Any], fmt: str, installation: str, min_age: float, live: int) -> str:
+    from fleet.cli import tables
     from fleet.gc.decide import short_duration
 
     if fmt == "json":

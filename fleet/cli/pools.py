@@ -25,10 +25,8 @@ import sys
 import time
 from typing import Any
 
-import yaml
-
 from fleet import kube
-from fleet.cli import subcommands, tables
+from fleet.cli import subcommands
 from fleet.durations import age
 from fleet.pools.schema import MAX_REPLICAS
 from providers.text import show
@@ -116,6 +114,10 @@ def get_pools(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace, items: list[dict[str, Any]]) -> int:
+    import yaml
+
+    from fleet.cli import tables
+
     if args.output == "json":
         print(json.dumps(items[0] if args.name else items, indent=2, sort_keys=True))
     elif args.output == "yaml":

@@ -29,17 +29,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from fleet import logs
-from fleet.celery import beat, routing
-from fleet.cli import commands, supervise, tables
-from fleet.config import ConfigError, ProvidersConfig, load, read_text, validate_name
 from fleet.durations import format_duration, parse_duration
-from fleet.health.decide import current_verdict, verdict
 from fleet.settings import OPTION, OPTIONS, Settings, SettingsError, parse_namespaces, redact_url
 from providers import names
 from providers.text import show
 
+# Building the parser (`fleet --help`, and every command before it runs) imports only the
+# modules above and the subcommand modules' parser halves: each command imports what it
+# uses (redis-py through fleet.store, kombu through fleet.celery, pydantic through
+# fleet.config, PyYAML through the tables) when it runs. tests/integration/test_cli_imports.py holds this.
+
 if TYPE_CHECKING:
-    from fleet.config import ProviderConfig
+    from fleet.config import ProviderConfig, ProvidersConfig
     from fleet.health.results import CheckResult
 
 EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -120,6 +121,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def config_from(settings: Settings, required: bool = True) -> ProvidersConfig | None:
+    from fleet.config import ConfigError, load
+
     if not settings.providers_config:
         if required:
             raise BadInput("--providers-config (-c) or FLEET_PROVIDERS_CONFIG is required")
@@ -145,6 +148,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     by the parser the controller uses: every problem listed (the manifests'
     as `file#document: field: why`, what the controller logs as "not
     applied"), exit 2 if there is any."""
+    from fleet.config import ConfigError, load
+
     settings = settings_from(args)
     if not settings.providers_config and not settings.proxies:
         raise BadInput("--providers-config (-c) or --proxies (or FLEET_PROVIDERS_CONFIG, FLEET_PROXIES) is required")
@@ -198,7 +203,9 @@ def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from fleet.cli import tables
     from fleet.health.checking import run_check
+    from fleet.health.decide import verdict
     from providers import registry
 
     settings = settings_from(args)
@@ -228,8 +235,6 @@ PH_NAMES = ("ph", "providerhealth", "providerhealths")
 
 def cmd_get(args: argparse.Namespace) -> int:
     from fleet.cli import pools
-    from fleet.health.stored import StoredResults
-    from fleet.store import Store, StoreError
 
     if args.resource in PROXY_NAMES:
         return get_proxies(args)
@@ -240,8 +245,16 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.resource not in PH_NAMES:
         raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth), px (proxies) "
                        "and pools (proxypools)")
+    from fleet.config import validate_name  # pydantic: not for px
+
     if args.name is not None and validate_name(args.name):
         raise BadInput(f"NAME {validate_name(args.name)} (got {show(args.name)})")
+    from fleet.celery import beat, routing
+    from fleet.cli import tables
+    from fleet.health.decide import current_verdict
+    from fleet.health.stored import StoredResults
+    from fleet.store import Store, StoreError
+
     settings = settings_from(args)
     config = config_from(settings, required=False)
     store = Store.from_url(settings.broker)
@@ -274,6 +287,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def get_proxies(args: argparse.Namespace) -> int:
     """Standalone Proxies from Redis, as `kubectl get px` shows cluster ones."""
+    from fleet.cli import tables
     from fleet.proxies import table
     from fleet.proxies.standalone import Standalone
     from fleet.store import Store, StoreError
@@ -311,10 +325,11 @@ def get_proxies(args: argparse.Namespace) -> int:
 def pool_selector(selector: str | None) -> str | None:
     """`-l pool=NAME` (or `crawl.example.com/pool=NAME`, the members' label): the pool's name; None without one.
     The only selector `fleet get px` knows; anything else is refused rather than ignored."""
-    from fleet.proxies.model import LABEL_POOL
-
     if selector is None:
         return None
+    from fleet.config import validate_name
+    from fleet.proxies.model import LABEL_POOL
+
     key, eq, value = selector.partition("=")
     if not eq or key.strip() not in ("pool", LABEL_POOL) or not value.strip() or "," in value or value.startswith("="):
         raise BadInput(f"-l/--selector: only pool=NAME (or {LABEL_POOL}=NAME) is supported, got {show(selector)}")
@@ -360,6 +375,8 @@ def _exec(argv: list[str], env: dict[str, str]) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from fleet.cli import commands
+
     env = _prepare(args)
     settings = settings_from(args)
     config = config_from(settings)
@@ -372,15 +389,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
+    from fleet.cli import commands
+
     return _exec(commands.controller_argv(args.concurrency), _prepare(args))
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
+    from fleet.cli import commands
+
     return _exec(commands.beat_argv(), _prepare(args))
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
     """Flower for a deployment: refuses to start open (see deploy/manager/flower.yaml)."""
+    from fleet.cli import commands
+
     if not (os.environ.get("FLOWER_BASIC_AUTH") or os.environ.get("FLOWER_AUTH")):
         raise BadInput("refusing to start Flower without authentication: set FLOWER_BASIC_AUTH (user:password) or FLOWER_AUTH (OAuth)")
     return _exec(commands.flower_argv(args.port, args.address), _prepare(args, need_config=False))
@@ -388,6 +411,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from fleet.cli import probe
+    from fleet.config import validate_name
 
     if args.mode == "live" and not args.provider:
         raise BadInput("probe live needs -p/--provider NAME")
@@ -399,6 +423,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from fleet.cli import render as rendering
+    from fleet.config import ConfigError, read_text, validate_name
 
     settings = settings_from(args)
     config = config_from(settings)
@@ -421,6 +446,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from fleet.cli import commands, supervise
+
     stop = supervise.Stop()
     env = _prepare(args)
     settings = settings_from(args)

@@ -26,9 +26,9 @@ from typing import Any
 
 from fleet import kube
 from fleet.proxies.claims import Claims
+from fleet.proxies.errors import CloudInitUnavailable, Conflict
 from fleet.proxies.manifests import ManifestError, parse_proxy
 from fleet.proxies.model import Proxy, ProxyStatus
-from fleet.proxies.reconciler import CloudInitUnavailable, Conflict
 from fleet.settings import ALL_NAMESPACES, Settings
 
 log = logging.getLogger("fleet.proxies")

@@ -40,6 +40,8 @@ from fleet.celery.calls import CallOutcome, OutcomeError, instance_from_dict
 from fleet.config import ProvidersConfig
 from fleet.proxies import decide as rules
 from fleet.proxies.decide import Call, Env, Outcome, Probe, Step
+from fleet.proxies.errors import CloudInitUnavailable as CloudInitUnavailable  # defined apart: see errors.py
+from fleet.proxies.errors import Conflict as Conflict
 from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus
 from fleet.store import Proxies as ProxyStore
 from providers import registry
@@ -53,14 +55,6 @@ MAX_GRACE = 30.0  # seconds past a call's deadline before it counts as lost (at 
 FULL_RETRY = 5.0  # seconds before trying again when the provider's calls are all in flight (if no slot frees first)
 MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
 OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
-
-
-class Conflict(Exception):
-    """The object changed under a write (resourceVersion); read it again."""
-
-
-class CloudInitUnavailable(Exception):
-    """The Proxy's cloud-init cannot be read (a Secret or key missing); the message says which, never the text."""
 
 
 class Objects(Protocol):

@@ -51,9 +51,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fleet.proxies.decide import rfc3339
+from fleet.proxies.errors import CloudInitUnavailable, Conflict
 from fleet.proxies.manifests import Declared, ManifestError, Other, fingerprint, load_all, parse_proxy
 from fleet.proxies.model import INLINE_DIGEST, LAST_APPLIED, POOL_OWNER, CloudInit, InlineDigest, Proxy, ProxyStatus, to_object
-from fleet.proxies.reconciler import CloudInitUnavailable, Conflict
 from fleet.proxies.table import redacted
 from fleet.store import Proxies as ProxyStore
 

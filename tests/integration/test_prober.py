@@ -109,6 +109,8 @@ def test_a_killed_squid_turns_unhealthy_within_the_threshold_and_back_when_resta
     st = status(lab, "a")
     assert st["phase"] == "Running" and next(c for c in st["conditions"] if c["type"] == "Ready")["status"] == "True"
     assert "Traceback" not in lab.log("prober")
+    started = next(line for line in lab.log("prober").splitlines() if "prober started" in line)
+    assert "uvloop" in started, started  # the api extra is installed: the prober runs on uvloop (issue 24)
 
 
 class _Connect(socketserver.BaseRequestHandler):

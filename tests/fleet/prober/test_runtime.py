@@ -4,6 +4,7 @@ real local listeners (tests/fleet/prober/fakeproxy.py) on short intervals."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import time
 
@@ -13,6 +14,7 @@ import redis
 from prometheus_client import generate_latest
 
 from fleet import serving
+from fleet.prober import process
 from fleet.prober.decide import Outcome, Thresholds
 from fleet.prober.process import Config, Prober
 from fleet.prober.share import Endpoint
@@ -71,8 +73,19 @@ def r():
     client.close()
 
 
-def test_a_dead_proxy_turns_unhealthy_after_the_threshold_and_back(r):
+def test_the_loop_is_uvloops_when_installed_and_asyncios_without(monkeypatch):
+    import uvloop
+
+    assert process.loop_factory() is uvloop.new_event_loop
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvloop" else real(name, *a))
+    assert process.loop_factory() is None
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_dead_proxy_turns_unhealthy_after_the_threshold_and_back(r, loop):
     async def main():
+        assert process.loop_name() == loop  # the scenario runs on the loop it names
         async with FakeProxy("ok") as proxy:
             port = proxy.port
             r.hset(keys.PX_ENDPOINTS, "crawl/a", endpoint("u1", port))
@@ -91,7 +104,8 @@ def test_a_dead_proxy_turns_unhealthy_after_the_threshold_and_back(r):
                     assert up["message"].startswith("1 good probe in a row")
                     assert p.verdicts == 3
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=process.loop_factory() if loop == "uvloop" else None) as runner:
+        runner.run(main())
 
 
 def test_every_probe_is_observed_and_series_go_with_the_proxy(r):
