@@ -84,6 +84,29 @@ return 1
 """
 
 
+# KEYS: list gate. ARGV: doc, TTL (ms). The provider's resync list: '' when
+# this caller takes it (it sends the list now), else the milliseconds until
+# the gate lapses (another replica's list, or this interval's was answered).
+_BEGIN_LIST = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
+return tostring(redis.call('pttl', KEYS[1]))
+"""
+
+# KEYS: list gate. ARGV: list id. The list's `at` (when it was asked) the first
+# time its answer comes while it is the provider's current list; else ''.
+# The gate keeps its TTL: the next list is due when it lapses.
+_TAKE_LIST = """
+local cur = redis.call('get', KEYS[1])
+if not cur then return '' end
+local ok, doc = pcall(cjson.decode, cur)
+if not ok or type(doc) ~= 'table' or doc['id'] ~= ARGV[1] or doc['answered'] then return '' end
+doc['answered'] = true
+local ttl = redis.call('pttl', KEYS[1])
+if ttl > 0 then redis.call('set', KEYS[1], cjson.encode(doc), 'PX', ttl) end
+return tostring(doc['at'])
+"""
+
+
 class Proxies:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
@@ -91,6 +114,8 @@ class Proxies:
         self._finish = client.register_script(_FINISH)
         self._release = client.register_script(_RELEASE)
         self._put_object = client.register_script(_PUT_OBJECT)
+        self._begin_list = client.register_script(_BEGIN_LIST)
+        self._take_list = client.register_script(_TAKE_LIST)
 
     # -- when each Proxy is due --------------------------------------------------
 
@@ -106,6 +131,12 @@ class Proxies:
         """Due at `at` for each key not scheduled at all (a relist, a Redis that lost its data)."""
         mapping = {k: at for k in pending}
         return int(self._redis.zadd(keys.PX_DUE, mapping, nx=True) or 0) if mapping else 0
+
+    def schedule_now(self, pending: Iterable[str], at: float) -> None:
+        """Each key due at `at` unless due sooner (one command for all)."""
+        mapping = {k: at for k in pending}
+        if mapping:
+            self._redis.zadd(keys.PX_DUE, mapping, lt=True)
 
     def unschedule(self, key: str) -> None:
         self._redis.zrem(keys.PX_DUE, key)
@@ -180,6 +211,34 @@ class Proxies:
             return max(0, int(count))
         except ValueError:
             return 0
+
+    # -- a provider's resync list (one per interval, across replicas) --------------------------
+
+    def begin_list(self, provider: str, doc: str, ttl: float) -> float | None:
+        """None when this caller takes the provider's list (and sends it); else seconds until it may."""
+        got = self._begin_list(keys=[keys.PX_LIST + provider], args=[doc, max(1, int(ttl * 1000))])
+        text = keys.text(got) if got is not None else ""
+        return None if text == "" else max(0.0, int(text) / 1000)
+
+    def take_list(self, provider: str, list_id: str) -> float | None:
+        """When the provider's current list was asked, the first time its answer comes; None for any other answer."""
+        got = self._take_list(keys=[keys.PX_LIST + provider], args=[list_id])
+        text = keys.text(got) if got is not None else ""
+        try:
+            return float(text) if text else None
+        except ValueError:
+            return None
+
+    def list_failed(self, provider: str) -> int:
+        """One more failed list in a row for the provider; how many now."""
+        return int(self._redis.hincrby(keys.PX_LIST_FAILURES, provider, 1))
+
+    def list_succeeded(self, provider: str) -> None:
+        self._redis.hdel(keys.PX_LIST_FAILURES, provider)
+
+    def retry_list(self, provider: str, after: float) -> None:
+        """The provider's next list is due in `after` seconds (a failed one: sooner than the interval)."""
+        self._redis.pexpire(keys.PX_LIST + provider, max(1, int(after * 1000)))
 
     # -- what others read: the phase gauge, Running endpoints (the prober) ------------------------
 
