@@ -64,6 +64,7 @@ log = logging.getLogger("fleet.proxies")
 
 CLAIM_TTL = 30.0  # seconds one replica may hold a Proxy (a reconcile takes milliseconds)
 MAX_GRACE = 30.0  # seconds past a call's deadline before it counts as lost (at most; see Timing.grace)
+LIST_LOOK = 1.0  # seconds between one replica's looks at a provider's list gate (one Redis call each)
 FULL_RETRY = 5.0  # seconds before trying again when the provider's calls are all in flight (if no slot frees first)
 MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
 OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
@@ -307,17 +308,18 @@ class Reconciler:
             if now < self._next_list.get(provider, 0.0):
                 continue
             list_id = uuid.uuid4().hex
-            doc = json.dumps({"id": list_id, "at": now})
-            wait = self.store.begin_list(provider, doc, interval)
-            if wait is not None:  # another replica's, or this interval's is done: look again when the gate lapses
-                self._next_list[provider] = now + min(interval, max(wait, 0.05))
+            wait = self.store.begin_list(provider, list_id, now, interval)
+            # the gate is looked at again at most LIST_LOOK s on: a failed list's earlier retry may be
+            # set by whichever replica took its answer
+            if wait is not None:
+                self._next_list[provider] = now + min(LIST_LOOK, max(wait, 0.05))
                 continue
-            self._next_list[provider] = now + interval
+            self._next_list[provider] = now + min(LIST_LOOK, interval)
             try:
                 self.send_list({"provider": provider, "timeout": self.timing.call_timeout},
                                {"provider": provider, "list_id": list_id})
             except Exception as exc:  # the broker: as a failed list, asked again after the back-off
-                self._list_failed(provider, f"could not send: {type(exc).__name__}: {exc}")
+                self._list_failed(provider, list_id, f"could not send: {type(exc).__name__}: {exc}")
                 continue
             sent += 1
         return sent
@@ -330,9 +332,9 @@ class Reconciler:
         try:
             out = CallOutcome.from_message(outcome)
         except OutcomeError as exc:
-            return self._list_failed(provider, f"an unreadable answer: {exc}")
+            return self._list_failed(provider, list_id, f"an unreadable answer: {exc}")
         if not out.ok or out.op != "list" or not isinstance(out.result, list):
-            return self._list_failed(provider, out.message or "not a list")
+            return self._list_failed(provider, list_id, out.message or "not a list")
         listed: list[Instance] = []
         for raw in out.result:
             try:
@@ -347,11 +349,12 @@ class Reconciler:
             log.info("resync list: Proxies not vouched for are due", extra={"fields": {"provider": provider, "due": len(due)}})
         return f"listed: {len(due)} due"
 
-    def _list_failed(self, provider: str, why: str) -> str:
+    def _list_failed(self, provider: str, list_id: str, why: str) -> str:
         failures = self.store.list_failed(provider)
         after = rules.list_retry(failures, self.timing.resync)
-        self.store.retry_list(provider, after)
-        self._next_list[provider] = min(self._next_list.get(provider, math.inf), self.clock() + after)
+        at = self.clock() + after
+        self.store.retry_list(provider, list_id, at)
+        self._next_list[provider] = min(self._next_list.get(provider, math.inf), at)
         log.warning("resync list failed; its Proxies keep their state", extra={"fields": {
             "provider": provider, "failures": failures, "retry": after, "error": why[:300]}})
         return "failed"
