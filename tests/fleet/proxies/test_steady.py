@@ -232,7 +232,13 @@ def test_manifests_are_read_again_only_when_a_file_changed(world, monkeypatch):
     world.declare("a", "edge")
     syncs = []
     real = world.objects.sync
-    monkeypatch.setattr(world.objects, "sync", lambda: syncs.append(1) or real())
+
+    def counted():
+        got = real()
+        syncs.append(1)  # once applied
+        return got
+
+    monkeypatch.setattr(world.objects, "sync", counted)
     loads = []
     real_load = standalone.load_all
     monkeypatch.setattr(standalone, "load_all", lambda path: loads.append(path) or real_load(path))
