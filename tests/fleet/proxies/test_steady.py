@@ -66,7 +66,7 @@ class Worker:
             self.ops[(name, op)] += 1
             ran += 1
 
-            def fn(p: FakeProvider, deadline: base.Deadline, op: str = op, kw: dict[str, Any] = kw) -> Any:
+            def fn(p: FakeProvider, deadline: base.Deadline, op: str = op, kw: dict[str, Any] = kw, name: str = name) -> Any:
                 if op in self.fail:
                     raise base.wrap(self.fail[op], op, name, kw.get("provider_id", ""), "injected")
                 if op == "create":
@@ -80,7 +80,7 @@ class Worker:
                     return [calls.instance_dict(i) for i in p.list_by_tag(deadline)]
                 return p.delete(kw["provider_id"], deadline)
 
-            out = calls.call(name, op, fn, timeout=5, attempt=kw.get("attempt", 1), build=lambda _: self.providers[name],
+            out = calls.call(name, op, fn, timeout=5, attempt=kw.get("attempt", 1), build=lambda _, name=name: self.providers[name],
                              recorder=calls.CallMetrics())
             if op == "list":
                 rec.record_list(link["provider"], link["list_id"], out)
@@ -212,7 +212,7 @@ def test_a_late_or_repeated_list_answer_is_dropped(world):
     world.worker.run(world.rec)
     world.clock.t += RESYNC
     world.rec.resync_lists()
-    task, kw, link = next(s for s in world.worker.sent if s[1]["provider"] == "edge")
+    _task, _kw, link = next(s for s in world.worker.sent if s[1]["provider"] == "edge")
     empty = calls.succeeded("edge", "list", 1, [])  # a list that would make every edge Proxy due
     assert world.rec.record_list("edge", "not-the-current-list", empty) == "stale"
     assert world.rec.record_list("edge", link["list_id"], calls.succeeded("edge", "list", 1, [
