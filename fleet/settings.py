@@ -278,8 +278,9 @@ OPTIONS: tuple[Option, ...] = (
                                             "reconciler.", "int", 3, 1, 1000),
     Option("proxy-poll-interval", "proxies", "How often a provisioning, replacing or deleting Proxy's instance is "
                                              "polled.", "duration", 10.0, 1.0, 3600.0),
-    Option("proxy-resync-interval", "proxies", "How often a Running Proxy's instance is looked at again (a Get, no "
-                                               "write).", "duration", 60.0, 1.0, 86400.0),
+    Option("proxy-resync-interval", "proxies", "How often each provider's instances are listed, so a Running "
+                                               "Proxy whose instance vanished or stopped is seen (one list per "
+                                               "provider, no write).", "duration", 60.0, 1.0, 86400.0),
     Option("provider-call-timeout", "proxies", "Time limit of one provider call (create, get, delete).", "duration",
            60.0, 1.0, 600.0),
     Option("gc-interval", "gc", "How often beat schedules an orphan GC sweep; 0 turns GC off.", "duration", 600.0,

@@ -49,6 +49,25 @@ def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
     return task_message_handler
 
 
+MAX_LIST_BYTES = 4 << 20  # one resync list's answer (as GC's, tasks.gc.MAX_ANSWER_BYTES)
+
+
+def list_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
+    """`bounded_strategy` at a list's size: a larger answer is acked and logged
+    undecoded, and the provider's next list comes at the next interval."""
+    handle = default_strategy(task, app, consumer, **kwargs)
+
+    def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> Any:
+        size = len(message.body or b"")
+        if size > MAX_LIST_BYTES:
+            log.warning("dropped a resync list answer of %d bytes (at most %d)", size, MAX_LIST_BYTES)
+            ack(log, consumer.connection_errors)
+            return None
+        return handle(message, body, ack, reject, callbacks, **kw)
+
+    return task_message_handler
+
+
 @app.task(name=routing.RECORD_CHECK, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
 def record_check(*args: Any, **kwargs: Any) -> str:
     """`record_check(result)`; any other shape is dropped as invalid."""
@@ -73,6 +92,37 @@ def record_proxy_call(*args: Any, **kwargs: Any) -> str:
         outcome = rec.record(kwargs["key"], kwargs["call_id"], kwargs["provider"], args[0])
         s.set_attribute("fleet.outcome", outcome)
     return outcome
+
+
+@app.task(name=routing.RECORD_PROXY_LIST, acks_late=True, ignore_result=True, Strategy="tasks.controller:list_strategy")
+def record_proxy_list(*args: Any, **kwargs: Any) -> str:
+    """`record_proxy_list(outcome, provider=, list_id=)`, the `link` of a provider's
+    resync list the Proxy reconciler sent; any other shape is dropped. Its body is
+    bounded at a list's size (`list_strategy`), not at a check message's."""
+    from fleet.proxies import runtime as proxies
+
+    rec = proxies.reconciler()
+    why = proxy_list_problem(args, kwargs)
+    if rec is None or why:
+        log.warning("dropped a resync list answer", extra={"fields": {"why": why or "Proxies are off on this controller"}})
+        return "dropped"
+    with span("fleet.record_proxy_list", **{"provider.name": kwargs["provider"]}) as s:
+        outcome = rec.record_list(kwargs["provider"], kwargs["list_id"], args[0])
+        s.set_attribute("fleet.outcome", outcome)
+    return outcome
+
+
+def proxy_list_problem(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why a record_proxy_list message is malformed, or None (pure)."""
+    if len(args) != 1 or not isinstance(args[0], dict):
+        return "expects one provider-call outcome (a mapping)"
+    if set(kwargs) != {"provider", "list_id"}:
+        return "expects exactly the keyword arguments provider and list_id"
+    for name in ("provider", "list_id"):
+        value = kwargs[name]
+        if not isinstance(value, str) or not 0 < len(value) <= 320:
+            return f"{name} must be a non-empty string of at most 320 characters"
+    return None
 
 
 def proxy_call_problem(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:

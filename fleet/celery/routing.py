@@ -28,6 +28,7 @@ GET_INSTANCE = "fleet.get_instance"
 DELETE_INSTANCE = "fleet.delete_instance"
 LIST_INSTANCES = "fleet.list_instances"
 RECORD_PROXY_CALL = "fleet.record_proxy_call"
+RECORD_PROXY_LIST = "fleet.record_proxy_list"  # a provider's resync list_instances answer → controller: Proxies due
 GC_SWEEP = "fleet.gc_sweep"  # beat → controller: start an orphan sweep
 RECORD_GC_LIST = "fleet.record_gc_list"  # a provider's list_instances answer → controller: decide and delete
 RECORD_GC_DELETE = "fleet.record_gc_delete"  # a GC delete_instance answer → controller: count it
@@ -46,6 +47,7 @@ PLACEMENT: Mapping[str, Placement] = MappingProxyType({
     DELETE_INSTANCE: Placement.PROVIDER,
     LIST_INSTANCES: Placement.PROVIDER,
     RECORD_PROXY_CALL: Placement.CONTROLLER,
+    RECORD_PROXY_LIST: Placement.CONTROLLER,
     GC_SWEEP: Placement.CONTROLLER,
     RECORD_GC_LIST: Placement.CONTROLLER,
     RECORD_GC_DELETE: Placement.CONTROLLER,

@@ -41,6 +41,11 @@ The rules are the seed's (docs/providers.md §2–3, the reconciler lines its
 | Permanent to a Running Proxy's Get | Running kept, Provisioned=False (PermanentError), back off    |
 | Permanent while deleting           | retried with back-off, never latched                          |
 | a probe verdict, Running           | Healthy True/False (ProbeSucceeded/ProbeFailed); Ready follows |
+
+The steady state costs one list per provider per resync interval, not a Get
+per Proxy: `resync_diff(running, listed)` names the Running Proxies the
+list does not vouch for (missing, not Running, another UID or address),
+made due at once; `list_retry` says when a failed list is asked again.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +81,7 @@ from providers.retry import BACKOFF_MAX, LATCH_PERMANENT, QUOTA_RETRY, backoff
 # Seconds (seed: ProvisioningPoll and DeletionPoll 10s, RequeueNow 1s, QuotaRetry 5m).
 POLL = 10.0
 NOW = 1.0
-RESYNC = 60.0  # a Running Proxy's Get, so a vanished or stopped instance is seen
+RESYNC = 60.0  # a provider's list (or, without lists, a Running Proxy's Get), so a vanished or stopped instance is seen
 
 # Condition reasons (on Provisioned unless said otherwise); docs/architecture.md lists them.
 R_PROVISIONING = "Provisioning"
@@ -414,3 +420,42 @@ def _next(p: Proxy, env: Env, absorbed: bool) -> Step:
     if st.phase == RUNNING:
         return Step(status=st, requeue=env.resync)
     return Step(status=with_phase(p, env, PROVISIONING, R_PROVISIONING, ""), requeue=env.poll)
+
+
+# --- the steady state: one list per provider ----------------------------------------
+
+
+@dataclass(frozen=True)
+class RunningProxy:
+    """A Running Proxy as its endpoint record says (`fleet.store.proxies.endpoints`): what a list must vouch for."""
+
+    key: str
+    uid: str
+    provider_id: str
+    ip: str
+    since: float = 0.0  # Running since (Unix time; 0 unknown)
+
+
+def resync_diff(running: Iterable[RunningProxy], listed: Iterable[Instance], asked_at: float | None = None) -> list[str]:
+    """The Running Proxies a provider's list does not vouch for, due at once
+    (their own Get then says what happened): the instance is missing from the
+    list, not Running, or carries another UID or address. A Proxy the list
+    agrees with costs nothing. One that turned Running after the list was
+    asked (`asked_at`) is left out: the list cannot have seen its instance."""
+    by_id = {i.id: i for i in listed}
+    due = []
+    for p in running:
+        if asked_at is not None and p.since > asked_at:
+            continue
+        inst = by_id.get(p.provider_id)
+        if inst is None or inst.state != State.RUNNING or inst.uid != p.uid or inst.ip != p.ip:
+            due.append(p.key)
+    return sorted(due)
+
+
+def list_retry(failures: int, interval: float) -> float:
+    """When a provider's failed list is asked again: the call back-off
+    (1 s doubling), never later than the next interval's list. Its Running
+    Proxies are not made due by the failure (no Get storm): the instances
+    are not in doubt, the answer is."""
+    return min(interval, backoff(max(1, failures)))

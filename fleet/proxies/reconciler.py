@@ -15,6 +15,19 @@ message lost) lapses when its record's TTL passes, and the Proxy is due then,
 so the step is taken again: every provider operation is idempotent, and the
 create's name comes from the UID.
 
+The steady state costs one list per provider per resync interval, not a Get
+per Running Proxy (issue 24): with `send_list`, a Running Proxy is parked
+(due at +inf) once its instance is seen Running, and `resync_lists` sends
+`fleet.list_instances` to each configured provider once per
+`Timing.resync` across all replicas (a gate in Redis, `PX_LIST`), linked to
+`fleet.record_proxy_list`. `record_list` diffs the answer against that
+provider's Running Proxies (their endpoint records: one HGETALL), and only
+the ones the list does not vouch for (`decide.resync_diff`) are due, at once;
+their own Get then decides. A failed list is asked again after the call
+back-off (`decide.list_retry`, at most the interval); no Proxy is made due
+by it, so a provider's outage is no Get storm. Without `send_list` (tests
+of the older path) a Running Proxy gets a Get each resync as before.
+
 Cloud-init never travels in a message: the create carries a random token
 under which the text is staged in Redis, read once by the worker (GETDEL)
 and gone at the latest when the message expires (the call timeout). A
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -39,19 +53,20 @@ from fleet.celery import routing
 from fleet.celery.calls import CallOutcome, OutcomeError, instance_from_dict
 from fleet.config import ProvidersConfig
 from fleet.proxies import decide as rules
-from fleet.proxies.decide import Call, Env, Outcome, Probe, Step
+from fleet.proxies.decide import Call, Env, Outcome, Probe, RunningProxy, Step
 from fleet.proxies.errors import CloudInitUnavailable as CloudInitUnavailable  # defined apart: see errors.py
 from fleet.proxies.errors import Conflict as Conflict
 from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus
 from fleet.store import Proxies as ProxyStore
 from providers import registry
-from providers.base import ErrorClass, name_from_uid
+from providers.base import ErrorClass, Instance, name_from_uid
 from providers.retry import Retry, backoff
 
 log = logging.getLogger("fleet.proxies")
 
 CLAIM_TTL = 30.0  # seconds one replica may hold a Proxy (a reconcile takes milliseconds)
 MAX_GRACE = 30.0  # seconds past a call's deadline before it counts as lost (at most; see Timing.grace)
+LIST_LOOK = 1.0  # seconds between one replica's looks at a provider's list gate (one Redis call each)
 FULL_RETRY = 5.0  # seconds before trying again when the provider's calls are all in flight (if no slot frees first)
 MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
 OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
@@ -82,6 +97,8 @@ class Objects(Protocol):
 
 # send(task name, kwargs, link kwargs): publish a provider call whose answer goes to record_proxy_call
 Send = Callable[[str, dict[str, Any], dict[str, Any]], None]
+# send_list(kwargs, link kwargs): publish fleet.list_instances whose answer goes to record_proxy_list
+SendList = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -100,9 +117,11 @@ class Timing:
 
 class Reconciler:
     def __init__(self, store: ProxyStore, objects: Objects, config: ProvidersConfig | Callable[[], ProvidersConfig],
-                 send: Send, timing: Timing = Timing(), clock: Callable[[], float] = time.time) -> None:
+                 send: Send, timing: Timing = Timing(), clock: Callable[[], float] = time.time,
+                 send_list: SendList | None = None) -> None:
         self.config = config  # a ProvidersConfig, or a callable answering the one in use (fleet.runtime.providers_config)
-        self.store, self.objects, self.send = store, objects, send
+        self.store, self.objects, self.send, self.send_list = store, objects, send, send_list
+        self._next_list: dict[str, float] = {}  # provider → when this replica next tries its gate (clock time)
         self.timing, self.clock = timing, clock
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.wake = threading.Event()
@@ -174,7 +193,8 @@ class Reconciler:
         except CloudInitUnavailable as exc:
             why = str(exc)
         env = Env(now=now, configured=configured, placement_problem=problem, spec_hash=digest, cloud_init_problem=why,
-                  failures=self.store.failures(p.key, digest or ""), poll=self.timing.poll, resync=self.timing.resync,
+                  failures=self.store.failures(p.key, digest or ""), poll=self.timing.poll,
+                  resync=math.inf if self.send_list is not None else self.timing.resync,  # lists vouch for it
                   probe=probe_of(self.store.verdict(p.key), p.uid))
         return env, text
 
@@ -270,6 +290,82 @@ class Reconciler:
             return "stale"
         return self.reconcile(key)
 
+    # -- the steady state: one list per provider ---------------------------------------------
+
+    def resync_lists(self) -> int:
+        """Send each configured provider's list once per resync interval (one
+        replica sends it: the gate in Redis); how many were sent."""
+        if self.send_list is None:
+            return 0
+        sent, now, interval = 0, self.clock(), self.timing.resync
+        for provider in self.config.names():
+            if now < self._next_list.get(provider, 0.0):
+                continue
+            list_id = uuid.uuid4().hex
+            wait = self.store.begin_list(provider, list_id, now, interval)
+            # the gate is looked at again at most LIST_LOOK s on: a failed list's earlier retry may be
+            # set by whichever replica took its answer
+            if wait is not None:
+                self._next_list[provider] = now + min(LIST_LOOK, max(wait, 0.05))
+                continue
+            self._next_list[provider] = now + min(LIST_LOOK, interval)
+            try:
+                self.send_list({"provider": provider, "timeout": self.timing.call_timeout},
+                               {"provider": provider, "list_id": list_id})
+            except Exception as exc:  # the broker: as a failed list, asked again after the back-off
+                self._list_failed(provider, list_id, f"could not send: {type(exc).__name__}: {exc}")
+                continue
+            sent += 1
+        return sent
+
+    def record_list(self, provider: str, list_id: str, outcome: Mapping[str, Any]) -> str:
+        """A provider's list answer: the Running Proxies it does not vouch for are due now."""
+        asked_at = self.store.take_list(provider, list_id)
+        if asked_at is None:
+            return "stale"  # a late answer of an older list, or a redelivery
+        try:
+            out = CallOutcome.from_message(outcome)
+        except OutcomeError as exc:
+            return self._list_failed(provider, list_id, f"an unreadable answer: {exc}")
+        if not out.ok or out.op != "list" or not isinstance(out.result, list):
+            return self._list_failed(provider, list_id, out.message or "not a list")
+        listed: list[Instance] = []
+        for raw in out.result:
+            try:
+                listed.append(instance_from_dict(raw))
+            except OutcomeError:  # left out: the Proxy on it, if any, is due and its own Get says
+                continue
+        due = rules.resync_diff(self._running(provider), listed, asked_at)
+        self.store.list_succeeded(provider)
+        if due:
+            self.store.schedule_now(due, self.clock())
+            self.wake.set()
+            log.info("resync list: Proxies not vouched for are due", extra={"fields": {"provider": provider, "due": len(due)}})
+        return f"listed: {len(due)} due"
+
+    def _list_failed(self, provider: str, list_id: str, why: str) -> str:
+        failures = self.store.list_failed(provider)
+        after = rules.list_retry(failures, self.timing.resync)
+        at = self.clock() + after
+        self.store.retry_list(provider, list_id, at)
+        self._next_list[provider] = min(self._next_list.get(provider, math.inf), at)
+        log.warning("resync list failed; its Proxies keep their state", extra={"fields": {
+            "provider": provider, "failures": failures, "retry": after, "error": why[:300]}})
+        return "failed"
+
+    def _running(self, provider: str) -> list[RunningProxy]:
+        """The provider's Running Proxies, from their endpoint records (and since when, from the phases)."""
+        phases = self.store.phases()
+        out = []
+        for key, raw in self.store.endpoints().items():
+            doc = json_object(raw)
+            if doc is None or doc.get("provider") != provider:
+                continue
+            since = phase_since(phases.get(key))
+            out.append(RunningProxy(key, str(doc.get("uid") or ""), str(doc.get("instance") or ""), str(doc.get("ip") or ""),
+                                    since[1] if since is not None and since[0] == RUNNING else 0.0))
+        return out
+
     # -- the loop -----------------------------------------------------------------------------------
 
     def run_once(self, limit: int = 200) -> int:
@@ -296,6 +392,7 @@ class Reconciler:
                 if time.monotonic() - last_resync >= resync_every:
                     self.resync()
                     last_resync = time.monotonic()
+                self.resync_lists()
                 if self.run_once():
                     continue
                 nxt = self.store.next_due()

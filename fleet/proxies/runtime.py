@@ -32,6 +32,12 @@ def send(task: str, kwargs: dict[str, Any], link: dict[str, Any]) -> None:
                   expires=float(kwargs["timeout"]))
 
 
+def send_list(kwargs: dict[str, Any], link: dict[str, Any]) -> None:
+    """A provider's resync list on its queue, answered to `fleet.record_proxy_list`; it expires with its deadline."""
+    app.send_task(routing.LIST_INSTANCES, kwargs=kwargs, link=app.signature(routing.RECORD_PROXY_LIST, kwargs=link),
+                  expires=float(kwargs["timeout"]))
+
+
 @functools.cache
 def mode() -> tuple[Objects | None, str]:
     s = runtime.settings()
@@ -55,7 +61,7 @@ def reconciler() -> Reconciler | None:
     s = runtime.settings()
     timing = Timing(poll=s.proxy_poll_interval, resync=s.proxy_resync_interval, call_timeout=s.provider_call_timeout,
                     max_calls=s.max_provider_calls)
-    return Reconciler(runtime.store().proxies, objects, runtime.providers_config, send, timing)
+    return Reconciler(runtime.store().proxies, objects, runtime.providers_config, send, timing, send_list=send_list)
 
 
 def affected(providers: Iterable[tuple[str, str]], touched: Collection[str]) -> list[str]:

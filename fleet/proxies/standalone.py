@@ -70,6 +70,7 @@ class Standalone:
         self.store, self.path, self.installation, self.secrets_dir, self.clock = store, path, installation, secrets_dir, clock
         self.errors: list[ManifestError] = []  # the last sync's: the manifests' problems, then refused edits
         self._seen = ""
+        self.again = False  # the last sync left a declared Proxy to declare again (its old one still deleting)
         self._texts: dict[str, str] = {}  # inline cloud-init by SHA-256, as the last sync read it
 
     # -- Objects --------------------------------------------------------------------
@@ -179,6 +180,7 @@ class Standalone:
         self._texts.update({InlineDigest.of(t).sha256: t for t in template_texts(others)})  # the pools' members'
         refused: list[ManifestError] = []
         changed = []
+        self.again = False
         wanted = {d.proxy.key: d for d in declared}
         members = {p.key for p in self.all() if POOL_OWNER in p.annotations}
         for key, d in wanted.items():
@@ -213,7 +215,8 @@ class Standalone:
                 except Conflict:
                     continue
             if cur.deleting:
-                return False  # finish deleting first; the next sync declares it again
+                self.again = True  # finish deleting first; a sync while `again` declares it again
+                return False
             if cur.spec.provider != declared.spec.provider:  # the CRD's CEL rule: refused, nothing of it applied
                 refused.append(d.error("spec.provider", (
                     f"is immutable: {key} was created on provider {cur.spec.provider!r}, got {declared.spec.provider!r}; "
@@ -264,20 +267,35 @@ class Standalone:
 
     def run(self, stop: threading.Event, on_change: Callable[[Iterable[str]], None], every: float = 1.0,
             full_every: float = 10.0) -> None:
-        """Re-read the manifests when they change (and every `full_every` s
-        regardless), handing changed keys to `on_change`."""
+        """Re-read the manifests only when they may read differently (their
+        `fingerprint`: names, inodes, sizes, mtimes), when Redis lost the
+        sync mark (its data), or while a declared Proxy waits for its old one
+        to be deleted (every `full_every` s); otherwise only stamp the sync
+        (GC's freshness, `PX_SYNCED`) every `full_every` s: one SET, no YAML
+        parse and no read per Proxy. Changed keys go to `on_change`."""
         last_full = 0.0
         while not stop.is_set():
             try:
                 fp = fingerprint(self.path)
-                if fp != self._seen or time.monotonic() - last_full >= full_every:
-                    self._seen, last_full = fp, time.monotonic()
+                if self.due(fp, time.monotonic() - last_full >= full_every):
                     changed = self.sync()
+                    self._seen, last_full = fp, time.monotonic()  # only once applied: a failed sync is tried again
                     if changed:
                         on_change(changed)
+                elif time.monotonic() - last_full >= full_every:
+                    self.store.mark_synced(self.clock())  # nothing changed: they still match
+                    last_full = time.monotonic()
             except Exception as exc:  # Redis down: the next pass tries again
                 log.warning("reading Proxy manifests failed: %s: %s", type(exc).__name__, exc)
             stop.wait(every)
+
+    def due(self, fp: str, period_passed: bool) -> bool:
+        """Whether `run` re-reads the manifests now (their fingerprint `fp`)."""
+        if fp != self._seen:
+            return True
+        if period_passed and self.again:
+            return True
+        return period_passed and self.store.synced_at() is None  # Redis lost its data (or was never synced)
 
 
 def template_texts(others: Iterable[Other]) -> list[str]:

@@ -15,6 +15,7 @@ document with a `resourceVersion` counter written by compare-and-set.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -84,6 +85,43 @@ return 1
 """
 
 
+# KEYS: list gate. ARGV: doc ({"id","at","next"}), now, TTL (ms). The
+# provider's resync list: '' when this caller takes it (it sends the list now),
+# else the seconds until the current one's `next` (another replica's list, or
+# this interval's). Times are the callers' clock, as PX_DUE's; the TTL only
+# collects a gate nobody uses any more.
+_BEGIN_LIST = """
+local cur = redis.call('get', KEYS[1])
+if cur then
+  local ok, doc = pcall(cjson.decode, cur)
+  local nxt = ok and type(doc) == 'table' and tonumber(doc['next'])
+  if nxt and nxt > tonumber(ARGV[2]) then return tostring(nxt - tonumber(ARGV[2])) end
+end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[3])
+return ''
+"""
+
+# KEYS: list gate. ARGV: list id, field, value. Sets doc[field] = value on the
+# provider's current list if it is list id `ARGV[1]` and was not answered yet,
+# keeping the TTL; returns its `at` (when it was asked), else ''. With field
+# 'answered' it takes the answer once; with 'next' it moves the next list.
+_MARK_LIST = """
+local cur = redis.call('get', KEYS[1])
+if not cur then return '' end
+local ok, doc = pcall(cjson.decode, cur)
+if not ok or type(doc) ~= 'table' or doc['id'] ~= ARGV[1] then return '' end
+if ARGV[2] == 'answered' then
+  if doc['answered'] then return '' end
+  doc['answered'] = true
+else
+  doc[ARGV[2]] = tonumber(ARGV[3])
+end
+local ttl = redis.call('pttl', KEYS[1])
+if ttl > 0 then redis.call('set', KEYS[1], cjson.encode(doc), 'PX', ttl) else redis.call('set', KEYS[1], cjson.encode(doc)) end
+return tostring(doc['at'])
+"""
+
+
 class Proxies:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
@@ -91,6 +129,8 @@ class Proxies:
         self._finish = client.register_script(_FINISH)
         self._release = client.register_script(_RELEASE)
         self._put_object = client.register_script(_PUT_OBJECT)
+        self._begin_list = client.register_script(_BEGIN_LIST)
+        self._mark_list = client.register_script(_MARK_LIST)
 
     # -- when each Proxy is due --------------------------------------------------
 
@@ -106,6 +146,12 @@ class Proxies:
         """Due at `at` for each key not scheduled at all (a relist, a Redis that lost its data)."""
         mapping = {k: at for k in pending}
         return int(self._redis.zadd(keys.PX_DUE, mapping, nx=True) or 0) if mapping else 0
+
+    def schedule_now(self, pending: Iterable[str], at: float) -> None:
+        """Each key due at `at` unless due sooner (one command for all)."""
+        mapping = {k: at for k in pending}
+        if mapping:
+            self._redis.zadd(keys.PX_DUE, mapping, lt=True)
 
     def unschedule(self, key: str) -> None:
         self._redis.zrem(keys.PX_DUE, key)
@@ -180,6 +226,32 @@ class Proxies:
             return max(0, int(count))
         except ValueError:
             return 0
+
+    # -- a provider's resync list (one per interval, across replicas) --------------------------
+
+    def begin_list(self, provider: str, list_id: str, now: float, interval: float) -> float | None:
+        """None when this caller takes the provider's list (and sends it now; the next is due at now +
+        interval); else the seconds until it may."""
+        doc = json.dumps({"id": list_id, "at": now, "next": now + interval})
+        ttl = max(1, int((2 * interval + 120) * 1000))
+        got = self._begin_list(keys=[keys.PX_LIST + provider], args=[doc, repr(now), ttl])
+        text = keys.text(got) if got is not None else ""
+        return None if text == "" else max(0.0, float(text))
+
+    def take_list(self, provider: str, list_id: str) -> float | None:
+        """When the provider's current list was asked, the first time its answer comes; None for any other answer."""
+        return _number(self._mark_list(keys=[keys.PX_LIST + provider], args=[list_id, "answered", ""]))
+
+    def retry_list(self, provider: str, list_id: str, at: float) -> None:
+        """The provider's next list is due at `at` (after a failed one: sooner than the interval)."""
+        self._mark_list(keys=[keys.PX_LIST + provider], args=[list_id, "next", repr(at)])
+
+    def list_failed(self, provider: str) -> int:
+        """One more failed list in a row for the provider; how many now."""
+        return int(self._redis.hincrby(keys.PX_LIST_FAILURES, provider, 1))
+
+    def list_succeeded(self, provider: str) -> None:
+        self._redis.hdel(keys.PX_LIST_FAILURES, provider)
 
     # -- what others read: the phase gauge, Running endpoints (the prober) ------------------------
 
@@ -266,3 +338,11 @@ class Proxies:
         """Write (doc) or delete ('') the object if it still has `expected_version` ('' = absent)."""
         got: Any = self._put_object(keys=[keys.PX_OBJECTS], args=[key, expected_version, doc])
         return bool(got)
+
+
+def _number(raw: Any) -> float | None:
+    text = keys.text(raw) if raw is not None else ""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None

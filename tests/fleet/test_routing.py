@@ -40,6 +40,7 @@ def sent(monkeypatch):
         (routing.CHECK_PROVIDER, {"provider": "kvm-home", "timeout": 5}, "provider.kvm-home"),
         (routing.RECORD_CHECK, {}, "fleet.controller"),
         (routing.RECORD_PROXY_CALL, {}, "fleet.controller"),
+        (routing.RECORD_PROXY_LIST, {}, "fleet.controller"),
     ],
 )
 def test_placement(name, kwargs, queue):
