@@ -148,7 +148,7 @@ def test_hostile_file_exits_2_naming_file_and_field(capsys, tmp_path, case):
     assert CONFIGS[case][1] in text, text
     assert SENTINEL not in text
     assert len(text) < 2000, text[:3000]
-    assert took < 1.0, f"{case} took {took:.2f}s"
+    assert took < 3.0, f"{case} took {took:.2f}s"  # a bound on cost, not a benchmark: ~0.3 s alone, 1.4 s seen on a loaded 2-core machine
 
 
 @pytest.mark.timeout(20)
