@@ -95,7 +95,7 @@ def _settings_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     for opt in OPTIONS:
         names = [f"--{opt.flag}"] + ([f"-{opt.short}"] if opt.short else [])
-        p.add_argument(*names, dest=opt.attr, default=None, help=f"{opt.help_text} [{opt.env}]")
+        p.add_argument(*names, dest=opt.attr, default=None, help=f"{opt.help_text} [{opt.env}]".replace("%", "%%"))  # argparse %-formats help
     return p
 
 

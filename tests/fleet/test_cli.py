@@ -269,3 +269,22 @@ def test_up_restarts_what_exits_after_its_delay(monkeypatch, capsys, config):
     restarted = [p for p in procs if p.argv == procs[0].argv]
     assert len(restarted) == 2 and f"fleet up: restarted worker:ok (pid {restarted[1].pid})" in err
     assert len(procs) == 5  # 2 workers, controller, beat, and the one restart
+
+
+def test_every_commands_help_renders():
+    """argparse %-formats help text: a setting whose help holds a bare % (the
+    heartbeat's "20%") broke `fleet get --help` once."""
+    import argparse
+
+    from fleet.cli import subcommands
+
+    root = subcommands.parser()
+    assert root.format_help()
+    subs = [a for a in root._actions if isinstance(a, argparse._SubParsersAction)]
+    assert subs
+    for sub in subs:
+        for name, p in sub.choices.items():
+            assert p.format_help(), name
+            for nested in (a for a in p._actions if isinstance(a, argparse._SubParsersAction)):
+                for inner in nested.choices.values():
+                    assert inner.format_help()
