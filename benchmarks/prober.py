@@ -118,6 +118,38 @@ def listener_child(n: int, out: str) -> None:
     run_on_loop(_listen(n, Path(out)))
 
 
+class GCTimes:
+    """The cyclic garbage collector's passes in a child (gc.callbacks): count and seconds per generation, the longest."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        took = time.perf_counter() - self._start
+        g = info["generation"]
+        self.count[g] += 1
+        self.seconds[g] += took
+        self.longest = max(self.longest, took)
+
+    def reset(self) -> None:
+        self.count, self.seconds, self.longest = [0, 0, 0], [0.0, 0.0, 0.0], 0.0
+
+    def doc(self) -> dict[str, object]:
+        import gc
+
+        return {"count": list(self.count), "seconds": list(self.seconds), "longest": self.longest,
+                "objects": len(gc.get_objects()), "frozen": gc.get_freeze_count()}
+
+
 # --- the fleet prober child -------------------------------------------------------
 
 
@@ -138,17 +170,19 @@ def prober_child(dump: str) -> None:
     process.Prober.__init__ = init  # type: ignore[method-assign]
     base = {"probes": 0, "failed": 0, "skipped": 0}
     result: dict[str, object] = {}
+    gct = GCTimes()
 
     def reset(*_: object) -> None:  # SIGUSR1: the window starts
         p = holder.get("p")
         if p is not None:
             p.delays.drain()
             base.update(probes=p.probes, failed=p.failed, skipped=p.skipped)
+        gct.reset()
 
     def snapshot(*_: object) -> None:  # SIGUSR2: the window ends
         p = holder["p"]
         result.update(delays=p.delays.drain(), probes=p.probes - base["probes"], failed=p.failed - base["failed"],
-                      skipped=p.skipped - base["skipped"], share=len(p.owned))
+                      skipped=p.skipped - base["skipped"], share=len(p.owned), gc=gct.doc())
 
     signal.signal(signal.SIGUSR1, reset)
     signal.signal(signal.SIGUSR2, snapshot)
@@ -171,6 +205,7 @@ async def _floor(ports: list[int], interval: float, request: bytes, dump: Path) 
     delays: list[float] = []
     running: dict[int, asyncio.Task[None]] = {}  # also the tasks' strong references
     result: dict[str, object] = {}
+    gct = GCTimes()
 
     async def probe(i: int, port: int, scheduled: float) -> None:
         delays.append(loop.time() - scheduled)
@@ -218,9 +253,10 @@ async def _floor(ports: list[int], interval: float, request: bytes, dump: Path) 
     def reset() -> None:
         delays.clear()
         base.update(counts)
+        gct.reset()
 
     def snapshot() -> None:
-        result.update(delays=list(delays), share=len(ports), **{k: counts[k] - base[k] for k in counts})
+        result.update(delays=list(delays), share=len(ports), gc=gct.doc(), **{k: counts[k] - base[k] for k in counts})
         delays.clear()
 
     stop = asyncio.Event()
@@ -252,13 +288,21 @@ def wait_file(path: Path, timeout: float, proc: subprocess.Popen[bytes]) -> None
         time.sleep(0.05)
 
 
-def measure(proc: subprocess.Popen[bytes], dump: Path, listeners: list[int], warmup: float, seconds: float) -> dict[str, Any]:
-    """Warm up, then one window; the child's counters and delays, its CPU and RSS, the listeners' CPU, the load."""
+def measure(proc: subprocess.Popen[bytes], dump: Path, listeners: list[int], warmup: float, seconds: float,
+            profile: Path | None = None) -> dict[str, Any]:
+    """Warm up, then one window; the child's counters and delays, its CPU and RSS, the listeners' CPU, the load.
+    With `profile`, py-spy samples the child through the window (raw collapsed stacks; --nonblocking, so the
+    child is not stopped per sample; time in uvloop's C code shows as the Python frame that called it, run_forever)."""
     from benchmarks.procstats import cpu_s, rss_mib
 
     time.sleep(warmup)
     if proc.poll() is not None:
         raise SystemExit(f"the prober process exited early ({proc.returncode})")
+    spy = None
+    if profile is not None:
+        spy_bin = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        spy = subprocess.Popen([spy_bin, "record", "-p", str(proc.pid), "-d", str(int(seconds)), "-r", "200", "--nonblocking",
+                                "-f", "raw", "-o", str(profile)], stdout=subprocess.DEVNULL)
     proc.send_signal(signal.SIGUSR1)
     load0 = os.getloadavg()[0]
     c0, l0, t0 = cpu_s(proc.pid), sum(cpu_s(p) for p in listeners), time.monotonic()
@@ -267,6 +311,8 @@ def measure(proc: subprocess.Popen[bytes], dump: Path, listeners: list[int], war
     c1, l1, t1 = cpu_s(proc.pid), sum(cpu_s(p) for p in listeners), time.monotonic()
     load1 = os.getloadavg()[0]
     rss, hwm = rss_mib(proc.pid)
+    if spy is not None:
+        spy.wait(60)
     time.sleep(0.2)  # the snapshot is taken on the child's loop
     proc.send_signal(signal.SIGTERM)
     proc.wait(30)
@@ -277,14 +323,17 @@ def measure(proc: subprocess.Popen[bytes], dump: Path, listeners: list[int], war
     return {"probes": probes, "rate": probes / wall, "failed": got["failed"], "skipped": got["skipped"], "share": got["share"],
             "p50": quantile(delays, 0.5) * 1000, "p99": quantile(delays, 0.99) * 1000, "max": max(delays, default=0) * 1000,
             "cpu": 100 * (c1 - c0) / wall, "ms_per_probe": 1000 * (c1 - c0) / max(1, probes), "rss": rss, "hwm": hwm,
-            "listeners_cpu": 100 * (l1 - l0) / wall, "load": (load0, load1)}
+            "listeners_cpu": 100 * (l1 - l0) / wall, "load": (load0, load1), "gc": got["gc"],
+            "gc_ms_per_s": 1000 * sum(got["gc"]["seconds"]) / wall}
 
 
 def line(kind: str, m: dict[str, Any]) -> str:
     return (f"  {kind:<5} {m['rate']:7.0f} probes/s ({m['failed']} failed, {m['skipped']} skipped)  "
             f"delay p50 {m['p50']:6.1f} p99 {m['p99']:7.1f} max {m['max']:7.1f} ms  "
             f"CPU {m['cpu']:4.0f}% ({m['ms_per_probe']:.3f} ms/probe)  RSS {m['rss']:3.0f} MiB  "
-            f"listeners {m['listeners_cpu']:3.0f}%  load {m['load'][0]:.2f}→{m['load'][1]:.2f}")
+            f"listeners {m['listeners_cpu']:3.0f}%  load {m['load'][0]:.2f}→{m['load'][1]:.2f}\n"
+            f"        GC {m['gc_ms_per_s']:.0f} ms/s (passes by generation {m['gc']['count']}, longest "
+            f"{m['gc']['longest'] * 1000:.0f} ms; {m['gc']['objects']:,} objects tracked, {m['gc']['frozen']:,} frozen)")
 
 
 def main() -> None:
@@ -299,6 +348,7 @@ def main() -> None:
     ap.add_argument("--listener-procs", type=int, default=1)
     ap.add_argument("--target", default="origin.example:443", help="the CONNECT target (host:port; the listeners answer any)")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--profile", help="sample each window's prober with py-spy (pip install py-spy) into this directory")
     ap.add_argument("--listeners", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--ports-file", help=argparse.SUPPRESS)
     ap.add_argument("--prober-child", help=argparse.SUPPRESS)
@@ -327,6 +377,8 @@ def main() -> None:
     interval = parse_duration(args.interval)
     sat_interval = parse_duration(args.saturate_interval) if args.saturate_interval not in ("0", "") else 0.0
     sides = [args.only] if args.only else ["fleet", "floor"]
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
     binary = shutil.which("redis-server")
     if not binary:
         raise SystemExit("redis-server is not installed (apt-get install redis-server)")
@@ -383,7 +435,8 @@ def main() -> None:
                            "--floor-interval", str(every), "--request", target.connect_request().hex()]
                 child = subprocess.Popen(cmd, env=env)
                 procs.append(child)
-                m = measure(child, dump, listener_pids, args.warmup, args.seconds)
+                spied = Path(args.profile) / f"{side}-{n}-{every:g}s.txt" if args.profile else None
+                m = measure(child, dump, listener_pids, args.warmup, args.seconds, spied)
                 procs.remove(child)
                 row[side] = m
                 print(line(side, m), flush=True)
