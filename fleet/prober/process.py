@@ -136,6 +136,8 @@ class Prober:
         self._lock = asyncio.Lock()
         self._warned: set[str] = set()
         self._invalid_logged: set[str] = set()
+        self._verdict_batch: list[tuple[str, str, float, asyncio.Future[None]]] = []
+        self._verdict_writer: asyncio.Task[None] | None = None
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -175,6 +177,8 @@ class Prober:
             h.cancel()
         self._timers.clear()
         running = list(self._running.values())
+        if self._verdict_writer is not None:
+            running.append(self._verdict_writer)
         for t in running:
             t.cancel()
         await asyncio.gather(*running, return_exceptions=True)
@@ -306,7 +310,7 @@ class Prober:
         if verdict is None:
             return None
         try:
-            await asyncio.to_thread(self.store.proxies.put_verdict, key, verdict.encode(), now)
+            await self._put_verdict(key, verdict.encode(), now)
         except StoreError as exc:
             # Not written: forget the transition (keep the counts), so the next probe tries again.
             if self.states.get(key) is new:
@@ -320,6 +324,35 @@ class Prober:
                 extra=kv(proxy=key, uid=verdict.uid, message=verdict.message, egress_ip=verdict.egress_ip or None,
                          egress_mismatch=verdict.egress_mismatch or None))
         return verdict
+
+    async def _put_verdict(self, key: str, doc: str, now: float) -> None:
+        """Write one verdict (`store.proxies.put_verdicts`, in a thread); raises StoreError as the write does.
+        Verdicts share writes: while one write is in flight, the verdicts that come meanwhile gather for the
+        next one, so a mass transition (a start, an outage) is a few round trips, not one per Proxy."""
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[None] = loop.create_future()
+        self._verdict_batch.append((key, doc, now, written))
+        if self._verdict_writer is None or self._verdict_writer.done():
+            self._verdict_writer = loop.create_task(self._write_verdicts(), name="prober-verdicts")
+        await written
+
+    async def _write_verdicts(self) -> None:
+        while self._verdict_batch:
+            batch, self._verdict_batch = self._verdict_batch, []
+            try:
+                await asyncio.to_thread(self.store.proxies.put_verdicts, [(k, doc, now) for k, doc, now, _ in batch])
+            except asyncio.CancelledError:  # shutdown: the waiting records are cancelled with it
+                for *_, written in batch:
+                    written.cancel()
+                raise
+            except Exception as exc:  # each waiting record gets it (a StoreError; a bug is not swallowed either)
+                for *_, written in batch:
+                    if not written.done():
+                        written.set_exception(exc)
+            else:
+                for *_, written in batch:
+                    if not written.done():
+                        written.set_result(None)
 
     # -- logs -------------------------------------------------------------------------------
 
