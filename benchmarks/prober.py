@@ -175,7 +175,7 @@ def prober_child(dump: str) -> None:
     def reset(*_: object) -> None:  # SIGUSR1: the window starts
         p = holder.get("p")
         if p is not None:
-            p.delays.drain()
+            result.update(warmup_delays=p.delays.drain(), warmup_verdicts=p.verdicts)
             base.update(probes=p.probes, failed=p.failed, skipped=p.skipped)
         gct.reset()
 
@@ -206,6 +206,7 @@ async def _floor(ports: list[int], interval: float, request: bytes, dump: Path) 
     running: dict[int, asyncio.Task[None]] = {}  # also the tasks' strong references
     result: dict[str, object] = {}
     gct = GCTimes()
+    stop = asyncio.Event()
 
     async def probe(i: int, port: int, scheduled: float) -> None:
         delays.append(loop.time() - scheduled)
@@ -232,6 +233,8 @@ async def _floor(ports: list[int], interval: float, request: bytes, dump: Path) 
             counts["failed"] += 1
 
     def tick(i: int, port: int, offset: float, when: float) -> None:
+        if stop.is_set():
+            return
         nxt = when + interval
         now = loop.time()
         if nxt <= now:  # a whole interval behind: skip to the next phase
@@ -251,6 +254,7 @@ async def _floor(ports: list[int], interval: float, request: bytes, dump: Path) 
     base = dict(counts)
 
     def reset() -> None:
+        result.update(warmup_delays=list(delays), warmup_verdicts=0)
         delays.clear()
         base.update(counts)
         gct.reset()
@@ -259,12 +263,15 @@ async def _floor(ports: list[int], interval: float, request: bytes, dump: Path) 
         result.update(delays=list(delays), share=len(ports), gc=gct.doc(), **{k: counts[k] - base[k] for k in counts})
         delays.clear()
 
-    stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGUSR1, reset)
     loop.add_signal_handler(signal.SIGUSR2, snapshot)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     dump.write_text(json.dumps(result))
+    pending = list(running.values())
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def floor_child(dump: str, ports_file: str, interval: float, request_hex: str) -> None:
@@ -320,11 +327,14 @@ def measure(proc: subprocess.Popen[bytes], dump: Path, listeners: list[int], war
     wall = t1 - t0
     delays = got["delays"]
     probes = got["probes"]
+    warm = got.get("warmup_delays", [])
     return {"probes": probes, "rate": probes / wall, "failed": got["failed"], "skipped": got["skipped"], "share": got["share"],
             "p50": quantile(delays, 0.5) * 1000, "p99": quantile(delays, 0.99) * 1000, "max": max(delays, default=0) * 1000,
             "cpu": 100 * (c1 - c0) / wall, "ms_per_probe": 1000 * (c1 - c0) / max(1, probes), "rss": rss, "hwm": hwm,
             "listeners_cpu": 100 * (l1 - l0) / wall, "load": (load0, load1), "gc": got["gc"],
-            "gc_ms_per_s": 1000 * sum(got["gc"]["seconds"]) / wall}
+            "gc_ms_per_s": 1000 * sum(got["gc"]["seconds"]) / wall,
+            "warmup": {"probes": len(warm), "p99": quantile(warm, 0.99) * 1000, "max": max(warm, default=0) * 1000,
+                       "verdicts": got.get("warmup_verdicts", 0)}}
 
 
 def line(kind: str, m: dict[str, Any]) -> str:
@@ -333,7 +343,9 @@ def line(kind: str, m: dict[str, Any]) -> str:
             f"CPU {m['cpu']:4.0f}% ({m['ms_per_probe']:.3f} ms/probe)  RSS {m['rss']:3.0f} MiB  "
             f"listeners {m['listeners_cpu']:3.0f}%  load {m['load'][0]:.2f}→{m['load'][1]:.2f}\n"
             f"        GC {m['gc_ms_per_s']:.0f} ms/s (passes by generation {m['gc']['count']}, longest "
-            f"{m['gc']['longest'] * 1000:.0f} ms; {m['gc']['objects']:,} objects tracked, {m['gc']['frozen']:,} frozen)")
+            f"{m['gc']['longest'] * 1000:.0f} ms; {m['gc']['objects']:,} objects tracked, {m['gc']['frozen']:,} frozen); "
+            f"warm-up (the first probes, and fleet's first verdict for each proxy): {m['warmup']['probes']} probes, "
+            f"{m['warmup']['verdicts']} verdicts, delay p99 {m['warmup']['p99']:.1f} max {m['warmup']['max']:.1f} ms")
 
 
 def main() -> None:
