@@ -16,6 +16,11 @@ The rules, one row each (tests/fleet/prober/test_verdicts.py):
   forgets the last known egress address;
 - anything else: no verdict (the stored one stands).
 
+The counts in a row stop at their threshold (a count past it decides
+nothing: a healthy Proxy's successes, an unhealthy one's failures), so a
+steady Proxy's `State` comes back from `judge` as the same object, probe
+after probe: nothing is allocated per probe (issue 24).
+
 A verdict's document (`fleet:probe:verdicts`, read by the controller):
 `{"uid", "healthy", "since", "message", "egressIP", "egressMismatch"}`.
 """
@@ -23,7 +28,7 @@ A verdict's document (`fleet:probe:verdicts`, read by the controller):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from providers.text import clip
@@ -31,7 +36,7 @@ from providers.text import clip
 MAX_MESSAGE = 512
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What one probe found."""
 
@@ -47,7 +52,7 @@ class Thresholds:
     successes: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class State:
     """One Proxy's probe history in this replica, for one uid."""
 
@@ -56,11 +61,11 @@ class State:
     since: float = 0.0  # when that verdict's health began
     egress_ip: str = ""  # the last egress address written ("" unknown)
     egress_mismatch: bool = False  # as last written
-    failures: int = 0  # failed probes in a row
-    successes: int = 0  # good probes in a row
+    failures: int = 0  # failed probes in a row, up to the failure threshold
+    successes: int = 0  # good probes in a row, up to the success threshold
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
     key: str
     uid: str
@@ -94,9 +99,9 @@ def judge(state: State, outcome: Outcome, key: str, endpoint_ip: str, now: float
           thresholds: Thresholds) -> tuple[State, Verdict | None]:
     """Fold one probe's `outcome` into `state`; a Verdict when one is due."""
     if outcome.ok:
-        successes, failures = state.successes + 1, 0
+        successes, failures = min(state.successes + 1, thresholds.successes), 0
     else:
-        successes, failures = 0, state.failures + 1
+        successes, failures = 0, min(state.failures + 1, thresholds.failures)
     egress = outcome.egress_ip if outcome.ok and outcome.egress_ip else state.egress_ip
     healthy = state.healthy
     why = outcome.message
@@ -110,14 +115,15 @@ def judge(state: State, outcome: Outcome, key: str, endpoint_ip: str, now: float
         healthy = True
         why = f"{successes} good probe{'s' if successes > 1 else ''} in a row: {outcome.message}"
     flagged = mismatch(egress, endpoint_ip)
-    new = replace(state, successes=successes, failures=failures)
     if healthy == state.healthy and egress == state.egress_ip and flagged == state.egress_mismatch:
-        return new, None
+        if successes == state.successes and failures == state.failures:
+            return state, None  # the steady state: nothing changed
+        return State(state.uid, state.healthy, state.since, state.egress_ip, state.egress_mismatch, failures, successes), None
     if healthy == state.healthy:
         why = f"egress address {egress}{' (not the instance address)' if flagged else ''}: {outcome.message}"
     since = state.since if healthy == state.healthy else now
     assert healthy is not None
-    new = replace(new, healthy=healthy, since=since, egress_ip=egress, egress_mismatch=flagged)
+    new = State(state.uid, healthy, since, egress, flagged, failures, successes)
     return new, Verdict(key, state.uid, healthy, since, bounded(why), egress, flagged)
 
 

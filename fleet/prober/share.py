@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     uid: str
     ip: str
@@ -61,8 +61,12 @@ class Endpoints:
         invalid = []
         for key, doc in raw.items():
             prev = self._seen.get(key)
-            ep = prev[1] if prev is not None and prev[0] == doc else parse_endpoint(doc)
-            seen[key] = (doc, ep)
+            if prev is not None and prev[0] == doc:
+                seen[key] = prev  # the same tuple: an unchanged hash allocates nothing per Proxy
+                ep = prev[1]
+            else:
+                ep = parse_endpoint(doc)
+                seen[key] = (doc, ep)
             if ep is None:
                 invalid.append(key)
             else:

@@ -278,9 +278,16 @@ class Proxies:
     def put_verdict(self, key: str, doc: str, now: float) -> None:
         """A new verdict for the Proxy (written by the prober on a transition only): kept,
         and the Proxy made due now so the controller writes its Healthy condition."""
+        self.put_verdicts([(key, doc, now)])
+
+    def put_verdicts(self, verdicts: list[tuple[str, str, float]]) -> None:
+        """`put_verdict` for several Proxies (key, doc, now) in one transaction and one round trip;
+        a key appears once."""
+        if not verdicts:
+            return
         pipe = self._redis.pipeline()
-        pipe.hset(keys.PROBE_VERDICTS, key, doc)
-        pipe.zadd(keys.PX_DUE, {key: now}, lt=True)
+        pipe.hset(keys.PROBE_VERDICTS, mapping={key: doc for key, doc, _ in verdicts})
+        pipe.zadd(keys.PX_DUE, {key: now for key, _, now in verdicts}, lt=True)
         pipe.execute()
 
     def verdict(self, key: str) -> Raw:

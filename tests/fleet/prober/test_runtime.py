@@ -102,7 +102,7 @@ def test_a_dead_proxy_turns_unhealthy_after_the_threshold_and_back(r, loop):
                 async with FakeProxy("ok", port=port):  # restarted on its port
                     up = await until(lambda: (v := verdict(r, "crawl/a")) and v["healthy"] is True and v, what="healthy again")
                     assert up["message"].startswith("1 good probe in a row")
-                    assert p.verdicts == 3
+                    await until(lambda: p.verdicts == 3, what="three verdicts counted")  # counted once its write returns
 
     with asyncio.Runner(loop_factory=process.loop_factory() if loop == "uvloop" else None) as runner:
         runner.run(main())
@@ -194,16 +194,54 @@ def test_a_failed_verdict_write_is_tried_again_by_the_next_probe(r):
         await prober.beat()
         await prober.refresh()
         ep = prober.owned["crawl/a"]
-        real = store.proxies.put_verdict
+        real = store.proxies.put_verdicts
 
         def broken(*a):
             raise redis.ConnectionError("down")
 
-        store.proxies.put_verdict = broken
+        store.proxies.put_verdicts = broken
         assert await prober.record("crawl/a", ep, Outcome(True, "ok")) is None
-        store.proxies.put_verdict = real
+        store.proxies.put_verdicts = real
         v = await prober.record("crawl/a", ep, Outcome(True, "ok"))
         assert v is not None and v.healthy and verdict(r, "crawl/a")["healthy"] is True
+        await prober.shutdown()
+
+    asyncio.run(main())
+
+
+def test_verdicts_due_together_share_writes_and_a_failed_write_fails_each_of_its_verdicts(r):
+    async def main():
+        store = Store(r)
+        prober = Prober(store, config(thresholds=Thresholds(1, 1)), member="m1")
+        r.hset(keys.PX_ENDPOINTS, mapping={f"crawl/p{i}": endpoint(f"u{i}", 1000 + i) for i in range(200)})
+        await prober.beat()
+        await prober.refresh()
+        for h in prober._timers.values():  # no probes of its own: the records below are the only verdicts
+            h.cancel()
+        real, writes = store.proxies.put_verdicts, []
+
+        def counted(verdicts):
+            writes.append(len(verdicts))
+            real(verdicts)
+
+        store.proxies.put_verdicts = counted
+        owned = dict(prober.owned)
+        got = await asyncio.gather(*(prober.record(k, ep, Outcome(True, "ok")) for k, ep in owned.items()))
+        assert all(v is not None and v.healthy for v in got)  # every first verdict, each record told it was written
+        assert sum(writes) == 200 and len(writes) <= 3, writes  # the first alone, the rest gathered while it ran
+        assert r.hlen(keys.PROBE_VERDICTS) == 200 and r.zcard(keys.PX_DUE) == 200
+
+        def broken(verdicts):
+            writes.append(len(verdicts))
+            raise redis.ConnectionError("down")
+
+        store.proxies.put_verdicts = broken
+        del writes[:]
+        got = await asyncio.gather(*(prober.record(k, ep, Outcome(False, "refused")) for k, ep in owned.items()))
+        assert sum(writes) == 200 and len(writes) <= 3, writes  # each one due (threshold 1), each write failed
+        assert got == [None] * 200  # not written: no verdict, and each state keeps its written health
+        assert all(prober.states[k].healthy is True for k in owned)
+        assert all(verdict(r, k)["healthy"] is True for k in owned)
         await prober.shutdown()
 
     asyncio.run(main())

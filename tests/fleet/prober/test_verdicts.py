@@ -108,3 +108,22 @@ def test_a_restored_verdict_is_not_announced_again():
     state = restored(UID, json.dumps({"uid": UID, "healthy": False, "since": 5.0}))
     got, _ = run([FAIL, OK], state=state)
     assert got == [(1, True, "")]
+
+
+def test_a_steady_proxy_keeps_its_state_object_and_long_runs_decide_as_short_ones():
+    state, v = judge(State(UID), OK, KEY, IP, 1.0, DEFAULT)
+    assert v is not None
+    steady, _ = judge(state, OK, KEY, IP, 2.0, DEFAULT)  # the count reaches its threshold (1)
+    for i in range(1000):  # a thousand good probes: the same State back, nothing allocated per probe
+        again, v = judge(steady, OK, KEY, IP, 3.0 + i, DEFAULT)
+        assert again is steady and v is None
+    got, state = run([FAIL, FAIL, FAIL], state=steady)
+    assert got == [(2, False, "")] and state.failures == 3  # still three failures in a row, not 1,003
+    down = state
+    for _ in range(1000):
+        down, v = judge(down, FAIL, KEY, IP, 9.0, DEFAULT)
+        assert v is None and down.failures == 3
+    half, v = judge(down, OK, KEY, IP, 10.0, Thresholds(3, 2))
+    assert v is None  # one of two good probes after a thousand failures
+    _, v = judge(half, OK, KEY, IP, 11.0, Thresholds(3, 2))
+    assert v is not None and v.healthy and v.message.startswith("2 good probes in a row")
