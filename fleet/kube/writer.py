@@ -54,6 +54,13 @@ CONFLICT_RETRIES = 5
 CACHE_TTL = 3600.0  # seconds a cached object is trusted without a GET
 
 
+class _Unread:
+    """publish's caller did not read the cache entry: publish reads it."""
+
+
+UNREAD = _Unread()
+
+
 class StatusCache(Protocol):
     """Where the writer keeps each object's last known resourceVersion and
     status as a raw document (`fleet.store.Statuses`)."""
@@ -141,9 +148,12 @@ class Writer(UserPatches, Objects, Secrets):
             extra={"fields": {"name": name, **_ns(namespace), "owner": owner, "installation": self.installation}},
         )
 
-    def _cached(self, resource: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
-        """The object as last written or read (resourceVersion and status), or None."""
-        raw = self.cache.get(resource.plural, namespace, name) if self.cache is not None else None
+    def _cached(self, resource: Resource, name: str, namespace: str | None,
+                raw: bytes | str | _Unread | None = UNREAD) -> dict[str, Any] | None:
+        """The object as last written or read (resourceVersion and status), or
+        None. `raw`: the cache entry, when the caller read it already."""
+        if isinstance(raw, _Unread):
+            raw = self.cache.get(resource.plural, namespace, name) if self.cache is not None else None
         if raw is None:
             return None
         try:
@@ -170,13 +180,17 @@ class Writer(UserPatches, Objects, Secrets):
         if self.cache is not None:
             self.cache.drop(resource.plural, namespace, name)
 
-    def publish(self, resource: Resource, name: str, namespace: str | None, decide: Decide) -> str:
+    def publish(self, resource: Resource, name: str, namespace: str | None, decide: Decide,
+                cached_entry: bytes | str | _Unread | None = UNREAD) -> str:
         """Create the object if missing, then apply `decide(current)`: patch
         its status, or skip. `current` is the cached object when there is
-        one (no request), else the one read. Returns PATCHED, FOREIGN (not
-        this installation's: nothing written), or the Skip's reason."""
+        one (no request), else the one read. `cached_entry`: the object's
+        cache entry as the caller read it from `self.cache` in its own round
+        trip (None: absent), so publish does not read it again. Returns
+        PATCHED, FOREIGN (not this installation's: nothing written), or the
+        Skip's reason."""
         check_scope(resource, namespace)
-        cached = self._cached(resource, name, namespace)
+        cached = self._cached(resource, name, namespace, cached_entry)
         for _ in range(CONFLICT_RETRIES):
             obj, cached = cached, None
             if obj is None:
