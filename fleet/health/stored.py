@@ -83,6 +83,20 @@ def _str(v: Any, field: str) -> str:
 
 
 def _stored_target(t: Any, at: str) -> TargetStatus:
+    """One stored target: the common shape on one test, else `_checked_target`
+    (which says which field is wrong)."""
+    if type(t) is dict:
+        name, address, ready = t.get("name"), t.get("address", ""), t.get("ready", False)
+        reason, message, lat, details = t.get("reason", ""), t.get("message", ""), t.get("latencyMillis", 0), t.get("details")
+        if (type(name) is str and type(address) is str and type(ready) is bool and type(reason) is str
+                and type(message) is str and type(lat) in (int, float) and -1e15 < lat < 1e15  # NaN, ±inf, huge: no
+                and (not details or (type(details) is dict
+                                     and all(type(k) is str and type(v) is str for k, v in details.items())))):
+            return TargetStatus(name, address, ready, reason, message, lat / 1000, dict(details) if details else {})
+    return _checked_target(t, at)
+
+
+def _checked_target(t: Any, at: str) -> TargetStatus:
     if not isinstance(t, dict):
         raise _Untrusted(at, "not an object")
     details = t.get("details") or {}
