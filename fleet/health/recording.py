@@ -122,12 +122,15 @@ class Controller:
     def reject(self, provider: str, why: Rejection) -> str:
         return self._drop(provider, why.reason, why.field or "message", why.detail)
 
-    def record_message(self, args: tuple[Any, ...], kwargs: dict[str, Any], now: float | None = None) -> str:
-        """The task boundary: validate the call and its result, then `record`."""
+    def record_message(self, args: tuple[Any, ...], kwargs: dict[str, Any], now: float | None = None,
+                       body_bounded: bool = False) -> str:
+        """The task boundary: validate the call and its result, then `record`.
+        `body_bounded`: the encoded message was refused over the size limit
+        before it was decoded (`tasks.controller.bounded_strategy`)."""
         raw = unpack_args(args, kwargs)
         if isinstance(raw, Rejection):
             return self.reject("?", raw)
-        got = validate_message(raw, time.time() if now is None else now)
+        got = validate_message(raw, time.time() if now is None else now, body_bounded=body_bounded)
         if isinstance(got, Rejection):
             return self.reject(provider_of(raw), got)
         return self.record(got)
