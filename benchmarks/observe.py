@@ -85,16 +85,15 @@ def kubewatch(kubeconfig: str, out: str) -> None:
     etcd 3.4: "504 Too large resource version"), re-watch from the last event
     on errors and list again on 410. Writes `<time> <event> <name>` per
     ADDED/MODIFIED/DELETED, and `<time> SYNCED <count>` after each list."""
-    import logging
     import threading
 
     from kubernetes import client
 
+    from fleet import logs
     from fleet.kube import PROVIDER_HEALTH, Watcher
     from providers.kubernetes.client import load_configuration
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s %(fields)s",
-                        defaults={"fields": ""})
+    logs.setup("text", "info")  # the watcher's retries and relists, with their fields, in this process's log
     f = open(out, "a", buffering=1)  # noqa: SIM115 - open for the life of the process
 
     def on_event(type_: str, obj: dict[str, Any]) -> None:

@@ -379,6 +379,9 @@ def run(args: argparse.Namespace, tmp: Path, variant: str, api_pids: dict[str, i
             start("observer-kubewatch", [PY, str(ROOT / "benchmarks/observe.py"), "kubewatch", kubeconfig,
                                          str(tmp / "api.log")], env, tmp, procs)
             api_ends = Ends(tmp / "api.log", lambda p: p[2] if p[1] == "MODIFIED" else None)
+            # listed, so watching (from the list's resourceVersion) before anything is timed
+            wait_for(lambda: (tmp / "api.log").exists() and " SYNCED " in (tmp / "api.log").read_text(), 60,
+                     "the watch observer's first list", interval=0.1)
         else:
             fake = [PY, str(ROOT / "benchmarks/observe.py"), "kubeapi", "--port-file", str(tmp / "api.json"), "--log",
                     str(tmp / "api.log"), "--api-latency-ms", str(args.api_latency_ms)] + (["--api-burn"] if args.api_burn else [])
