@@ -726,7 +726,7 @@ def report(args: argparse.Namespace, run_: dict[str, Any]) -> None:
           f"{' (+ uncommitted changes in fleet/tasks/beat/providers)' if dirty else ''}, {time.strftime('%Y-%m-%d')}: "
           f"{args.workers} worker processes x {args.concurrency} threads, 1 controller x 4 threads, {args.targets} targets per "
           f"provider in rounds, check latency per provider log-normal around {args.latency_ms} ms; {vary}; "
-          f"fake API {'at ' + args.kubeconfig if args.kubeconfig else f'+{args.api_latency_ms} ms per request'}, "
+          f"{'API server at ' + args.kubeconfig if args.kubeconfig else f'fake API +{args.api_latency_ms} ms per request'}, "
           f"payload {payload_sizes[0]} B fleet / {payload_sizes[1]} B floor, {os.cpu_count()} CPUs")
     print("latency: send → end of write, minus the check's own planned latency; ms. "
           "CPU: workers + controller + redis-server, ms per check (low-load: minus their idle rate). burst: checks/s over the round.\n")
