@@ -80,16 +80,31 @@ def kubeapi(port_file: str, log: str, latency_ms: float, burn: bool) -> None:
 
 
 def kubewatch(kubeconfig: str, out: str) -> None:
-    from kubernetes import client, config, watch
+    """fleet's own list+watch (`fleet.kube.Watcher`): list, watch from the list's
+    resourceVersion (a watch without one is refused by a real API server on
+    etcd 3.4: "504 Too large resource version"), re-watch from the last event
+    on errors and list again on 410. Writes `<time> <event> <name>` per
+    ADDED/MODIFIED/DELETED, and `<time> SYNCED <count>` after each list."""
+    import threading
 
-    from fleet.kube import PROVIDER_HEALTH as R
+    from kubernetes import client
 
-    config.load_kube_config(kubeconfig)
-    api = client.CustomObjectsApi()
-    with open(out, "a", buffering=1) as f:
-        while True:
-            for ev in watch.Watch().stream(api.list_cluster_custom_object, R.group, R.version, R.plural, timeout_seconds=300):
-                f.write(f"{time.time():.6f} {ev['type']} {ev['object']['metadata']['name']}\n")
+    from fleet import logs
+    from fleet.kube import PROVIDER_HEALTH, Watcher
+    from providers.kubernetes.client import load_configuration
+
+    logs.setup("text", "info")  # the watcher's retries and relists, with their fields, in this process's log
+    f = open(out, "a", buffering=1)  # noqa: SIM115 - open for the life of the process
+
+    def on_event(type_: str, obj: dict[str, Any]) -> None:
+        if type_ != "SYNC":
+            f.write(f"{time.time():.6f} {type_} {obj['metadata']['name']}\n")
+
+    def on_synced(objects: list[dict[str, Any]]) -> None:
+        f.write(f"{time.time():.6f} SYNCED {len(objects)}\n")
+
+    api = client.ApiClient(load_configuration(kubeconfig))
+    Watcher(api, PROVIDER_HEALTH, on_event, on_synced=on_synced).run(threading.Event())
 
 
 def main() -> None:

@@ -65,6 +65,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -90,6 +91,7 @@ from tests.procs import die_with_parent  # noqa: E402
 PY = sys.executable
 CLK = os.sysconf("SC_CLK_TCK")
 LOW = {"lo1": 1, "lo50": 50}  # low-load providers: name -> targets (check latency 0)
+API_ROLES = ("fake-api", "api:")  # the API's processes (the fake; a real server's kube-apiserver and etcd): not the pipeline's
 
 
 def pct(values: list[float], p: float) -> float:
@@ -204,10 +206,10 @@ class System:
             time.sleep(math.floor(time.time()) + 1.01 - time.time())
 
     def pipeline_pids(self) -> list[int]:
-        return [pid for role, pid in self.pids.items() if not role.startswith("fake-api")]
+        return [pid for role, pid in self.pids.items() if not role.startswith(API_ROLES)]
 
     def api_pids(self) -> list[int]:
-        return [pid for role, pid in self.pids.items() if role.startswith("fake-api")]
+        return [pid for role, pid in self.pids.items() if role.startswith(API_ROLES)]
 
     def lowload(self, name: str, n: int) -> dict[str, Any]:
         lat = []
@@ -352,9 +354,10 @@ def verify_rounds(redis_client: Any, planner: Planner, names: list[str], label: 
         print(f"  WARNING {label}: {len(bad)} provider(s) out of step with the planned rounds, e.g. {bad[:3]}", flush=True)
 
 
-def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
+def run(args: argparse.Namespace, tmp: Path, variant: str, api_pids: dict[str, int]) -> dict[str, Any]:
     sizes = [int(s) for s in args.rounds.split(",")]
-    names = [f"p{i:04d}" for i in range(max(sizes))]
+    main_part, writes_part = "main" in args.parts, "writes" in args.parts
+    names = [f"p{i:04d}" for i in range(max(max(sizes), args.writes_providers if writes_part else 0))]
     fakes = fake_configs(args, variant, names)
     cfgs = {n: FakeConfig.model_validate(f) for n, f in fakes.items()}
     providers = [{"name": n, "type": "fake", "fake": f} for n, f in fakes.items()]
@@ -376,6 +379,9 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
             start("observer-kubewatch", [PY, str(ROOT / "benchmarks/observe.py"), "kubewatch", kubeconfig,
                                          str(tmp / "api.log")], env, tmp, procs)
             api_ends = Ends(tmp / "api.log", lambda p: p[2] if p[1] == "MODIFIED" else None)
+            # listed, so watching (from the list's resourceVersion) before anything is timed
+            wait_for(lambda: (tmp / "api.log").exists() and " SYNCED " in (tmp / "api.log").read_text(), 60,
+                     "the watch observer's first list", interval=0.1)
         else:
             fake = [PY, str(ROOT / "benchmarks/observe.py"), "kubeapi", "--port-file", str(tmp / "api.json"), "--log",
                     str(tmp / "api.log"), "--api-latency-ms", str(args.api_latency_ms)] + (["--api-burn"] if args.api_burn else [])
@@ -397,7 +403,7 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
                                                       "FLEET_PROVIDER_CHECK_INTERVAL": "3600s", "PYTHONPATH": str(ROOT)})
         stack.env.pop("KUBERNETES_SERVICE_HOST", None)
         fleet_pids = {"redis-server": redis_srv.proc.pid}
-        for i, group in enumerate(groups):
+        for i, group in enumerate(groups if main_part else []):
             argv = celery_worker("fleet.celery.app", [routing.provider_queue(n) for n in group], f"bench{i}", args.concurrency)
             fleet_pids[f"fleet-worker{i}"] = start(f"fleet-worker{i}", argv, stack.env, tmp, procs)
         fleet_planner = Planner(cfgs)  # the fleet workers run for both modes: their fakes count rounds across them
@@ -416,12 +422,12 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
         # with the default a steady record writes nothing (issue 24) and its end would never come
         api_env = {**stack.env, "FLEET_KUBECONFIG": kubeconfig, "FLEET_STATUS_HEARTBEAT": "0"}
         modes = [("standalone", stack.env, redis_ends), ("api", api_env, api_ends)]
-        for mode, ctl_env, ends in modes:
+        for mode, ctl_env, ends in modes if main_part else []:
             role = f"fleet-controller-{mode}"
             pids = dict(fleet_pids)
             pids[role] = start(role, [*celery_worker("fleet.celery.app", [routing.CONTROLLER_QUEUE], role, 4)], ctl_env, tmp, procs)
-            if mode == "api" and not args.kubeconfig:
-                pids["fake-api"] = procs["fake-api"].pid
+            if mode == "api":
+                pids.update(api_pids if args.kubeconfig else {"fake-api": procs["fake-api"].pid})
             wait_nodes(stack.sender, [f"bench{i}" for i in range(args.workers)] + [role])
             sysm = System(f"fleet {mode}", fleet_send, fleet_feed, ends, pids, fleet_planner)
             sysm.new_second = mode == "api"
@@ -435,6 +441,13 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
             measure_records(sysm, results, args, names, role, f"fleet/{mode}")
             rss += [(f"fleet/{mode}", r, *rss_mib(p)) for r, p in pids.items()]
             stop(procs, role)
+
+        if writes_part:
+            results["writes"] = measure_writes(args, stack, names[: args.writes_providers], tmp, procs, redis_srv, redis_ends,
+                                               api_pids if args.kubeconfig else {"fake-api": procs["fake-api"].pid},
+                                               kubeconfig, rss)
+        if not main_part:
+            return {"results": results, "rss": rss, "payload_sizes": (0, 0), "sizes": sizes, "variant": variant}
 
         # ---- floor ----
         floor_env = {**env, "FLOOR_BROKER_URL": redis_srv.url}
@@ -475,7 +488,8 @@ def run(args: argparse.Namespace, tmp: Path, variant: str) -> dict[str, Any]:
         for key, r in results.items():
             if key.startswith("fleet/api|") and "windows" in r:
                 r["requests"] = [q for w in r["windows"] for q in api_requests(tmp / "api.log", w[0], w[1])]
-    return {"results": results, "rss": rss, "payload_sizes": payload_sizes, "sizes": sizes, "variant": variant}
+    return {"results": results, "rss": rss, "payload_sizes": payload_sizes, "sizes": sizes, "variant": variant,
+            "api_roles": [r.removeprefix("api:") for r in api_pids]}
 
 
 def measure(sysm: System, results: dict[str, dict[str, Any]], args: argparse.Namespace, names: list[str], sizes: list[int],
@@ -499,6 +513,125 @@ def measure_records(sysm: System, results: dict[str, dict[str, Any]], args: argp
     results[f"{label}|records"] = sysm.records(names[: args.records], ctl_role)
 
 
+class ApiCounter:
+    """Requests the API served for ProviderHealth objects, by (verb, subresource, code): a real API server's own
+    `apiserver_request_total` (its /metrics), or the fake's request log."""
+
+    def __init__(self, kubeconfig: str, fake_log: Path | None) -> None:
+        self.fake_log = fake_log
+        self.api: Any = None
+        if fake_log is None:
+            from kubernetes import client
+
+            from providers.kubernetes.client import load_configuration
+
+            self.api = client.ApiClient(load_configuration(kubeconfig))
+
+    def snapshot(self) -> dict[tuple[str, str, str], float]:
+        out: dict[tuple[str, str, str], float] = {}
+        if self.fake_log is not None:  # "<t> <METHOD> <code> <name> <status|object> ..."
+            for line in self.fake_log.read_text().splitlines() if self.fake_log.exists() else ():
+                parts = line.split()
+                if len(parts) >= 5:
+                    key = (parts[1], "status" if parts[4] == "status" else "", parts[2])
+                    out[key] = out.get(key, 0) + 1
+            return out
+        cfg = self.api.configuration
+        headers = {"Authorization": cfg.get_api_key_with_prefix("authorization")} if cfg.api_key else {}
+        resp = self.api.call_api("GET", cfg.host + "/metrics", header_params=headers)
+        resp.read()
+        for line in resp.data.decode().splitlines():
+            if line.startswith("apiserver_request_total{") and 'resource="providerhealths"' in line:
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.index("}")]))
+                key = (labels.get("verb", "?"), labels.get("subresource", ""), labels.get("code", "?"))
+                out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
+        return out
+
+
+def synthetic_result(name: str, targets: int, latency_ms: int) -> dict[str, Any]:
+    """A provider's result for the status-writes part: `targets` targets, all ready, at `latency_ms`."""
+    return {"provider": name, "type": "fake", "supported": True, "checkedAt": 0.0,
+            "targets": [{"name": f"t{i:04d}", "address": "fake", "ready": True, "reason": "Reachable", "message": "",
+                         "latencyMillis": latency_ms, "details": {}} for i in range(targets)],
+            "scheduledAt": None, "worker": "bench@writes", "recordedAt": None}
+
+
+def jittered(doc: dict[str, Any], rng: random.Random, jitter_ms: int) -> dict[str, Any]:
+    """The same verdicts, each target's latencyMillis moved by up to ±jitter_ms (under the 10 ms rule: no change)."""
+    return doc | {"targets": [t | {"latencyMillis": max(1, int(t["latencyMillis"]) + rng.randint(-jitter_ms, jitter_ms))}
+                              for t in doc["targets"]]}
+
+
+def measure_writes(args: argparse.Namespace, stack: Stack, names: list[str], tmp: Path, procs: dict[str, subprocess.Popen],
+                   redis_srv: RedisServer, redis_ends: Ends, api_pids: dict[str, int], kubeconfig: str,
+                   rss: list[tuple[str, str, float, float]]) -> dict[str, Any]:
+    """Issue 24's status writes: for each --heartbeats value, a controller (FLEET_STATUS_HEARTBEAT) gets rounds of
+    record messages for `names` (queued directly, one round every --writes-interval s): a warm-up round, then
+    --writes-rounds steady rounds (same verdicts, latency jitter under the 10 ms rule), then as many changing rounds
+    (--flap-ratio of each provider's targets flip every round). Per phase: the API's requests by verb (its own
+    counter), the API's CPU (kube-apiserver + etcd, or the fake) and the controller's."""
+    counter = ApiCounter(kubeconfig, None if args.kubeconfig else tmp / "api.log")
+    rc = redis_srv.client()
+    base = {n: synthetic_result(n, args.targets, 50) for n in names}
+    out: dict[str, Any] = {"providers": len(names), "rounds": args.writes_rounds, "interval": args.writes_interval,
+                           "api_roles": sorted(api_pids), "configs": {}}
+
+    def settle(sent: dict[str, float]) -> None:
+        redis_ends.wait(sent, timeout=600)  # every result stored; then every record task acked (its API work done)
+        wait_for(lambda: rc.llen(routing.CONTROLLER_QUEUE) == 0 and rc.hlen("unacked") == 0, 600, "the controller to drain",
+                 interval=0.02)
+
+    def one_round(docs: dict[str, dict[str, Any]]) -> None:
+        sent = {}
+        t = time.time()
+        for n in names:
+            sent[n] = time.time()
+            stack.sender.send_task(routing.RECORD_CHECK, args=[docs[n] | {"checkedAt": t, "scheduledAt": t, "recordedAt": None}])
+        settle(sent)
+
+    def idle_rate(pids: list[int], seconds: float = 5.0) -> float:
+        c0, t0 = cpu_s(pids), time.monotonic()
+        time.sleep(seconds)
+        return (cpu_s(pids) - c0) / (time.monotonic() - t0)
+
+    for hb in args.heartbeats.split(","):
+        role = f"fleet-controller-hb{hb}"
+        env = {**stack.env, "FLEET_KUBECONFIG": kubeconfig, "FLEET_STATUS_HEARTBEAT": hb}
+        pid = start(role, celery_worker("fleet.celery.app", [routing.CONTROLLER_QUEUE], role, 4), env, tmp, procs)
+        wait_nodes(stack.sender, [role])
+        rng = random.Random(args.seed)
+        docs = {n: jittered(base[n], rng, 3) for n in names}
+        one_round(docs)  # warm-up: creates the objects (first config) or writes the steady verdicts again
+        time.sleep(max(1.05, args.writes_interval))
+        cfg: dict[str, Any] = {"api_idle_cpu_s_per_s": idle_rate(list(api_pids.values())),
+                               "controller_idle_cpu_s_per_s": idle_rate([pid], 2.0)}
+        for phase in ("steady", "changing"):
+            req0, api0, ctl0, t0 = counter.snapshot(), cpu_s(list(api_pids.values())), cpu_s([pid]), time.monotonic()
+            next_at = time.monotonic()
+            for k in range(args.writes_rounds):
+                wait = next_at - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                next_at = time.monotonic() + args.writes_interval
+                start_second = math.floor(time.time())
+                if phase == "steady":
+                    docs = {n: jittered(base[n], rng, 3) for n in names}
+                else:
+                    docs = {n: vary_result(docs[n], "changing", args.flap_ratio, k) for n in names}
+                one_round(docs)
+                while math.floor(time.time()) == start_second:  # lastCheckTime is to the second: the next round in a later one
+                    time.sleep(0.01)
+            req1, api1, ctl1, t1 = counter.snapshot(), cpu_s(list(api_pids.values())), cpu_s([pid]), time.monotonic()
+            delta = {k: v - req0.get(k, 0) for k, v in req1.items() if v - req0.get(k, 0)}
+            cfg[phase] = {"requests": delta, "api_cpu_s": api1 - api0, "controller_cpu_s": ctl1 - ctl0, "span_s": t1 - t0}
+            print(f"  writes: heartbeat {hb} {phase}: {sum(v for (verb, _, _), v in delta.items() if verb == 'PATCH'):.0f} "
+                  f"PATCHes for {len(names)} x {args.writes_rounds} records in {t1 - t0:.1f} s", flush=True)
+        out["configs"][hb] = cfg
+        rss.append((f"writes/hb {hb}", role, *rss_mib(pid)))
+        stop(procs, role)
+    return out
+
+
 def request_stats(reqs: list[list[str]], n: int) -> str:
     """The fake API's requests in a case: per provider-round by verb, status PATCH body p50 and the share carrying
     the targets."""
@@ -514,7 +647,71 @@ def request_stats(reqs: list[list[str]], n: int) -> str:
     return f"{per}; PATCH body p50 {size:.0f} B, {with_targets:.0%} carry targets"
 
 
+def report_writes(args: argparse.Namespace, w: dict[str, Any]) -> None:
+    """The status-writes part: requests per provider per round, API CPU per provider per round, and per hour at the
+    default 60 s interval and at 10 s (the heartbeat's rule applied to the measured CPU per write)."""
+    n, r = w["providers"], w["rounds"]
+    api = "+".join(role.removeprefix("api:") for role in w["api_roles"])
+    print(f"\nstatus writes (issue 24): {n} providers x {args.targets} targets, records queued directly, {r} steady then {r} "
+          f"changing rounds (--flap-ratio {args.flap_ratio} of the targets flip each round) at most one per "
+          f"{w['interval']:g} s; steady rounds move each latencyMillis by up to ±3 ms. API CPU: {api}, gross and net of its "
+          "idle rate (measured in the same run, 5 s with no writes)")
+    print(f"| {'heartbeat':<9} | {'phase':<8} | {'PATCH/prov/round':>16} | {'other req/prov/round':>20} | {'409s':>5} | "
+          f"{'API ms/prov/round':>17} | {'net':>7} | {'API ms/PATCH net':>16} | {'ctl ms/record':>13} | {'round s':>7} |")
+    print("|" + "|".join("-" * w_ for w_ in (11, 10, 18, 22, 7, 19, 9, 18, 15, 9)) + "|")
+    per_write: float | None = None  # API CPU s per PATCH (net), from the every-round config
+    per_round: dict[str, dict[str, float]] = {}
+    for hb, cfg in w["configs"].items():
+        for phase in ("steady", "changing"):
+            c = cfg[phase]
+            reqs = c["requests"]
+            patches = sum(v for (verb, _, _), v in reqs.items() if verb == "PATCH")
+            conflicts = sum(v for (_, _, code), v in reqs.items() if code == "409")
+            other = sum(v for (verb, _, _), v in reqs.items() if verb != "PATCH")
+            gross = c["api_cpu_s"] / (n * r)
+            net = max(0.0, c["api_cpu_s"] - cfg["api_idle_cpu_s_per_s"] * c["span_s"]) / (n * r)
+            by_write = net * n * r / patches if patches else math.nan
+            if hb in ("0", "0s") and phase == "steady" and patches:
+                per_write = net * n * r / patches
+            per_round.setdefault(hb, {})[phase] = net
+            per_round[hb][phase + "_patches"] = patches / (n * r)
+            ctl = max(0.0, c["controller_cpu_s"] - cfg["controller_idle_cpu_s_per_s"] * c["span_s"]) / (n * r)
+            print(f"| {hb:<9} | {phase:<8} | {patches / (n * r):16.3f} | {other / (n * r):20.3f} | {conflicts:5.0f} | "
+                  f"{gross * 1000:17.2f} | {net * 1000:7.2f} | {by_write * 1000:16.2f} | {ctl * 1000:13.2f} | "
+                  f"{c['span_s'] / r:7.2f} |")
+    idle = {hb: cfg["api_idle_cpu_s_per_s"] for hb, cfg in w["configs"].items()}
+    print("  API idle CPU (s/s): " + ", ".join(f"heartbeat {hb}: {v:.3f}" for hb, v in idle.items()))
+    if per_write is None:
+        return
+    print("API CPU per provider per hour in steady state (net of idle; 'before' = every round, as measured with heartbeat 0; "
+          "'after' = the measured not-due rounds plus one write per heartbeat at the measured CPU per write):")
+    for interval in (60.0, 10.0):
+        rounds_h = 3600 / interval
+        before = per_round.get("0", per_round.get("0s", {})).get("steady", per_write) * rounds_h
+        for hb in w["configs"]:
+            secs = parse_duration(hb)
+            if secs <= 0:
+                continue
+            writes_h = 3600 / (interval * (math.floor(secs / interval) + 1))  # written once lastCheckTime moved > heartbeat
+            after = per_round[hb]["steady"] * rounds_h + writes_h * per_write
+            print(f"  interval {interval:g} s, heartbeat {hb}: before {before * 1000:.0f} ms/h ({rounds_h:.0f} writes), after "
+                  f"{after * 1000:.0f} ms/h ({writes_h:.1f} writes/h + not-due rounds) = 1/{before / after if after else math.inf:.0f} "
+                  f"of before; steady writes per round {writes_h / rounds_h:.3f}")
+
+
+def parse_duration(text: str) -> float:
+    from fleet.durations import parse_duration as parse
+
+    return float(parse(text))
+
+
 def report(args: argparse.Namespace, run_: dict[str, Any]) -> None:
+    if "writes" in run_["results"]:
+        report_writes(args, run_["results"]["writes"])
+    if "main" not in args.parts:
+        for part, role, now, peak in run_["rss"]:
+            print(f"  RSS {part:<16} {role:<28} {now:6.1f} / {peak:6.1f} MiB")
+        return
     results, rss, payload_sizes, sizes, variant = (run_[k] for k in ("results", "rss", "payload_sizes", "sizes", "variant"))
     # FLEET_BENCH_COMMIT: the commit of a tree exported with `git archive` (no .git to ask)
     commit = os.environ.get("FLEET_BENCH_COMMIT") or subprocess.run(
@@ -529,7 +726,7 @@ def report(args: argparse.Namespace, run_: dict[str, Any]) -> None:
           f"{' (+ uncommitted changes in fleet/tasks/beat/providers)' if dirty else ''}, {time.strftime('%Y-%m-%d')}: "
           f"{args.workers} worker processes x {args.concurrency} threads, 1 controller x 4 threads, {args.targets} targets per "
           f"provider in rounds, check latency per provider log-normal around {args.latency_ms} ms; {vary}; "
-          f"fake API {'at ' + args.kubeconfig if args.kubeconfig else f'+{args.api_latency_ms} ms per request'}, "
+          f"{'API server at ' + args.kubeconfig if args.kubeconfig else f'fake API +{args.api_latency_ms} ms per request'}, "
           f"payload {payload_sizes[0]} B fleet / {payload_sizes[1]} B floor, {os.cpu_count()} CPUs")
     print("latency: send → end of write, minus the check's own planned latency; ms. "
           "CPU: workers + controller + redis-server, ms per check (low-load: minus their idle rate). burst: checks/s over the round.\n")
@@ -556,6 +753,11 @@ def report(args: argparse.Namespace, run_: dict[str, Any]) -> None:
         f = results[f"fleet/{mode}|records"]
         print(f"| {mode:<10} | {f['rate']:9.0f} | {fl['rate']:7.0f} | {f['rate'] / fl['rate']:5.2f} | {f['cpu_ms']:13.2f} | "
               f"{fl['cpu_ms']:6.2f} | {f['cpu_ms'] / max(fl['cpu_ms'], 0.01):5.1f} |")
+    if args.kubeconfig and run_.get("api_roles"):
+        print(f"\nthe API server's own CPU ({'+'.join(run_['api_roles'])}; heartbeat 0: one PATCH per check), ms per check:")
+        for case in [*[f"round of {n}" for n in sizes], "records"]:
+            f = results[f"fleet/api|{case}"]
+            print(f"  {case:<22} {f['api_cpu_ms']:.2f}")
     if not args.kubeconfig:
         print("\nthe fake API's requests per provider per round (steady-state goal: ≤ 1 PATCH, no GET) and its own CPU:")
         for case in [*cases, "records"]:
@@ -598,6 +800,17 @@ def main() -> None:
     ap.add_argument("--api-latency-ms", type=float, default=8.7, help="the fake API's delay per request (issue 11: ≈ 8.7 ms)")
     ap.add_argument("--api-burn", action="store_true", help="burn the fake API's delay as CPU on this machine instead of sleeping")
     ap.add_argument("--kubeconfig", help="write to this API server (the ProviderHealth CRD installed) instead of the fake")
+    ap.add_argument("--apiserver", help="start this kube-apiserver (with etcd from PATH, as tests/kubeserver.py) and write to it; "
+                                        "its CPU and etcd's are reported")
+    ap.add_argument("--apiserver-pid", type=int, help="with --kubeconfig: the API server's pid, to report its CPU per write")
+    ap.add_argument("--etcd-pid", type=int, help="with --kubeconfig: etcd's pid, to report its CPU per write")
+    ap.add_argument("--parts", help="main (rounds, controller alone, floor) and/or writes (status writes per heartbeat); "
+                                    "default: main, plus writes with a real API server")
+    ap.add_argument("--heartbeats", default="0,5m", help="writes: the FLEET_STATUS_HEARTBEAT values, one controller each "
+                                                         "(0: every round, the behaviour before issue 24)")
+    ap.add_argument("--writes-providers", type=int, default=300, help="writes: providers per round")
+    ap.add_argument("--writes-rounds", type=int, default=8, help="writes: steady rounds, and as many changing rounds")
+    ap.add_argument("--writes-interval", type=float, default=3.0, help="writes: seconds from one round's start to the next's")
     ap.add_argument("--profile", help="sample the controller with py-spy in the controller-alone case, into this directory")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--workdir", help="keep logs here (default: a temporary directory)")
@@ -610,16 +823,41 @@ def main() -> None:
         ap.error("--vary: steady and/or changing")
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
+    real = bool(args.kubeconfig or args.apiserver)
+    args.parts = set((args.parts or ("main,writes" if real else "main")).split(","))
+    if not args.parts <= {"main", "writes"}:
+        ap.error("--parts: main and/or writes")
+    if (args.apiserver_pid or args.etcd_pid) and not args.kubeconfig:
+        ap.error("--apiserver-pid/--etcd-pid go with --kubeconfig (--apiserver knows its own)")
+    server = None
+    api_pids: dict[str, int] = {}
+    if args.apiserver:
+        from tests.kubeserver import KubeServer
+
+        server = KubeServer(args.apiserver).start()
+        args.kubeconfig = server.kubeconfig
+        api_pids = {f"api:{role}": p.pid for role, p in server.procs.items()}
+        print(f"started {args.apiserver} on {server.url} with etcd (pids {api_pids})", flush=True)
+    else:
+        api_pids = {k: v for k, v in (("api:kube-apiserver", args.apiserver_pid), ("api:etcd", args.etcd_pid)) if v}
     runs = []
-    for variant in variants:
-        print(f"variant {variant}:", flush=True)
-        if args.workdir:  # kept: the processes' logs and the observers' logs
-            work = Path(args.workdir) / variant
-            work.mkdir(parents=True, exist_ok=True)
-            runs.append(run(args, work, variant))
-        else:
-            with tempfile.TemporaryDirectory() as tmp:
-                runs.append(run(args, Path(tmp), variant))
+    try:
+        for variant in variants:
+            print(f"variant {variant}:", flush=True)
+            if args.workdir:  # kept: the processes' logs and the observers' logs
+                work = Path(args.workdir) / variant
+                work.mkdir(parents=True, exist_ok=True)
+                runs.append(run(args, work, variant, api_pids))
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    runs.append(run(args, Path(tmp), variant, api_pids))
+            if "main" not in args.parts:
+                break  # the writes part has its own steady and changing phases
+    finally:
+        if server is not None:
+            rss = {role: rss_mib(p.pid) for role, p in server.procs.items() if p.poll() is None}
+            server.stop()
+            print("API server RSS at the end (MiB, now / peak): " + ", ".join(f"{r} {a:.0f} / {b:.0f}" for r, (a, b) in rss.items()))
     for r in runs:
         report(args, r)
     footer(args)

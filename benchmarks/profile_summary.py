@@ -58,9 +58,9 @@ LAYERS = [
 STEPS = [
     ("record task (all of it)", "record_check"),
     ("validate the message", "validate_message"),
-    ("Redis compare-and-set (one Lua script) + decode", "StoredResults.save_if_newer"),
+    ("Redis compare-and-set + status cache read (one Lua script) + decode", "StoredResults.save"),
     ("publish ProviderHealth (Writer.publish)", "Writer.publish"),
-    ("  cache read (Redis GET + json.loads)", "Writer._cached"),
+    ("  cache entry decode (read by the compare-and-set)", "Writer._cached"),
     ("  decide (build_status + merge_patch)", "decide"),
     ("  PATCH (CustomObjectsApi call, kubernetes client + urllib3)", "Client.call"),
     ("    ApiClient.sanitize_for_serialization (request body)", "ApiClient.sanitize_for_serialization"),

@@ -72,7 +72,8 @@ def list_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
 def record_check(*args: Any, **kwargs: Any) -> str:
     """`record_check(result)`; any other shape is dropped as invalid."""
     with span("fleet.record", **{"provider.name": provider_of(args[0]) if len(args) == 1 else "?"}) as s:
-        outcome = health.controller().record_message(args, kwargs)
+        # bounded_strategy refused a body over max_message_bytes before it was decoded
+        outcome = health.controller().record_message(args, kwargs, body_bounded=True)
         s.set_attribute("fleet.outcome", outcome)
     return outcome
 

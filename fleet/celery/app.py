@@ -45,14 +45,14 @@ def _setup_logging(**_: object) -> None:
 @signals.worker_process_init.connect
 def _trace_worker(**_: object) -> None:
     runtime.own_database()
-    tracing.setup("fleet-worker")
-    tracing.instrument_celery()
+    if tracing.setup("fleet-worker"):  # no exporter: no spans to propagate, and no per-task hooks (issue 24)
+        tracing.instrument_celery()
     target.watch(settings.broker)
 
 
 @signals.beat_init.connect
 def _trace_beat(**_: object) -> None:
     runtime.own_database()
-    tracing.setup("fleet-beat")
-    tracing.instrument_celery()
+    if tracing.setup("fleet-beat"):
+        tracing.instrument_celery()
     target.watch(settings.broker)

@@ -122,22 +122,35 @@ class Controller:
     def reject(self, provider: str, why: Rejection) -> str:
         return self._drop(provider, why.reason, why.field or "message", why.detail)
 
-    def record_message(self, args: tuple[Any, ...], kwargs: dict[str, Any], now: float | None = None) -> str:
-        """The task boundary: validate the call and its result, then `record`."""
+    def record_message(self, args: tuple[Any, ...], kwargs: dict[str, Any], now: float | None = None,
+                       body_bounded: bool = False) -> str:
+        """The task boundary: validate the call and its result, then `record`.
+        `body_bounded`: the encoded message was refused over the size limit
+        before it was decoded (`tasks.controller.bounded_strategy`)."""
         raw = unpack_args(args, kwargs)
         if isinstance(raw, Rejection):
             return self.reject("?", raw)
-        got = validate_message(raw, time.time() if now is None else now)
+        got = validate_message(raw, time.time() if now is None else now, body_bounded=body_bounded)
         if isinstance(got, Rejection):
             return self.reject(provider_of(raw), got)
         return self.record(got)
 
-    def _publish(self, name: str, checked_at: float | None, build: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
+    def _status_entry(self, name: str) -> tuple[str, str | None, str] | None:
+        """The writer's cache entry of `name`'s ProviderHealth, for `save` to
+        read in its round trip, when the writer's cache is this store's."""
+        if self.writer is None or self.writer.cache is not self.store.statuses:
+            return None
+        return (kube.PROVIDER_HEALTH.plural, None, name)
+
+    def _publish(self, name: str, checked_at: float | None, build: Callable[[dict[str, Any]], dict[str, Any]],
+                 **read: Any) -> str:
+        """`read`: `cached_entry=` the cache entry read already (`Writer.publish`)."""
         if self.writer is None:
             return "stored"
         outcome = self.writer.publish(
             kube.PROVIDER_HEALTH, name, None,
             lambda current: decide.decide(current, build, checked_at, time.time(), self.settings.status_heartbeat),
+            **read,
         )
         if outcome == kube.FOREIGN:
             self.counters.skipped_foreign(kube.PROVIDER_HEALTH.kind)
@@ -148,13 +161,16 @@ class Controller:
         if reason is not None:
             return self._drop(result.provider, reason)
         result = dataclasses.replace(result, recorded_at=time.time())
-        stored, prev = self.results.save_if_newer(result)
-        if not stored:
+        entry = self._status_entry(result.provider)
+        # one round trip: the compare-and-set, the previous result and the status cache entry
+        saved = self.results.save(result, status=entry)
+        if not saved.stored:
             log.debug("dropped a result no newer than the stored one", extra=kv(provider=result.provider))
             return "stale"
-        for t in decide.transitions(prev, result):
+        for t in decide.transitions(saved.previous, result):
             log.log(t.level, t.message, extra=kv(**t.fields))
-        return self._publish(result.provider, result.checked_at, lambda prev: decide.build_status(prev, result))
+        return self._publish(result.provider, result.checked_at, lambda prev: decide.build_status(prev, result),
+                             **({"cached_entry": saved.cached} if entry is not None else {}))
 
     def sweep_overdue(self, now: float | None = None) -> list[str]:
         """Mark providers without a fresh result CheckOverdue (none with checks

@@ -52,6 +52,16 @@ LABEL_INSTALLATION = "fleet.crawl.example.com/installation"  # value: Settings.i
 PATCHED, FOREIGN = "patched", "foreign"
 CONFLICT_RETRIES = 5
 CACHE_TTL = 3600.0  # seconds a cached object is trusted without a GET
+# objects per list page in `cleanup`: 300 ProviderHealths of 50 targets listed at once had
+# peaked the controller at 148 MiB (issue 24)
+CLEANUP_PAGE = 50
+
+
+class _Unread:
+    """publish's caller did not read the cache entry: publish reads it."""
+
+
+UNREAD = _Unread()
 
 
 class StatusCache(Protocol):
@@ -141,9 +151,12 @@ class Writer(UserPatches, Objects, Secrets):
             extra={"fields": {"name": name, **_ns(namespace), "owner": owner, "installation": self.installation}},
         )
 
-    def _cached(self, resource: Resource, name: str, namespace: str | None) -> dict[str, Any] | None:
-        """The object as last written or read (resourceVersion and status), or None."""
-        raw = self.cache.get(resource.plural, namespace, name) if self.cache is not None else None
+    def _cached(self, resource: Resource, name: str, namespace: str | None,
+                raw: bytes | str | _Unread | None = UNREAD) -> dict[str, Any] | None:
+        """The object as last written or read (resourceVersion and status), or
+        None. `raw`: the cache entry, when the caller read it already."""
+        if isinstance(raw, _Unread):
+            raw = self.cache.get(resource.plural, namespace, name) if self.cache is not None else None
         if raw is None:
             return None
         try:
@@ -170,13 +183,17 @@ class Writer(UserPatches, Objects, Secrets):
         if self.cache is not None:
             self.cache.drop(resource.plural, namespace, name)
 
-    def publish(self, resource: Resource, name: str, namespace: str | None, decide: Decide) -> str:
+    def publish(self, resource: Resource, name: str, namespace: str | None, decide: Decide,
+                cached_entry: bytes | str | _Unread | None = UNREAD) -> str:
         """Create the object if missing, then apply `decide(current)`: patch
         its status, or skip. `current` is the cached object when there is
-        one (no request), else the one read. Returns PATCHED, FOREIGN (not
-        this installation's: nothing written), or the Skip's reason."""
+        one (no request), else the one read. `cached_entry`: the object's
+        cache entry as the caller read it from `self.cache` in its own round
+        trip (None: absent), so publish does not read it again. Returns
+        PATCHED, FOREIGN (not this installation's: nothing written), or the
+        Skip's reason."""
         check_scope(resource, namespace)
-        cached = self._cached(resource, name, namespace)
+        cached = self._cached(resource, name, namespace, cached_entry)
         for _ in range(CONFLICT_RETRIES):
             obj, cached = cached, None
             if obj is None:
@@ -214,16 +231,26 @@ class Writer(UserPatches, Objects, Secrets):
         """Delete this installation's objects (in `namespace`, for a
         namespaced kind) whose names are not in `keep`; never unlabelled
         ones nor another installation's. `why` ends the log line."""
-        listed = an_object(self.call("list", resource, namespace, label_selector=selector_for(self.installation)),
-                           "list", resource, None, namespace)
+        doomed = []
+        token = ""
+        while True:  # CLEANUP_PAGE objects at a time: the controller never holds every object at once
+            page: dict[str, Any] = {"label_selector": selector_for(self.installation), "limit": CLEANUP_PAGE}
+            if token:
+                page["_continue"] = token
+            listed = an_object(self.call("list", resource, namespace, **page), "list", resource, None, namespace)
+            items = listed.get("items") or []
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise ApiUnavailable(f"list {describe(resource, None, namespace)}: the items are not objects")
+            for item in items:
+                name = (item.get("metadata") or {}).get("name", "")
+                if name not in keep and foreign_owner(item, self.installation) is None:
+                    doomed.append(name)
+            token = (listed.get("metadata") or {}).get("continue") or ""
+            del listed, items
+            if not token:
+                break
         deleted = []
-        items = listed.get("items") or []
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise ApiUnavailable(f"list {describe(resource, None, namespace)}: the items are not objects")
-        for item in items:
-            name = (item.get("metadata") or {}).get("name", "")
-            if name in keep or foreign_owner(item, self.installation) is not None:
-                continue
+        for name in doomed:
             with contextlib.suppress(NotFound):  # gone already
                 self.call("delete", resource, namespace, name)
             self._forget(resource, name, namespace)

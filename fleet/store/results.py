@@ -3,7 +3,9 @@ feature stored (`fleet:result:<provider>`). The store neither decodes nor
 judges it beyond the one number its compare-and-set needs: `save_if_newer`
 is one Lua script (one round trip) that compares `checkedAt`, stores, clears
 the provider's overdue mark and hands back the previous document for the
-feature to validate (`fleet.health.stored`)."""
+feature to read (`fleet.health.stored`) and, when asked, the Kubernetes
+writer's cache entry of the provider's object (`fleet.store.statuses`), so a
+record's Redis work before its API write is that one round trip."""
 
 from __future__ import annotations
 
@@ -16,30 +18,31 @@ from fleet.store import keys
 
 Raw = bytes | str | None
 
-# KEYS: result, overdue mark. ARGV: new checkedAt, payload, latest and
-# earliest acceptable stored checkedAt, a stored value to replace whatever it
-# holds ("" for none). A stored checkedAt that is not a number in
-# [earliest, latest] (from the future, corrupt, not JSON) counts as absent.
-# Returns {1, previous} when it stored, {0, previous} when the stored result
-# is at least as new ({1} alone when there was none).
+# KEYS: result, overdue mark[, a status cache entry to read]. ARGV: new
+# checkedAt, payload, latest and earliest acceptable stored checkedAt, a
+# stored value to replace whatever it holds ("" for none). A stored checkedAt
+# that is not a number in [earliest, latest] (from the future, corrupt, not
+# JSON) counts as absent. Returns {stored (1/0), previous or false, the
+# cache entry or false}; stored is 0 when the stored result is at least as new.
 _SAVE_IF_NEWER = """
 local prev = redis.call('get', KEYS[1])
+local cached = false
+if KEYS[3] then
+  cached = redis.call('get', KEYS[3])
+end
 if prev and prev ~= ARGV[5] then
   local ok, doc = pcall(cjson.decode, prev)
   if ok and type(doc) == 'table' then
     local at = doc['checkedAt']
     if type(at) == 'number' and at >= tonumber(ARGV[4]) and at <= tonumber(ARGV[3])
        and at >= tonumber(ARGV[1]) then
-      return {0, prev}
+      return {0, prev, cached}
     end
   end
 end
 redis.call('set', KEYS[1], ARGV[2])
 redis.call('del', KEYS[2])
-if prev then
-  return {1, prev}
-end
-return {1}
+return {1, prev, cached}
 """
 
 
@@ -57,19 +60,23 @@ class Results:
         for i in range(0, len(names), chunk):
             yield self._redis.mget([keys.result(n) for n in names[i : i + chunk]])
 
-    def all(self) -> list[Raw]:
-        """Every stored value, in key order."""
+    def all(self) -> list[tuple[str, Raw]]:
+        """Every (provider, stored value), in key order."""
         found = sorted(self._redis.scan_iter(match=keys.RESULT + "*", count=1000))
-        return list(self._redis.mget(found)) if found else []
+        names = [(k.decode() if isinstance(k, bytes) else k)[len(keys.RESULT):] for k in found]
+        return list(zip(names, self._redis.mget(found), strict=True)) if found else []
 
     def save_if_newer(self, provider: str, checked_at: float, payload: str, latest: float, earliest: float,
-                      replace: Raw = None) -> tuple[bool, Raw]:
+                      replace: Raw = None, status: tuple[str, str | None, str] | None = None) -> tuple[bool, Raw, Raw]:
         """Store `payload` unless the stored document's `checkedAt` (a number
         in [earliest, latest]; anything else counts as absent) is at least
         `checked_at`, and clear the overdue mark, in one script. `replace`:
         a stored value the caller found unusable, replaced whatever its
-        `checkedAt`. Returns (stored, the previous value)."""
-        got: Any = self._save_if_newer(keys=[keys.result(provider), keys.overdue(provider)],
-                                       args=[repr(float(checked_at)), payload, repr(float(latest)),
-                                             repr(float(earliest)), replace or ""])
-        return bool(got[0]), (got[1] if len(got) > 1 else None)
+        `checkedAt`. `status` (plural, namespace, name): also read that
+        status cache entry (`Statuses.get`) in the same round trip.
+        Returns (stored, the previous value, the cache entry)."""
+        keys_ = [keys.result(provider), keys.overdue(provider)] + ([keys.status(*status)] if status else [])
+        got: Any = self._save_if_newer(keys=keys_, args=[repr(float(checked_at)), payload, repr(float(latest)),
+                                                        repr(float(earliest)), replace or ""])
+        got = list(got) + [None] * (3 - len(got))  # a Lua false is a nil: redis-py may cut the array there
+        return bool(got[0]), (got[1] or None), (got[2] or None)

@@ -165,3 +165,29 @@ def test_check_overdue_turns_unknown_on_time_without_a_heartbeat(make, kubeapi, 
     # a fresh result is a change back: written at once
     assert ctl.record(res("kvm-home", due + 40)) == "patched"
     assert kubeapi.objects["kvm-home"]["status"]["conditions"][0]["status"] == "True"
+
+
+def redis_commands(redis_client, monkeypatch):
+    """The commands the store sends from now on (the round trips: no pipelines here)."""
+    calls = []
+    real = redis_client.execute_command
+    monkeypatch.setattr(redis_client, "execute_command", lambda *a, **kw: calls.append(a[0]) or real(*a, **kw))
+    return calls
+
+
+def test_a_record_costs_one_redis_round_trip_before_its_write(make, kubeapi, redis_client, monkeypatch):
+    """Issue 24: the compare-and-set, the previous result and the status cache
+    entry come back in one script call; a steady record within the heartbeat
+    costs that round trip and no request; a change adds its PATCH and the
+    cache's update."""
+    ctl = make()
+    round_(ctl, T0)  # creates the objects, fills the cache
+    calls = redis_commands(redis_client, monkeypatch)
+    n = len(kubeapi.requests)
+    assert ctl.record(res("local", T0 + INTERVAL, latency=0.101)) == "not-due"
+    assert calls == ["EVALSHA"] and len(kubeapi.requests) == n
+    calls.clear()
+    assert ctl.record(res("local", T0 + 2 * INTERVAL, ready=False, reason="Refused")) == "patched"
+    assert calls == ["EVALSHA", "EVALSHA"], "the compare-and-set (with the cache read), then the cache's update"
+    assert [r.method for r in kubeapi.requests[n:]] == ["PATCH"]
+    assert kubeapi.objects["local"]["status"]["conditions"][0]["status"] == "False"

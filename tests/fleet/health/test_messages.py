@@ -39,7 +39,7 @@ def test_a_real_result_round_trips():
     assert validate_message(msg(), NOW) == r
 
 
-@pytest.mark.parametrize("raw, reason, field", [
+REFUSED = [
     # checkedAt: the clock
     (msg(checkedAt=95_000_000_000.0), "future", "checkedAt"),  # year 5024
     (msg(checkedAt=NOW + LIMITS.clock_skew + 1), "future", "checkedAt"),  # a fast worker clock
@@ -103,12 +103,50 @@ def test_a_real_result_round_trips():
     (msg(targets=[target(details={"k" * 129: "v"})]), "invalid", "targets[0].details"),
     (msg(targets=[target(details={"": "v"})]), "invalid", "targets[0].details"),
     (msg(targets=[target(details={"k": 1})]), "invalid", "targets[0].details.k"),
-])
-def test_refused(raw, reason, field):
-    got = validate_message(raw, NOW)
+]
+# what only the walk over the whole decoded value (`oversized`) refuses: unknown keys, never stored
+SIZE_WALK_ONLY = (msg(extra={"a": {"b": {"c": {"d": {"e": {"f": {"g": {}}}}}}}}), msg(blob="x" * (LIMITS.max_message_bytes + 1)))
+
+
+@pytest.mark.parametrize("raw, reason, field, body_bounded", [(*row, False) for row in REFUSED] +
+                         [(*row, True) for row in REFUSED if row[0] not in SIZE_WALK_ONLY])
+def test_refused(raw, reason, field, body_bounded):
+    """The same refusals when the task's Strategy bounded the encoded body
+    (`body_bounded`: no walk over the decoded value), but for what only that
+    walk sees (unknown keys, dropped anyway: `test_the_size_walk_only_guards_unknown_keys`)."""
+    got = validate_message(raw, NOW, body_bounded=body_bounded)
     assert isinstance(got, Rejection), got
     assert (got.reason, got.field) == (reason, field), got
     assert len(got.detail) < 200  # bounded: never the offending value in full
+
+
+def test_the_size_walk_only_guards_unknown_keys():
+    for raw in SIZE_WALK_ONLY:
+        assert isinstance(validate_message(raw, NOW), Rejection)
+        got = validate_message(raw, NOW, body_bounded=True)
+        assert got == validate_message(msg(), NOW), "the unknown key is dropped, the rest validated"
+
+
+@pytest.mark.parametrize("t", [
+    target(), target(details={}), target(details=None), target(details={"k": "v"}), target(details=[]), target(details=""),
+    target(name=""), target(name="n" * 253), target(name="n" * 254), target(name="a\tb"), target(name=3),
+    target(reason="R" * 128), target(reason="R" * 129), target(reason="a\x00"), target(reason=None),
+    target(address="a" * 512), target(address="a" * 513), target(address=1), target(message="m" * 1024),
+    target(message="m" * 1025), target(message=None), target(ready=1), target(ready=False), target(ready=None),
+    target(latencyMillis=0), target(latencyMillis=LIMITS.max_latency_ms), target(latencyMillis=LIMITS.max_latency_ms + 1),
+    target(latencyMillis=-0.5), target(latencyMillis=True), target(latencyMillis=math.nan), target(latencyMillis=10**400),
+    target(latencyMillis=2.5), {"name": "bare"}, {}, [], "nas1",
+])
+def test_the_targets_fast_path_accepts_what_the_checked_one_does(t):
+    from fleet.health import messages
+
+    def outcome(fn):
+        try:
+            return fn(t, "targets[0]", LIMITS)
+        except messages._Rejected as exc:
+            return exc.rejection
+
+    assert outcome(messages._target) == outcome(messages._checked_target)
 
 
 @pytest.mark.parametrize("raw, check", [

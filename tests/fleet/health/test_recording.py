@@ -138,6 +138,21 @@ def test_cleanup_deletes_only_labelled_unconfigured(make, kubeapi):
     assert sel == [f"app.kubernetes.io/managed-by=egress-proxies-operator,fleet.crawl.example.com/installation={INSTALLATION}"]
 
 
+def test_cleanup_lists_a_page_at_a_time(make, kubeapi):
+    """Issue 24: start-up's cleanup holds CLEANUP_PAGE objects at once, not all
+    of them (300 ProviderHealths of 50 targets had peaked the controller at
+    148 MiB), and still sees every page."""
+    from fleet.kube.writer import CLEANUP_PAGE
+
+    for i in range(2 * CLEANUP_PAGE + 7):
+        kubeapi.add(managed(f"old-{i:03d}"))
+    kubeapi.add(managed("kvm-home"))
+    make(names=("kvm-home",)).start()
+    assert sorted(kubeapi.objects) == ["kvm-home"]
+    lists = [r for r in kubeapi.requests if r.method == "GET" and r.path == PH]
+    assert len(lists) == 3 and all(r.query.get("limit") == [str(CLEANUP_PAGE)] for r in lists)
+
+
 def test_checks_off_cleans_up_everything_labelled(make, kubeapi, redis_client):
     kubeapi.add(managed("kvm-home"))
     kubeapi.add({"metadata": {"name": "foreign"}})
