@@ -41,7 +41,7 @@ import httptools
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from fleet.logs import kv
 from fleet.serving import HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED
@@ -296,6 +296,9 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._arm(BODY_TIMEOUT, self.guard.limits.body_timeout)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle.transport, HeadWithBody):  # the request's own, new cycle
+            _head_with_body(cycle)
 
     def on_message_complete(self) -> None:
         self._stage = "app"  # untimed; a timer still pending finds it so and stops
@@ -305,6 +308,55 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not self.transport.is_closing() and not self.pipeline and self._stage == "app":
             self._to_idle()
+
+
+class HeadWithBody:
+    """The transport a request's response is written to: the status line and headers (uvicorn writes
+    them at `http.response.start`) wait for the body's first write and go out with it, one write and
+    one TCP segment for a small answer instead of two. Anything else asked of the transport (close,
+    is_closing, …) sends what waits first."""
+
+    __slots__ = ("_held", "_transport", "holding")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.holding = False
+        self._held = b""
+
+    def write(self, data: bytes) -> None:
+        if self.holding:
+            self._held += data
+            return
+        if self._held:
+            data, self._held = self._held + data, b""
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held:
+            data, self._held = self._held, b""
+            self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        self.flush()
+        return getattr(self._transport, name)
+
+
+def _head_with_body(cycle: RequestResponseCycle) -> None:
+    transport = HeadWithBody(cycle.transport)
+    cycle.transport = transport  # type: ignore[assignment]  # a Transport in what it is asked
+    send = cycle.send
+
+    async def send_head_with_body(message: Any) -> None:
+        if message["type"] != "http.response.start":
+            await send(message)
+            return
+        transport.holding = True
+        try:
+            await send(message)
+        finally:
+            transport.holding = False
+
+    cycle.send = send_head_with_body  # type: ignore[method-assign]  # run_asgi looks it up when it starts
 
 
 def guarded(limits: Limits) -> tuple[type[GuardedProtocol], Guard]:

@@ -94,15 +94,41 @@ async def _app(scope, receive, send):
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+WRITES: list[int] = []  # transport writes per answered request
+
+
+class Counted:
+    """The connection's transport, counting writes (per answer, until the next request's first byte)."""
+
+    def __init__(self, transport) -> None:
+        self._transport = transport
+
+    def write(self, data: bytes) -> None:
+        WRITES[-1] += 1
+        self._transport.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 @pytest.fixture(scope="module")
 def served():
     import uvicorn
 
-    protocol, _ = httpguard.guarded(Limits(header_timeout=HEADER_S, body_timeout=BODY_S, idle_timeout=IDLE_S))
+    guarded, _ = httpguard.guarded(Limits(header_timeout=HEADER_S, body_timeout=BODY_S, idle_timeout=IDLE_S))
+
+    class Protocol(guarded):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport) -> None:
+            super().connection_made(Counted(transport))
+
+        def on_message_begin(self) -> None:
+            WRITES.append(0)
+            super().on_message_begin()
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_app, host="127.0.0.1", port=port, loop="uvloop", http=protocol,
+    server = uvicorn.Server(uvicorn.Config(_app, host="127.0.0.1", port=port, loop="uvloop", http=Protocol,
                                            lifespan="off", access_log=False, log_config=None,
                                            timeout_keep_alive=int(IDLE_S) + 5))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -186,3 +212,41 @@ def test_a_body_that_does_not_come_gets_408_at_the_body_deadline_after_a_kept_al
         took, data = _ended(s, start)
     assert data.startswith(b"HTTP/1.1 408") and b"body" in data
     assert BODY_S - 0.05 <= took < BODY_S + 0.5, took
+
+
+def test_an_answer_goes_out_in_one_write_head_with_body(served):
+    WRITES.clear()
+    with _conn(served) as s:
+        for _ in range(5):
+            _answered(s)
+    assert WRITES == [1] * 5  # each answer: its status line, headers and body in one transport write
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_held_head_goes_before_anything_else_asked_of_the_transport():
+    t = Recorder()
+    shim = httpguard.HeadWithBody(t)  # type: ignore[arg-type]
+    shim.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # not holding: at once
+    shim.holding = True
+    shim.write(b"HTTP/1.1 200 OK\r\n")
+    shim.write(b"content-length: 2\r\n\r\n")
+    shim.holding = False
+    assert t.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    shim.write(b"ok")
+    assert t.writes[1:] == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
+    shim.holding = True
+    shim.write(b"HTTP/1.1 500 x\r\n\r\n")
+    shim.holding = False
+    shim.close()  # an answer cut short: its head still goes out, then the close
+    assert t.writes[2:] == [b"HTTP/1.1 500 x\r\n\r\n"] and t.closed
