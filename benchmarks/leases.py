@@ -187,8 +187,10 @@ def commandstats(r: redis.Redis) -> Counter[str]:
 class Side:
     """One side (fleet or the floor) at one client count, summed over its measured windows."""
 
-    def __init__(self, ports: list[int], pids: dict[str, int], tally: Tally) -> None:
+    def __init__(self, ports: list[int], pids: dict[str, int], tally: Tally, profile: Path | None = None) -> None:
         self.ports, self.pids, self.tally = ports, pids, tally
+        self.first_pid = next(pid for name, pid in pids.items() if name != "redis")
+        self.profile, self.profiled, self.profile_ops = profile, False, 0  # py-spy of first_pid in the first window
         self.elapsed = 0.0
         self.cpu: Counter[str] = Counter()
         self.commands: Counter[str] = Counter()
@@ -212,6 +214,7 @@ class Side:
             "cpu_percent": {k: round(100 * v / elapsed) for k, v in self.cpu.items()},
             "answers": dict(sorted(t.statuses.items())), "violations": t.violations,
             "load_over_limit_samples": self.over_limit, "load_average": [round(x, 2) for x in self.loads],
+            **({"profile": layers(self.profile, self.profile_ops / len(self.ports))} if self.profile else {}),
         }
 
 
@@ -226,9 +229,17 @@ async def drive(side: Side, clients: int, args: argparse.Namespace, r: redis.Red
     side.loads.append(os.getloadavg()[0])
     cpu0 = {name: cpu_s(pid) for name, pid in side.pids.items()}
     own0 = sum(os.times()[:2])
+    spy = None
+    if side.profile is not None and not side.profiled:  # the first window: its first process, sampled
+        side.profiled = True
+        spy = subprocess.Popen([PY_SPY, "record", "--pid", str(side.first_pid), "--rate", str(SPY_RATE),
+                                "--duration", str(int(args.seconds)), "--nonblocking", "--gil", "--format", "raw",
+                                "--output", str(side.profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await asyncio.sleep(0.5)  # attached
     r.config_resetstat()
     samples0, over0 = found[1], found[0]
     t0 = time.monotonic()
+    ops0 = tally.ops
     tally.measuring = True
     if tally.check:
         sampling.set()
@@ -244,8 +255,12 @@ async def drive(side: Side, clients: int, args: argparse.Namespace, r: redis.Red
     side.commands.update(commands)
     side.over_limit += found[0] - over0
     side.loads.append(os.getloadavg()[0])
+    if spy is not None:
+        side.profile_ops = tally.ops - ops0
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if spy is not None:
+        spy.wait(30)
 
 
 async def per_request(port: int, r: redis.Redis, n: int, floor: bool) -> dict[str, dict[str, float]]:
@@ -279,6 +294,36 @@ async def per_request(port: int, r: redis.Redis, n: int, floor: bool) -> dict[st
     return out
 
 
+PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+SPY_RATE = 250
+# (layer, what the innermost frame's file contains), first match wins
+LAYERS = (("fleet.httpguard", "fleet/httpguard.py"), ("fleet.leases (app, decide, requests)", "fleet/leases/"),
+          ("fleet.store.leases", "fleet/store/"), ("other fleet", "fleet/"), ("the floor's app", "leases_floor.py"),
+          ("uvicorn", "uvicorn/"), ("redis-py", "redis/"), ("asyncio (Python)", "asyncio/"),
+          ("the loop's C code (uvloop, httptools, sockets)", "asyncio/runners.py"), ("uuid", "uuid.py"),
+          ("opentelemetry", "opentelemetry"), ("contextlib", "contextlib.py"))
+
+
+def layers(path: Path | None, ops: float) -> dict[str, float]:
+    """µs per operation of one process by layer, from py-spy's collapsed stacks (self time of the
+    innermost frame; the loop's own C code shows as Runner.run, the frame that calls it)."""
+    if path is None or not path.exists() or ops <= 0:
+        return {}
+    got: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        inner = stack.rsplit(";", 1)[-1]
+        where = inner[inner.rfind("(") + 1:] if "(" in inner else inner
+        if "asyncio/runners.py" in where:
+            layer = LAYERS[8][0]
+        else:
+            layer = next((name for name, part in LAYERS if part in where and part != "asyncio/runners.py"), "other")
+        got[layer] += int(count)
+    return {k: round(v / SPY_RATE / ops * 1e6, 1) for k, v in got.most_common()}
+
+
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b else "-"
 
@@ -296,8 +341,12 @@ def main() -> None:
     ap.add_argument("--ttl", type=int, default=60)
     ap.add_argument("--no-floor", action="store_true", help="fleet alone")
     ap.add_argument("--per-request", type=int, default=200, help="requests of each kind for commands per request (0: none)")
+    ap.add_argument("--profile", metavar="DIR", help="py-spy the first process of each side in its first window (collapsed "
+                    "stacks into DIR, and µs per operation by layer in the report); pip install py-spy")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
     args = ap.parse_args()
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
 
     binary = shutil.which("redis-server")
     if not binary:
@@ -352,8 +401,10 @@ def main() -> None:
             runner = asyncio.run
         runs: list[dict[str, Any]] = []
         for clients in args.clients:
-            fleet = Side(fleet_ports, fleet_pids, Tally(args.max_per_proxy))
-            floor = Side(floor_ports, floor_pids, Tally(args.max_per_proxy, check=False)) if floor_ports else None
+            prof = Path(args.profile) if args.profile else None
+            fleet = Side(fleet_ports, fleet_pids, Tally(args.max_per_proxy), prof and prof / f"fleet-{clients}.txt")
+            floor = (Side(floor_ports, floor_pids, Tally(args.max_per_proxy, check=False), prof and prof / f"floor-{clients}.txt")
+                     if floor_ports else None)
             for i in range(args.rounds):
                 # fleet, floor, floor, fleet, ...: neither side always runs first
                 for side in ((fleet, floor) if i % 2 == 0 else (floor, fleet)):
@@ -404,6 +455,11 @@ def report(args: argparse.Namespace, runs: list[dict[str, Any]], per: dict[str, 
         print("  CPU % of one core: fleet " + "  ".join(f"{k} {v}" for k, v in f["cpu_percent"].items())
               + ("; floor " + "  ".join(f"{k} {v}" for k, v in b["cpu_percent"].items()) if b else ""))
         print(f"  fleet commands / op {f['commands']}")
+        if "profile" in f:
+            names = list(dict.fromkeys([*f["profile"], *(b["profile"] if b else {})]))
+            print("  py-spy, µs per operation in one process (self time by layer):  fleet" + ("  floor" if b else ""))
+            for name in names:
+                print(f"    {name:50}{f['profile'].get(name, 0):>8}" + (f"{b['profile'].get(name, 0):>8}" if b else ""))
     print(f"\nload over the limit at the end: {over_now}")
     for who, kinds in per.items():
         for name, got in kinds.items():

@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -285,7 +285,7 @@ class Api:
         now = self.clock()
         if self.view.in_grace(now):
             return decide.recovering(self.view.grace_until, now, self.view.lost)
-        lease_id = uuid.uuid4().hex
+        lease_id = os.urandom(16).hex()  # 32 lowercase hex digits (LEASE_ID_PATTERN)
         expires = now + req.ttl
         call = LeaseCall(lease_id, req.target, expires, self.config.max_per_proxy, req.sticky, req.ttl + STICKY_KEEP,
                          req.filters.provider, req.filters.region, req.filters.zone, float(req.ttl),

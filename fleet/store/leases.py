@@ -483,6 +483,8 @@ LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT, SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SC
     _script(t) for t in (_LEASE, _RELEASE, _REPORT, _SYNC, _RENEW, _CHECK))
 _KEYS7 = [DOCS, EXPIRY, LOAD, keys.PX_ENDPOINTS, keys.PROBE_VERDICTS, COOL_TARGET, COOL_GLOBAL]
 _REPORT_KEYS = [*_KEYS7, ERRORS]
+_KEYS7_B = [k.encode() for k in _KEYS7]  # the API's hot path: bytes, which redis-py sends as they are
+_REPORT_KEYS_B = [k.encode() for k in _REPORT_KEYS]
 HEADER = 4  # the guard's header in front of every lease, renew and check answer
 
 
@@ -784,7 +786,7 @@ class AsyncLeases:
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
 
-    async def _eval(self, script: Any, keys_: list[str], args: list[Any]) -> Any:
+    async def _eval(self, script: Any, keys_: list[bytes], args: list[Any]) -> Any:
         """EVALSHA of a registered script (SCRIPT LOAD and again when Redis does not know it: a restart)."""
         try:
             return await self._redis.evalsha(script.sha, len(keys_), *keys_, *args)
@@ -797,10 +799,10 @@ class AsyncLeases:
         WAIT on the same connection, in one round trip: EVALSHA and WAIT written together, without the
         SCRIPT EXISTS redis-py's pipelines send first for a registered script); None when not waited."""
         if wait_ms <= 0:
-            return await self._eval(script, _KEYS7, args), None
+            return await self._eval(script, _KEYS7_B, args), None
         for attempt in (1, 2):
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.evalsha(script.sha, len(_KEYS7), *_KEYS7, *args)
+                pipe.evalsha(script.sha, len(_KEYS7_B), *_KEYS7_B, *args)
                 pipe.execute_command("WAIT", 1, wait_ms)
                 try:
                     got, acked = await pipe.execute()
@@ -836,10 +838,10 @@ class AsyncLeases:
         return online_replicas(info)
 
     async def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
-        return plain(await self._eval(self._release, _KEYS7, [lease_id, repr(now), _ms(keep)]))
+        return plain(await self._eval(self._release, _KEYS7_B, [lease_id, repr(now), _ms(keep)]))
 
     async def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
-        return plain(await self._eval(self._report, _REPORT_KEYS, call.args(now, blocked, errors, global_)))
+        return plain(await self._eval(self._report, _REPORT_KEYS_B, call.args(now, blocked, errors, global_)))
 
     async def sync(self, now: float) -> tuple[int, int]:
         got: Any = await self._sync(keys=_KEYS7, args=[repr(now)])
