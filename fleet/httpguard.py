@@ -41,7 +41,7 @@ import httptools
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from fleet.logs import kv
 from fleet.serving import HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED
@@ -49,6 +49,7 @@ from fleet.serving import HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED
 log = logging.getLogger("fleet.http")
 
 LOG_EVERY = 10.0  # seconds between two summary lines of closed connections
+TIMER_SLACK = 0.001  # a timer this close to its deadline has reached it (uvloop rounds timers to ms)
 
 # reasons (the counter's label values, all present from the start)
 IDLE, HEADER_TIMEOUT, BODY_TIMEOUT, HEADER_TOO_LARGE, TOO_MANY_HEADERS, PER_CLIENT, TOTAL, EVICTED, BAD_REQUEST = (
@@ -145,9 +146,13 @@ def _answer(status: int, message: str) -> bytes:
 
 
 class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the module's limits. One timer per
-    connection, re-armed at each stage: idle → headers → body → (the
-    application runs, untimed) → idle."""
+    """uvicorn's httptools protocol with the module's limits. Each stage sets
+    its deadline: idle → headers → body → (the application runs, untimed) →
+    idle. One timer per connection, moved only when a deadline comes before
+    it: when it fires early it re-arms for the stage's deadline then. While
+    idle it fires within the shortest request timeout, so the headers' and
+    the body's deadlines (later than that) move no timer: a keep-alive request
+    costs no timer of its own."""
 
     guard: Guard  # set by `guarded`
 
@@ -156,10 +161,14 @@ class GuardedProtocol(HttpToolsProtocol):
         self.counted = False
         self.client_host = ""
         self._timer: asyncio.TimerHandle | None = None
+        self._fires = 0.0  # when the timer fires (loop time)
+        self._deadline = 0.0  # when the stage's time runs out (loop time; the app stage has none)
         self._stage = IDLE
         self._header_bytes = 0
         self._header_count = 0
         self._closed = False
+        limits = self.guard.limits
+        self._wake = min(limits.header_timeout, limits.body_timeout, limits.idle_timeout)
 
     # -- the connection ---------------------------------------------------------
 
@@ -195,9 +204,20 @@ class GuardedProtocol(HttpToolsProtocol):
     # -- stages and their timer ---------------------------------------------------
 
     def _arm(self, stage: str, seconds: float) -> None:
-        self._cancel()
         self._stage = stage
-        self._timer = self.loop.call_later(seconds, self._expired)
+        now = self.loop.time()
+        self._deadline = now + seconds
+        self._schedule(now)
+
+    def _schedule(self, now: float) -> None:
+        """Have the timer fire by the stage's deadline (while idle: also within `_wake`)."""
+        due = min(self._deadline, now + self._wake) if self._stage == IDLE else self._deadline
+        if self._timer is not None:
+            if self._fires <= due:
+                return
+            self._timer.cancel()
+        self._fires = due
+        self._timer = self.loop.call_at(due, self._expired)
 
     def _cancel(self) -> None:
         if self._timer is not None:
@@ -217,6 +237,12 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _expired(self) -> None:
         self._timer = None
+        if self._stage == "app":  # untimed: the next stage arms again
+            return
+        now = self.loop.time()
+        if now < self._deadline - TIMER_SLACK:  # fired early (for an earlier stage's deadline, or while idle)
+            self._schedule(now)
+            return
         if self._stage == IDLE:
             self.close(IDLE)
         elif self._stage == HEADER_TIMEOUT:
@@ -270,16 +296,67 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._arm(BODY_TIMEOUT, self.guard.limits.body_timeout)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle.transport, HeadWithBody):  # the request's own, new cycle
+            _head_with_body(cycle)
 
     def on_message_complete(self) -> None:
-        self._cancel()
-        self._stage = "app"
+        self._stage = "app"  # untimed; a timer still pending finds it so and stops
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing() and not self.pipeline and self._stage == "app":
             self._to_idle()
+
+
+class HeadWithBody:
+    """The transport a request's response is written to: the status line and headers (uvicorn writes
+    them at `http.response.start`) wait for the body's first write and go out with it, one write and
+    one TCP segment for a small answer instead of two. Anything else asked of the transport (close,
+    is_closing, …) sends what waits first."""
+
+    __slots__ = ("_held", "_transport", "holding")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.holding = False
+        self._held = b""
+
+    def write(self, data: bytes) -> None:
+        if self.holding:
+            self._held += data
+            return
+        if self._held:
+            data, self._held = self._held + data, b""
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held:
+            data, self._held = self._held, b""
+            self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        self.flush()
+        return getattr(self._transport, name)
+
+
+def _head_with_body(cycle: RequestResponseCycle) -> None:
+    transport = HeadWithBody(cycle.transport)
+    cycle.transport = transport  # type: ignore[assignment]  # a Transport in what it is asked
+    send = cycle.send
+
+    async def send_head_with_body(message: Any) -> None:
+        if message["type"] != "http.response.start":
+            await send(message)
+            return
+        transport.holding = True
+        try:
+            await send(message)
+        finally:
+            transport.holding = False
+
+    cycle.send = send_head_with_body  # type: ignore[method-assign]  # run_asgi looks it up when it starts
 
 
 def guarded(limits: Limits) -> tuple[type[GuardedProtocol], Guard]:

@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,10 +98,12 @@ class Api:
         self.series = ApiSeries()
         self.view = EpochView(config.grace_period)
         self.replicas = 0  # connected to the master at the last check
+        self._recovering = False  # what the recovering gauge says
         self._wait_ms = int(config.replica_wait * 1000)
         self._expected = b"Bearer " + config.token if config.token is not None else None
         self._openapi = orjson.dumps(openapi.document(config.max_ttl, 300, config.max_per_proxy, config.insecure))
         self._tracer = tracing.tracer()
+        self._traced = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # tracing.setup ran
         self._tasks: list[asyncio.Task[None]] = []
         self._routes: dict[str, tuple[bytes, Callable[[Scope, Receive, dict[bytes, bytes]], Awaitable[tuple[int, Any]]]]] = {
             "/v1/leases": (b"POST", self.lease),
@@ -171,7 +173,10 @@ class Api:
     def _observe(self, epoch: Epoch, now: float) -> None:
         was = self.view.in_grace(now)
         why = self.view.observe(epoch)
-        self.series.recovering(self.view.in_grace(now))
+        recovering = self.view.in_grace(now)
+        if recovering != self._recovering:
+            self._recovering = recovering
+            self.series.recovering(recovering)
         if why and not was:
             log.warning("Redis lost lease data: no new leases for the grace period, renewals re-create lost leases",
                         extra=kv(why=WHY.get(why, why), until=decide.timestamp(self.view.grace_until), epoch=epoch.id))
@@ -184,33 +189,43 @@ class Api:
         headers = dict(scope["headers"])
         path: str = scope["path"]
         method: str = scope["method"]
-        parent = propagate.extract({"traceparent": headers[b"traceparent"].decode("latin-1"),
-                                    **({"tracestate": headers[b"tracestate"].decode("latin-1")} if b"tracestate" in headers else {})}
-                                   ) if b"traceparent" in headers else None
-        route = self._route_name(path)
-        with self._tracer.start_as_current_span(f"{method} {route}", context=parent, kind=trace.SpanKind.SERVER,
-                                                attributes={"http.request.method": method, "http.route": route}) as span:
-            extra: tuple[tuple[bytes, bytes], ...] = ()
-            try:
-                status, body = await self._dispatch(scope, receive, headers, path, method)
-            except Answer as ans:
-                status, body, extra = ans.status, ans.body, ans.headers
-            except BadRequest as exc:
-                status, body = exc.status, exc.body()
-            except _Unavailable as exc:
-                log.warning("Redis does not answer", extra=kv(path=route, error=type(exc).__name__))
-                status, body = 503, {"error": "cannot reach Redis", "field": None}
-            span.set_attribute("http.response.status_code", status)
-            if path == "/v1/leases":
-                self.series.lease(_result(status, body))
-            elif route == "/v1/leases/{id}/renew":
-                self.series.renewal(_renewal(status, body))
-            if isinstance(body, Raw):
-                await _send(send, status, body.data, body.content_type, body.headers)
-            else:
-                if isinstance(body, dict) and "retryAfter" in body and body["retryAfter"] is not None:
-                    extra = (*extra, (b"retry-after", str(body["retryAfter"]).encode()))
-                await _send(send, status, orjson.dumps(body), JSON[1], extra)
+        if self._traced:
+            parent = propagate.extract({"traceparent": headers[b"traceparent"].decode("latin-1"),
+                                        **({"tracestate": headers[b"tracestate"].decode("latin-1")}
+                                           if b"tracestate" in headers else {})}) if b"traceparent" in headers else None
+            route = self._route_name(path)
+            with self._tracer.start_as_current_span(f"{method} {route}", context=parent, kind=trace.SpanKind.SERVER,
+                                                    attributes={"http.request.method": method,
+                                                                "http.route": route}) as span:
+                status, body, extra = await self._answer(scope, receive, headers, path, method)
+                span.set_attribute("http.response.status_code", status)
+        else:  # no tracer provider: the no-op span is skipped, not made
+            status, body, extra = await self._answer(scope, receive, headers, path, method)
+        if isinstance(body, Raw):
+            await _send(send, status, body.data, body.content_type, body.headers)
+        else:
+            if isinstance(body, dict) and body.get("retryAfter") is not None:
+                extra = (*extra, (b"retry-after", str(body["retryAfter"]).encode()))
+            await _send(send, status, orjson.dumps(body), JSON[1], extra)
+
+    async def _answer(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes], path: str,
+                      method: str) -> tuple[int, Any, tuple[tuple[bytes, bytes], ...]]:
+        """The status, body and extra headers of one request (its lease and renewal counted)."""
+        extra: tuple[tuple[bytes, bytes], ...] = ()
+        try:
+            status, body = await self._dispatch(scope, receive, headers, path, method)
+        except Answer as ans:
+            status, body, extra = ans.status, ans.body, ans.headers
+        except BadRequest as exc:
+            status, body = exc.status, exc.body()
+        except _Unavailable as exc:
+            log.warning("Redis does not answer", extra=kv(path=self._route_name(path), error=type(exc).__name__))
+            status, body = 503, {"error": "cannot reach Redis", "field": None}
+        if path == "/v1/leases":
+            self.series.lease(_result(status, body))
+        elif path.endswith("/renew") and path.startswith("/v1/leases/"):
+            self.series.renewal(_renewal(status, body))
+        return status, body, extra
 
     @staticmethod
     def _route_name(path: str) -> str:
@@ -250,7 +265,9 @@ class Api:
         return await handler(scope, receive, headers)
 
     def _auth(self, scope: Scope, headers: dict[bytes, bytes]) -> None:
-        if b"authorization" in headers and sum(1 for name, _ in scope["headers"] if name == b"authorization") > 1:
+        # (a repeated header of any name makes the dict shorter than the list: only then count)
+        if (b"authorization" in headers and len(headers) < len(scope["headers"])
+                and sum(1 for name, _ in scope["headers"] if name == b"authorization") > 1):
             # Which one would count is the server's choice (the last, in a dict): refuse rather than guess.
             raise Answer(400, {"error": "more than one Authorization header; send one", "field": "authorization"})
         if self._expected is None:
@@ -268,7 +285,7 @@ class Api:
         now = self.clock()
         if self.view.in_grace(now):
             return decide.recovering(self.view.grace_until, now, self.view.lost)
-        lease_id = uuid.uuid4().hex
+        lease_id = os.urandom(16).hex()  # 32 lowercase hex digits (LEASE_ID_PATTERN)
         expires = now + req.ttl
         call = LeaseCall(lease_id, req.target, expires, self.config.max_per_proxy, req.sticky, req.ttl + STICKY_KEEP,
                          req.filters.provider, req.filters.region, req.filters.zone, float(req.ttl),

@@ -57,8 +57,8 @@ def healthy(endpoint: dict[str, Any], verdict: dict[str, Any] | None) -> bool:
 
 
 def timestamp(t: float) -> str:
-    """RFC 3339 in UTC with milliseconds, e.g. 2026-01-02T03:04:05.678Z."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    """RFC 3339 in UTC with milliseconds (truncated), e.g. 2026-01-02T03:04:05.678Z."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"  # [:-6]: "+00:00"
 
 
 def endpoint_fields(endpoint: dict[str, Any], egress_ip: str | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ by replicas (or processes), which share everything through Redis.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import logging
 import os
@@ -112,5 +113,7 @@ def main(settings: Settings) -> int:
                             log_config=None, server_header=False, timeout_keep_alive=int(limits.idle_timeout) + 1,
                             backlog=2048, limit_concurrency=None)
     server = uvicorn.Server(config)
+    gc.collect()
+    gc.freeze()  # what is loaded by now lives as long as the process: the collector no longer walks it per request
     server.run()
     return 0 if server.started else 1

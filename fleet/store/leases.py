@@ -64,6 +64,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 from fleet.store import keys
 
@@ -106,16 +107,23 @@ local function named(v) return type(v) == 'string' and v ~= '' end
 -- Why the lease `doc` is revoked now (gone, replaced, unhealthy), or nil. Replaced: another uid, or
 -- the same uid on another instance (both name one and they differ) or at another ip:port (the doc
 -- names them: leases granted before they were stored compare the uid only).
-local function revoked(doc)
+-- `seen` keeps what it read of the proxy (raw endpoint, endpoint, verdict) for the caller's answer.
+-- `health`: false for a report, which cares about gone and replaced only (the verdict is not read).
+local seen = {}
+local function revoked(doc, health)
   if type(doc['proxy']) ~= 'string' then return 'gone' end
-  local ep = decode(redis.call('hget', KEYS[4], doc['proxy']))
+  local raw = redis.call('hget', KEYS[4], doc['proxy'])
+  local ep = decode(raw)
   if not ep then return 'gone' end
+  seen = {raw = raw, ep = ep}
   if ep['uid'] ~= doc['uid'] then return 'replaced' end
   if named(doc['instance']) and named(ep['instance']) and ep['instance'] ~= doc['instance'] then return 'replaced' end
   if (doc['ip'] ~= nil and ep['ip'] ~= doc['ip']) or (doc['port'] ~= nil and ep['port'] ~= doc['port']) then
     return 'replaced'
   end
+  if health == false then return nil end
   local v = decode(redis.call('hget', KEYS[5], doc['proxy']))
+  seen.v = v
   if v and v['uid'] == doc['uid'] and v['healthy'] == false then return 'unhealthy' end
   return nil
 end
@@ -125,23 +133,19 @@ end
 local function guard(bump)
   local n = #ARGV
   local now, want, last, grace = tonumber(ARGV[n - 4]), ARGV[n - 3], tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1])
-  local id = redis.call('hget', 'EPOCH_KEY', 'id')
+  local e = redis.call('hmget', 'EPOCH_KEY', 'id', 'seq', 'grace')
+  local id, seq, till = e[1], tonumber(e[2] or '0'), tonumber(e[3] or '0')
   local why = ''
   if not id then
     id = ARGV[n]
-    redis.call('hset', 'EPOCH_KEY', 'id', id, 'created', ARGV[n - 4], 'seq', '0')
+    seq = bump and 1 or 0
+    redis.call('hset', 'EPOCH_KEY', 'id', id, 'created', ARGV[n - 4], 'seq', tostring(seq))
     if want ~= '' then why = 'vanished' end
-  elseif want ~= '' and id ~= want then
-    why = 'changed'
-  end
-  local seq
-  if bump then
-    seq = redis.call('hincrby', 'EPOCH_KEY', 'seq', 1)
   else
-    seq = tonumber(redis.call('hget', 'EPOCH_KEY', 'seq') or '0')
+    if want ~= '' and id ~= want then why = 'changed' end
+    if bump then seq = redis.call('hincrby', 'EPOCH_KEY', 'seq', 1) end
   end
   if why == '' and want ~= '' and (seq < last or (bump and seq == last)) then why = 'rolled-back' end
-  local till = tonumber(redis.call('hget', 'EPOCH_KEY', 'grace') or '0')
   if why ~= '' and till < now + grace then
     till = now + grace
     redis.call('hset', 'EPOCH_KEY', 'grace', tostring(till))
@@ -180,6 +184,8 @@ sweep(now)
 
 -- The endpoint document and raw JSON when p can be leased for target (load aside);
 -- else nil, why ('gone', 'filtered', 'unhealthy', 'cooling'), until when it cools.
+-- `checked`: the verdict it read of p (grant(p) follows check(p) and answers the egress IP from it).
+local checked = nil
 local function check(p)
   if skip[p] or (spaces and not spaces[string.match(p, '^([^/]*)/') or '']) then return nil, nil, 'filtered' end
   local raw = redis.call('hget', KEYS[4], p)
@@ -191,6 +197,7 @@ local function check(p)
   end
   local v = decode(redis.call('hget', KEYS[5], p))
   if v and v['uid'] == ep['uid'] and v['healthy'] == false then return nil, nil, 'unhealthy' end
+  checked = v
   local cool = 0
   local g = redis.call('zscore', KEYS[7], p)
   if g and tonumber(g) > now then cool = tonumber(g) end
@@ -209,7 +216,7 @@ local function grant(p, ep, raw)
   redis.call('zadd', 'HELD_PREFIX' .. p, ARGV[3], ARGV[2])
   redis.call('zincrby', KEYS[3], 1, p)
   if ARGV[6] ~= '' then redis.call('set', 'STICKY_PREFIX' .. ARGV[6], p, 'PX', ARGV[7]) end
-  local v = decode(redis.call('hget', KEYS[5], p))
+  local v = checked
   local egress = ''
   if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end
   return {'ok', p, raw, egress}
@@ -232,8 +239,10 @@ local function attempt()
     local start = math.floor(tonumber(ARGV[11]) * count)
     for _, range in ipairs({{start, count}, {0, start}}) do
       local off = range[1]
+      local step = 4  -- the first proxies examined are almost always free: a small first batch, then 32
       while off < range[2] and examined < limit do
-        local n = math.min(32, range[2] - off)
+        local n = math.min(step, range[2] - off)
+        step = 32
         local batch = redis.call('zrangebyscore', KEYS[3], s, s, 'LIMIT', off, n)
         for _, p in ipairs(batch) do
           examined = examined + 1
@@ -309,11 +318,10 @@ _RENEW = _COMMON + """
 return guarded(true, function(hdr)
 local now = tonumber(ARGV[1])
 local id = ARGV[2]
+-- `seen`: the endpoint and verdict of doc's proxy as read just before (by revoked, or the re-creation)
 local function answer(doc, how)
   local p = doc['proxy']
-  local raw = redis.call('hget', KEYS[4], p)
-  local ep = decode(raw) or {}
-  local v = decode(redis.call('hget', KEYS[5], p))
+  local raw, ep, v = seen.raw, seen.ep or {}, seen.v
   local egress = ''
   if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end
   return {'ok', p, raw, egress, tostring(doc['expires']), tostring(doc['ttl']), how}
@@ -346,13 +354,15 @@ end
 if tonumber(hdr[4]) <= now or ARGV[6] == '' or ARGV[7] == '' then return {'unknown'} end
 -- Redis lost it (the grace is in force): re-create it from what the client says, if its proxy still is that one.
 local p = ARGV[6]
-local ep = decode(redis.call('hget', KEYS[4], p))
+local raw = redis.call('hget', KEYS[4], p)
+local ep = decode(raw)
 if not ep then return {'revoked', 'gone'} end
 if (ARGV[8] ~= '' and ep['ip'] ~= ARGV[8]) or (ARGV[9] ~= '' and tostring(ep['port']) ~= ARGV[9]) then
   return {'revoked', 'replaced'}
 end
 local v = decode(redis.call('hget', KEYS[5], p))
 if v and v['uid'] == ep['uid'] and v['healthy'] == false then return {'revoked', 'unhealthy'} end
+seen = {raw = raw, ep = ep, v = v}
 sweep(now)
 if tonumber(redis.call('zscore', KEYS[3], p) or '0') >= tonumber(ARGV[5]) then return {'busy'} end
 local ttl = tonumber(ARGV[3]) or tonumber(ARGV[4])
@@ -407,8 +417,8 @@ local p, target = ARGV[3], ARGV[4]
 if ARGV[2] ~= '' then
   local doc = decode(redis.call('hget', KEYS[1], ARGV[2]))
   if not doc or tonumber(doc['expires']) <= now then return {'unknown-lease'} end
-  local why = revoked(doc)
-  if why == 'gone' or why == 'replaced' then return {'revoked', why} end
+  local why = revoked(doc, false)
+  if why then return {'revoked', why} end
   p = doc['proxy']
   if target == '' then target = doc['target'] end
 elseif redis.call('hexists', KEYS[4], p) == 0 then
@@ -473,6 +483,8 @@ LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT, SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SC
     _script(t) for t in (_LEASE, _RELEASE, _REPORT, _SYNC, _RENEW, _CHECK))
 _KEYS7 = [DOCS, EXPIRY, LOAD, keys.PX_ENDPOINTS, keys.PROBE_VERDICTS, COOL_TARGET, COOL_GLOBAL]
 _REPORT_KEYS = [*_KEYS7, ERRORS]
+_KEYS7_B = [k.encode() for k in _KEYS7]  # the API's hot path: bytes, which redis-py sends as they are
+_REPORT_KEYS_B = [k.encode() for k in _REPORT_KEYS]
 HEADER = 4  # the guard's header in front of every lease, renew and check answer
 
 
@@ -485,8 +497,9 @@ class GuardCall:
     seq: int = 0
     grace: float = 3600.0
 
-    def args(self, now: float) -> list[Any]:
-        return [repr(now), self.epoch, self.seq, repr(self.grace), uuid.uuid4().hex]
+    def args(self, now: float, fresh: str = "") -> list[Any]:
+        """`fresh`: the id of a new epoch if the script must write one (a lease's own random id will do)."""
+        return [repr(now), self.epoch, self.seq, repr(self.grace), fresh or uuid.uuid4().hex]
 
 
 @dataclass(frozen=True)
@@ -669,7 +682,7 @@ class Leases:
         return self.lease_guarded(call, now, rand, guard)[0]
 
     def lease_guarded(self, call: LeaseCall, now: float, rand: float, guard: GuardCall) -> tuple[LeaseAnswer, Epoch]:
-        epoch, rest = _split(self._lease(keys=_KEYS7, args=call.args(now, rand) + guard.args(now)))
+        epoch, rest = _split(self._lease(keys=_KEYS7, args=call.args(now, rand) + guard.args(now, call.lease_id)))
         return lease_answer(rest), epoch
 
     def renew(self, call: RenewCall, now: float, guard: GuardCall = GuardCall()) -> tuple[RenewAnswer, Epoch]:
@@ -768,25 +781,42 @@ class AsyncLeases:
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
-            await self._redis.aclose()
+            await self._redis.aclose(close_connection_pool=True)  # its own pool (from_url): nobody else's
 
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
 
+    async def _eval(self, script: Any, keys_: list[bytes], args: list[Any]) -> Any:
+        """EVALSHA of a registered script (SCRIPT LOAD and again when Redis does not know it: a restart)."""
+        try:
+            return await self._redis.evalsha(script.sha, len(keys_), *keys_, *args)
+        except NoScriptError:
+            script.sha = await self._redis.script_load(script.script)
+            return await self._redis.evalsha(script.sha, len(keys_), *keys_, *args)
+
     async def _waited(self, script: Any, args: list[Any], wait_ms: int) -> tuple[Any, int | None]:
         """The script's answer, and with `wait_ms` > 0 how many replicas had it within that time (Redis
-        WAIT on the same connection, in one round trip); None when not waited."""
+        WAIT on the same connection, in one round trip: EVALSHA and WAIT written together, without the
+        SCRIPT EXISTS redis-py's pipelines send first for a registered script); None when not waited."""
         if wait_ms <= 0:
-            return await script(keys=_KEYS7, args=args), None
-        async with self._redis.pipeline(transaction=False) as pipe:
-            await script(keys=_KEYS7, args=args, client=pipe)
-            pipe.execute_command("WAIT", 1, wait_ms)
-            got, acked = await pipe.execute()
-        return got, int(acked)
+            return await self._eval(script, _KEYS7_B, args), None
+        for attempt in (1, 2):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.evalsha(script.sha, len(_KEYS7_B), *_KEYS7_B, *args)
+                pipe.execute_command("WAIT", 1, wait_ms)
+                try:
+                    got, acked = await pipe.execute()
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    script.sha = await self._redis.script_load(script.script)
+                    continue
+            return got, int(acked)
+        raise AssertionError("unreachable")
 
     async def lease(self, call: LeaseCall, now: float, rand: float, guard: GuardCall = GuardCall(),
                     wait_ms: int = 0) -> tuple[LeaseAnswer, Epoch, int | None]:
-        got, acked = await self._waited(self._lease, call.args(now, rand) + guard.args(now), wait_ms)
+        got, acked = await self._waited(self._lease, call.args(now, rand) + guard.args(now, call.lease_id), wait_ms)
         epoch, rest = _split(got)
         return lease_answer(rest), epoch, acked
 
@@ -808,10 +838,10 @@ class AsyncLeases:
         return online_replicas(info)
 
     async def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
-        return plain(await self._release(keys=_KEYS7, args=[lease_id, repr(now), _ms(keep)]))
+        return plain(await self._eval(self._release, _KEYS7_B, [lease_id, repr(now), _ms(keep)]))
 
     async def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
-        return plain(await self._report(keys=_REPORT_KEYS, args=call.args(now, blocked, errors, global_)))
+        return plain(await self._eval(self._report, _REPORT_KEYS_B, call.args(now, blocked, errors, global_)))
 
     async def sync(self, now: float) -> tuple[int, int]:
         got: Any = await self._sync(keys=_KEYS7, args=[repr(now)])

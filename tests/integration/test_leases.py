@@ -377,6 +377,50 @@ def test_a_restart_loses_nothing(redis_server, apis):
 
 # --- auth -------------------------------------------------------------------------------------------------
 
+def test_each_operation_is_one_script_call_and_a_grant_that_waits_is_one_round_trip(redis_server):
+    """Redis's own count of what each operation sends (INFO commandstats): one EVALSHA (and, waiting
+    for a replica, one WAIT written with it: no SCRIPT EXISTS first); after SCRIPT FLUSH (a restarted
+    Redis) the script is loaded once and the operation still answers."""
+    from fleet.store.leases import LEASE_SCRIPT, RENEW_SCRIPT, REPORT_SCRIPT, AsyncLeases, GuardCall, LeaseCall, RenewCall, ReportCall
+
+    r = redis_server.client()
+    running(r, "crawl/a")
+    for script in (LEASE_SCRIPT, RENEW_SCRIPT, REPORT_SCRIPT):
+        r.script_load(script)
+
+    def sent() -> dict[str, int]:
+        got = {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+        r.config_resetstat()
+        return {k: v for k, v in got.items() if k.split("|")[0] not in ("info", "config")}
+
+    async def go() -> None:
+        leases = AsyncLeases.from_url(redis_server.url)
+        try:
+            now = time.time()
+            await leases.ping()
+            r.config_resetstat()
+            got, epoch, acked = await leases.lease(LeaseCall("a" * 32, "example.com", now + 60, 1, ttl=60.0), now, 0.0,
+                                                   GuardCall(), wait_ms=5)
+            assert type(got).__name__ == "Granted" and acked == 0  # no replica: WAIT answers 0 after 5 ms
+            top = {k: v for k, v in sent().items() if k in ("evalsha", "wait") or k.startswith("script")}
+            assert top == {"evalsha": 1, "wait": 1}, top
+            await leases.report(ReportCall("ok", "a" * 32), now, 600, 3, 300)
+            assert sent().get("evalsha") == 1
+            r.script_flush()
+            ren, _, acked = await leases.renew(RenewCall("a" * 32, None, 300, 1), now + 1,
+                                               GuardCall(epoch.id, epoch.seq), wait_ms=5)
+            assert type(ren).__name__ == "Renewed" and acked == 0
+            calls = sent()
+            assert calls.get("script|load") == 1 and calls.get("evalsha") == 2, calls  # NOSCRIPT, loaded, again
+            r.script_flush()
+            assert await leases.release("a" * 32, now + 2) == ["released"]
+            assert sent().get("script|load") == 1
+        finally:
+            await leases.close()
+
+    asyncio.run(go())
+
+
 def test_auth_refusals(redis_server, apis, tmp_path):
     r = redis_server.client()
     running(r, "crawl/a")

@@ -101,6 +101,26 @@ def test_what_a_renewal_cannot_renew(store, setup, want):
     assert r.hget(keys.LEASE_DOCS, lease_id) == before  # nothing extended
 
 
+@pytest.mark.parametrize("verdict, egress", [
+    ({"uid": "u", "healthy": True, "egressIP": "203.0.113.7"}, "203.0.113.7"),
+    ({"uid": "earlier", "healthy": True, "egressIP": "203.0.113.8"}, ""),  # another instance's
+    (None, ""),
+])
+def test_a_renewal_and_a_re_creation_answer_the_endpoint_and_egress_address_as_stored_now(store, verdict, egress):
+    r = store._redis
+    running(r, "ns/a")
+    if verdict:
+        r.hset(keys.PROBE_VERDICTS, "ns/a", json.dumps(verdict))
+    _, e = grant(store, "a" * 32)
+    ren, e = renew(store, "a" * 32, now=NOW + 1, guard=GuardCall(e.id, e.seq, 30))
+    assert isinstance(ren, Renewed) and not ren.recreated
+    assert ren.endpoint == r.hget(keys.PX_ENDPOINTS, "ns/a") and ren.egress_ip == egress
+    r.delete(*r.keys("fleet:lease:*"))  # Redis lost it: the renewal re-creates it from what the client says
+    ren, _ = renew(store, "a" * 32, now=NOW + 2, guard=GuardCall(e.id, e.seq, 30), proxy="ns/a", target="example.com")
+    assert isinstance(ren, Renewed) and ren.recreated
+    assert ren.endpoint == r.hget(keys.PX_ENDPOINTS, "ns/a") and ren.egress_ip == egress
+
+
 # -- the epoch guard --------------------------------------------------------------------------------
 
 def test_the_first_call_writes_the_epoch_and_later_ones_bump_its_seq(store):
