@@ -95,7 +95,8 @@ def _settings_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     for opt in OPTIONS:
         names = [f"--{opt.flag}"] + ([f"-{opt.short}"] if opt.short else [])
-        p.add_argument(*names, dest=opt.attr, default=None, help=f"{opt.help_text} [{opt.env}]".replace("%", "%%"))  # argparse %-formats help
+        text = f"{opt.help_text} [{opt.env}]".replace("%", "%%")  # argparse %-formats help
+        p.add_argument(*names, dest=opt.attr, default=None, help=text)
     return p
 
 
