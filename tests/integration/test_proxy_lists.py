@@ -10,6 +10,7 @@ and is asked again after a back-off that grows."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -161,7 +162,7 @@ def test_a_failing_list_keeps_its_proxies_running_and_backs_off(lab):
     assert len(failed_at) >= 4, (failed_at, got)
     failures = int(r.hget(keys.PX_LIST_FAILURES, "core") or 0)
     assert failures >= len(failed_at) - 1, failures
-    gaps = [round(b - a, 2) for a, b in zip(failed_at, failed_at[1:], strict=False)]
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(failed_at)]
     # asked again after 1, 2, 4 s (capped at the interval, 4 s): it grows, and it is no busy loop
     assert gaps[0] <= 1.9 and gaps[1] >= 1.4 and gaps[2] >= 3.0, gaps
     assert all(g <= RESYNC + 1.5 for g in gaps), gaps
