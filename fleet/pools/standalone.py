@@ -50,7 +50,7 @@ from typing import Any
 from fleet.durations import rfc3339
 from fleet.pools.controller import Listing, NameTaken
 from fleet.pools.model import API_VERSION, KIND, LABEL_HASH, Pool, PoolError, parse_pool
-from fleet.proxies.manifests import DEFAULT_NAMESPACE, ManifestError, Other, load_all, parse_proxy
+from fleet.proxies.manifests import DEFAULT_NAMESPACE, ManifestError, Other, fingerprint, load_all, parse_proxy
 from fleet.proxies.model import LABEL_POOL, POOL_OWNER, Proxy, to_object
 from fleet.proxies.reconciler import json_object
 from fleet.proxies.standalone import Standalone, stored_form
@@ -177,19 +177,22 @@ class InRedis:
         self._reported: set[str] = set()
         self._current: dict[str, dict[str, Any]] = {}  # pool key -> its record, as the last list left it
         self._declared: dict[str, Declared] = {}
+        self._manifests: tuple[str, Manifests] | None = None  # (the files' fingerprint, what they declared)
+        self._records = True  # the last pass found pool records in Redis (members may exist)
 
     def uid_of(self, key: str) -> str:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fleet://{self.installation}/proxypools/{key}"))
 
     def pools(self) -> tuple[list[dict[str, Any]], Manifests]:
         """The declared pools as objects (records written when `write`)."""
-        m = declared_pools(self.path)
+        m = self._declared_pools()
         self.errors = m.errors
         for e in m.errors:
             if e not in self._reported:
                 self._reported.add(e)
                 log.warning("ProxyPool manifest not applied: %s", e)
         records, scales = self.records.records(), self.records.scales()
+        self._records = bool(records)
         now = self.clock()
         out = []
         self._declared = {d.key: d for d in m.pools}
@@ -208,11 +211,21 @@ class InRedis:
             out.append(obj)
         return out, m
 
+    def _declared_pools(self) -> Manifests:
+        """`declared_pools`, parsed again only when the files' `fingerprint` moved (a pass every 2 s must not
+        parse a fleet's manifests: issue 24)."""
+        fp = fingerprint(self.path)
+        if self._manifests is None or self._manifests[0] != fp:
+            self._manifests = (fp, declared_pools(self.path))
+        return self._manifests[1]
+
     # -- Where ----------------------------------------------------------------------------
 
     def list(self, namespace: str | None) -> Listing:
         pools, m = self.pools()
-        proxies = [member_object(p) for p in self.proxies.all()]
+        # no pool declared and none recorded: no member can exist (a member's pool keeps its record until the
+        # member is gone), so the Proxies are not read
+        proxies = [member_object(p) for p in self.proxies.all()] if pools or self._records else []
         if namespace is not None:
             pools = [o for o in pools if o["metadata"]["namespace"] == namespace]
             proxies = [o for o in proxies if o["metadata"]["namespace"] == namespace]
