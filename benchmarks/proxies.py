@@ -42,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -150,8 +151,11 @@ def run_fleet(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> 
                 "controller": start(procs, "controller", commands.controller_argv(), env, tmp)}
         wait_ready(tmp, ["worker", "controller"])
         if args.profile:
-            procs["py-spy"] = subprocess.Popen(["py-spy", "record", "--pid", str(pids["controller"]), "--format", "raw",
-                                                "--rate", "50", "--output", args.profile, "--nonblocking", "--threads"],
+            spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            # --gil: only the thread holding the GIL is sampled, so samples / rate ≈ Python CPU seconds
+            # (benchmarks/profile_summary.py reads the file)
+            procs["py-spy"] = subprocess.Popen([spy, "record", "--pid", str(pids["controller"]), "--format", "raw", "--gil",
+                                                "--rate", "100", "--output", args.profile, "--nonblocking"],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0 = {k: cpu_s(p) for k, p in pids.items()}
         redis_cpu0, cmd0 = cpu_s(args.redis_pid), commandstats(r)
@@ -166,6 +170,9 @@ def run_fleet(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> 
         wall = time.monotonic() - t0
         cpu = {k: cpu_s(p) - cpu0[k] for k, p in pids.items()}
         redis_cpu, cmds = cpu_s(args.redis_pid) - redis_cpu0, commandstats(r) - cmd0
+        if "py-spy" in procs:  # the apply only: SIGINT makes py-spy write its file
+            procs["py-spy"].send_signal(signal.SIGINT)
+            procs.pop("py-spy").wait(60)
         versions = [int(json.loads(v)["metadata"]["resourceVersion"]) for v in r.hvals(keys.PX_OBJECTS)]
         writes = [v - 1 for v in versions]  # the object's creation from the manifest is version 1
 
@@ -206,7 +213,7 @@ def main() -> None:
                     help="seconds of steady state counted, all Running (default 125: two resync intervals)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--no-floor", action="store_true", help="skip the floor")
-    ap.add_argument("--profile", metavar="FILE", help="py-spy record the controller over the run into FILE (raw)")
+    ap.add_argument("--profile", metavar="FILE", help="py-spy record the controller over the apply into FILE (raw, --gil)")
     args = ap.parse_args()
     poll = parse_duration(args.poll)
 
