@@ -2,7 +2,7 @@
 operations (the fake), from apply to all Running, then the steady state, with
 real processes -- a redis-server, one fake provider worker and one controller
 (`fleet worker`, `fleet controller` command lines), standalone mode
-(`--proxies`: one manifest file holding a List of N Proxies) -- and, in the
+(`--proxies`: manifest files each holding a List of up to 1,000 Proxies) -- and, in the
 same run on the same redis-server, the bare Celery floor
 (benchmarks/proxies_floor.py: fleet's Celery settings, the same pools and
 concurrency, the same two provider round trips per Proxy -- a create and a
@@ -65,11 +65,19 @@ from fleet.store import keys  # noqa: E402
 RUNNING = re.compile(r'^proxy_operator_proxies\{phase="Running"\} ([0-9.e+]+)$', re.MULTILINE)
 
 
-def manifest(n: int) -> str:
-    items = [{"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
-              "metadata": {"name": f"px-{i:05d}", "namespace": "bench"},
-              "spec": {"provider": "edge", "port": 3128, "cloudInit": {"inline": f"#cloud-config {i}"}}} for i in range(n)]
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+PER_FILE = 1000  # Proxies per manifest file (fleet reads at most 1 MiB of one; 1,000 are ~200 kB)
+
+
+def manifests(n: int) -> list[str]:
+    """Files of Lists of at most PER_FILE Proxies, N in all."""
+    out = []
+    for start in range(0, n, PER_FILE):
+        items = [{"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+                  "metadata": {"name": f"px-{i:05d}", "namespace": "bench"},
+                  "spec": {"provider": "edge", "port": 3128, "cloudInit": {"inline": f"#cloud-config {i}"}}}
+                 for i in range(start, min(n, start + PER_FILE))]
+        out.append(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    return out
 
 
 def commandstats(r: redis.Redis) -> Counter[str]:
@@ -138,12 +146,12 @@ def run_floor(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> 
 
 def run_fleet(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> dict[str, float]:
     (tmp / "providers.yaml").write_text(yaml.safe_dump({"providers": [{"name": "edge", "type": "fake"}]}))
-    manifests = tmp / "proxies"
-    manifests.mkdir()
+    directory = tmp / "proxies"
+    directory.mkdir()
     metrics = free_port()
     env = {**os.environ, "FLEET_PROVIDERS_CONFIG": str(tmp / "providers.yaml"), "FLEET_BROKER_URL": url,
            "FLEET_PROVIDER_CHECK_INTERVAL": "0", "FLEET_METRICS_BIND_ADDRESS": f"127.0.0.1:{metrics}",
-           "FLEET_LOG_LEVEL": "info", "FLEET_PROXIES": str(manifests), "FLEET_PROXY_POLL_INTERVAL": args.poll,
+           "FLEET_LOG_LEVEL": "info", "FLEET_PROXIES": str(directory), "FLEET_PROXY_POLL_INTERVAL": args.poll,
            "FLEET_PROXY_RESYNC_INTERVAL": args.resync, "FLEET_MAX_PROVIDER_CALLS": str(args.max_calls)}
     procs: dict[str, subprocess.Popen] = {}
     try:
@@ -159,14 +167,23 @@ def run_fleet(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> 
                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0 = {k: cpu_s(p) for k, p in pids.items()}
         redis_cpu0, cmd0 = cpu_s(args.redis_pid), commandstats(r)
+        staged = []
+        for i, text in enumerate(manifests(args.n)):  # written aside, then renamed in at once
+            (tmp / f"proxies-{i:03d}.yaml").write_text(text)
+            staged.append((tmp / f"proxies-{i:03d}.yaml", directory / f"proxies-{i:03d}.yaml"))
         t0 = time.monotonic()
-        (manifests / "proxies.yaml").write_text(manifest(args.n))
+        for src, dst in staged:
+            os.replace(src, dst)
         seen = 0
         while seen < args.n:
             if time.monotonic() - t0 > args.timeout:
                 raise SystemExit(f"timed out: {seen}/{args.n} Running")
             time.sleep(args.watch)
             seen = running(metrics)
+            if "Proxy manifest not applied" in (tmp / "controller.log").read_text(errors="replace"):
+                raise SystemExit("the controller refused a manifest:\n" + (tmp / "controller.log").read_text()[-1500:])
+            if args.progress and int(time.monotonic() - t0) % 10 == 0:
+                print(f"  … {time.monotonic() - t0:.0f} s: {seen} Running", file=sys.stderr, flush=True)
         wall = time.monotonic() - t0
         cpu = {k: cpu_s(p) - cpu0[k] for k, p in pids.items()}
         redis_cpu, cmds = cpu_s(args.redis_pid) - redis_cpu0, commandstats(r) - cmd0
@@ -213,6 +230,7 @@ def main() -> None:
                     help="seconds of steady state counted, all Running (default 125: two resync intervals)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--no-floor", action="store_true", help="skip the floor")
+    ap.add_argument("--progress", action="store_true", help="say how many are Running every 10 s (stderr)")
     ap.add_argument("--profile", metavar="FILE", help="py-spy record the controller over the apply into FILE (raw, --gil)")
     args = ap.parse_args()
     poll = parse_duration(args.poll)

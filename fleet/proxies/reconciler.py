@@ -68,7 +68,7 @@ log = logging.getLogger("fleet.proxies")
 CLAIM_TTL = 30.0  # seconds one replica may hold a Proxy (a reconcile takes milliseconds)
 MAX_GRACE = 30.0  # seconds past a call's deadline before it counts as lost (at most; see Timing.grace)
 LIST_LOOK = 1.0  # seconds between one replica's looks at a provider's list gate (one Redis call each)
-FULL_RETRY = 5.0  # seconds before trying again when the provider's calls are all in flight (if no slot frees first)
+FULL_RETRY = 5.0  # seconds before the first in line for a provider's call slot tries again (if no slot frees first)
 MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
 OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
 
@@ -233,8 +233,9 @@ class Reconciler:
         result = "idle"
         if step.call is not None:
             result = self._send(p, step.call, env, cloud_init, tail)
-            if result == "full":  # in line for a slot: the next answer makes it due; this is the fallback
-                tail.schedule(now + FULL_RETRY + random.uniform(0, FULL_RETRY))
+            if result.startswith("full:"):  # in line for a slot: a freed slot makes the first due; the fallback
+                tail.schedule(now + self._full_retry(int(result[5:])))
+                result = "full"
         if step.finalizer == "remove":
             self.objects.set_finalizers(p, tuple(f for f in p.finalizers if f != FINALIZER))
             tail.forget()
@@ -242,6 +243,15 @@ class Reconciler:
         if step.requeue is not None:
             tail.schedule(now + step.requeue)
         return result
+
+    def _full_retry(self, place: int) -> float:
+        """When a Proxy in line for a call slot looks again if no freed slot woke it first (a slot that lapses
+        wakes nobody): FULL_RETRY for the first `max_calls` in line, later by their place, and never later than
+        a slot can be held (the call timeout and grace), with jitter. Every freed slot wakes the first in line,
+        so the line moves without these; they only cover lost wakes, and 10,000 Proxies in line must not
+        all look again every few seconds (issue 24)."""
+        base = FULL_RETRY * (1 + place // max(1, self.timing.max_calls))
+        return min(base, self.timing.call_timeout + self.timing.grace) + random.uniform(0, FULL_RETRY)
 
     def _publish_state(self, p: Proxy, now: float, read: StepRead, tail: Tail) -> None:
         """What others read: the phase since when (the gauges) and, while

@@ -27,15 +27,16 @@ from fleet.store.results import Raw
 
 # KEYS: call, slots, waiters, cloud-init. ARGV: key, doc, call TTL (ms), slot limit, now, slot expiry,
 # '1' to stage a create's cloud-init, its text, its TTL (ms).
-# Returns 'busy' (a call in flight for this Proxy), 'full' (the provider's slots
-# are taken: the Proxy waits in line, and the next freed slot makes it due) or
-# 'ok' (recorded, and a create's cloud-init staged for the call's TTL: the caller sends the message now).
+# Returns 'busy' (a call in flight for this Proxy), 'full:<place>' (the provider's
+# slots are taken: the Proxy waits in line, 0 first, and the next freed slot makes
+# the first due) or 'ok' (recorded, and a create's cloud-init staged for the
+# call's TTL: the caller sends the message now).
 _BEGIN = """
 if redis.call('exists', KEYS[1]) == 1 then return 'busy' end
 redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[5])
 if redis.call('zscore', KEYS[2], ARGV[1]) == false and redis.call('zcard', KEYS[2]) >= tonumber(ARGV[4]) then
   redis.call('zadd', KEYS[3], 'NX', ARGV[5], ARGV[1])
-  return 'full'
+  return 'full:' .. redis.call('zrank', KEYS[3], ARGV[1])
 end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('zadd', KEYS[2], ARGV[6], ARGV[1])
@@ -287,8 +288,9 @@ class Proxies:
 
     def begin_call(self, key: str, provider: str, doc: str, ttl: float, limit: int, now: float,
                    cloud_init: tuple[str, str, float] | None = None) -> str:
-        """'ok' (recorded), 'busy' (one in flight for this Proxy) or 'full' (the provider's limit). With
-        `cloud_init` (token, text, TTL s), a create's text is staged on 'ok' as `stage_cloud_init` does."""
+        """'ok' (recorded), 'busy' (one in flight for this Proxy) or 'full:<place in line>' (the provider's
+        limit; 0 is next). With `cloud_init` (token, text, TTL s), a create's text is staged on 'ok', readable
+        once (`take_cloud_init`) for the TTL at most."""
         token, text, text_ttl = cloud_init if cloud_init is not None else ("", "", 0.0)
         got = self._begin(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_WAITING + provider,
                                 keys.CLOUD_INIT + token],
