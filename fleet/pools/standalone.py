@@ -43,7 +43,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,11 @@ class Manifests:
 def declared_pools(path: str) -> Manifests:
     """The ProxyPools of `path` (`fleet.proxies.manifests.load_all`), each checked by `parse_pool`."""
     _, others, errors = load_all(path)
+    return pools_of(others, errors)
+
+
+def pools_of(others: Iterable[Other], errors: Sequence[object]) -> Manifests:
+    """The ProxyPools among the documents `load_all` read besides Proxies (`errors`: its problems)."""
     out = Manifests(complete=not errors)
     seen: dict[str, str] = {}
     for o in others:
@@ -216,7 +221,9 @@ class InRedis:
         parse a fleet's manifests: issue 24)."""
         fp = fingerprint(self.path)
         if self._manifests is None or self._manifests[0] != fp:
-            self._manifests = (fp, declared_pools(self.path))
+            parsed = self.proxies.parsed  # what the Proxies' sync read, if the files did not move since
+            self._manifests = (fp, pools_of(parsed[1], parsed[2]) if parsed is not None and parsed[0] == fp
+                               else declared_pools(self.path))
         return self._manifests[1]
 
     # -- Where ----------------------------------------------------------------------------

@@ -73,6 +73,9 @@ class Standalone:
         self.again = False  # the last sync left a declared Proxy to declare again (its old one still deleting)
         self._texts: dict[str, str] = {}  # inline cloud-init by SHA-256, as the last sync read it
         self._decoded: dict[str, tuple[bytes | str, Proxy]] = {}  # key → (stored form, its Proxy): each parsed once
+        # the last sync's read: (the files' fingerprint before it, the documents of other kinds, the problems),
+        # so the ProxyPool loop parses a fleet's manifests only once per change (fleet.pools.standalone)
+        self.parsed: tuple[str, list[Other], list[ManifestError]] | None = None
 
     # -- Objects --------------------------------------------------------------------
 
@@ -112,8 +115,8 @@ class Standalone:
         return self._all(self.store.objects())
 
     def _all(self, stored: Mapping[str, bytes | str]) -> list[Proxy]:
-        for gone in set(self._decoded) - set(stored):
-            del self._decoded[gone]
+        for gone in set(self._decoded) - set(stored):  # the memo is shared by the loop's and the tasks' threads
+            self._decoded.pop(gone, None)
         return [p for k in sorted(stored) if (p := self.decode(k, stored[k])) is not None]
 
     def write_status(self, p: Proxy, status: ProxyStatus) -> Proxy:
@@ -191,7 +194,9 @@ class Standalone:
 
     def sync(self) -> list[str]:
         """Bring Redis in line with the manifests; the keys that changed."""
+        fp = fingerprint(self.path)  # before the read: a file changed during it reads as changed next time
         declared, others, errors = load_all(self.path)
+        self.parsed = (fp, others, errors)
         before = self._texts
         self._texts = {InlineDigest.of(t).sha256: t for d in declared if (t := d.proxy.spec.cloud_init.inline) is not None}
         self._texts.update({InlineDigest.of(t).sha256: t for t in template_texts(others)})  # the pools' members'
