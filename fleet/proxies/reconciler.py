@@ -157,6 +157,10 @@ class Reconciler:
         read = self.store.begin_step(key, self.owner, CLAIM_TTL, read_object=self.objects.in_store)
         if read is None:
             return "claimed"  # another replica has it; the due entry stays for whoever is next
+        return self._step(key, read)
+
+    def _step(self, key: str, read: StepRead) -> str:
+        """A claimed step (`read`: what `begin_step` read); its writes and the release at the end."""
         tail = Tail()
         try:
             return self._reconcile(key, read, tail)
@@ -309,9 +313,16 @@ class Reconciler:
             body = json.dumps(CallOutcome(  # a Transient, backed off as the call's own would be
                 False, provider, op if isinstance(op, str) else "", attempt, error_class=ErrorClass.TRANSIENT,
                 step=Retry(backoff(attempt)), message=f"answer too large ({len(body)} bytes)").to_message())
-        if not self.store.finish_call(key, call_id, provider, body, self.clock()):
+        ready = self.objects.ready()
+        kept, read = self.store.finish_call(key, call_id, provider, body, self.clock(),
+                                            step=(self.owner, CLAIM_TTL, self.objects.in_store) if ready else None)
+        if not kept:
             return "stale"
-        return self.reconcile(key)
+        if not ready:
+            return "not-ready"  # due now: the loop takes it once the objects are listed
+        if read is None:
+            return "claimed"  # the replica holding it takes the answer next (it is due now)
+        return self._step(key, read)  # begun in the same round trip that kept the answer
 
     # -- the steady state: one list per provider ---------------------------------------------
 

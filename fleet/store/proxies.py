@@ -52,14 +52,17 @@ return 'ok'
 # claim TTL (ms), key, '1' to read the standalone object. Claims the Proxy (nil when
 # another replica holds it), takes it off the due set and answers what the step
 # reads: {1, object, call, outcome, failures, verdict, phase} (each nil when absent).
-_STEP_BEGIN = """
-if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-redis.call('zrem', KEYS[2], ARGV[3])
-local obj = false
-if ARGV[4] == '1' then obj = redis.call('hget', KEYS[3], ARGV[3]) end
-return {1, obj, redis.call('get', KEYS[4]), redis.call('get', KEYS[5]), redis.call('hget', KEYS[6], ARGV[3]),
-        redis.call('hget', KEYS[7], ARGV[3]), redis.call('hget', KEYS[8], ARGV[3])}
+_STEP_BEGIN_FN = """
+local function begin_step(KEYS, ARGV)
+  if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+  redis.call('zrem', KEYS[2], ARGV[3])
+  local obj = false
+  if ARGV[4] == '1' then obj = redis.call('hget', KEYS[3], ARGV[3]) end
+  return {1, obj, redis.call('get', KEYS[4]), redis.call('get', KEYS[5]), redis.call('hget', KEYS[6], ARGV[3]),
+          redis.call('hget', KEYS[7], ARGV[3]), redis.call('hget', KEYS[8], ARGV[3])}
+end
 """
+_STEP_BEGIN = _STEP_BEGIN_FN + "return begin_step(KEYS, ARGV)\n"
 
 # KEYS: claim, due, phases, endpoints, failures, outcome, verdicts. ARGV: owner, key,
 # the step's writes in order (JSON, `Tail`), then the claim released if still ours:
@@ -92,10 +95,14 @@ if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
 return 1
 """
 
-# KEYS: call, slots, outcome, due, waiters. ARGV: key, call id, outcome JSON, now.
+# KEYS: call, slots, outcome, due, waiters, then _STEP_BEGIN's (claim, due, objects, call,
+# outcome, failures, verdicts, phases). ARGV: key, call id, outcome JSON, now, then
+# _STEP_BEGIN's (owner, claim TTL, key, read object) or '' for none.
 # Only the answer to the call in flight is kept (a late one for a call that
 # lapsed is dropped): stored with its call, the call and slot cleared, the
-# Proxy due now, and so is the first Proxy waiting for a slot. 1 when kept.
+# Proxy due now, and so is the first Proxy waiting for a slot. 0 when dropped;
+# when kept, {1} and, with the step's ARGV, what `_STEP_BEGIN` answers after it
+# (the step that applies the answer begins in the same round trip).
 _FINISH = """
 local cur = redis.call('get', KEYS[1])
 if not cur then return 0 end
@@ -110,7 +117,11 @@ if next[1] then
   redis.call('zrem', KEYS[5], next[1])
   redis.call('zadd', KEYS[4], ARGV[4], next[1])
 end
-return 1
+if ARGV[5] == '' then return {1} end
+local step = begin_step({KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]},
+                        {ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
+if not step then return {1} end
+return {1, unpack(step)}
 """
 
 # KEYS: objects hash. ARGV: key, expected resourceVersion ('' = must not exist), new doc
@@ -229,7 +240,7 @@ class Proxies:
         self._begin = client.register_script(_BEGIN)
         self._step_begin = client.register_script(_STEP_BEGIN)
         self._step_end = client.register_script(_STEP_END)
-        self._finish = client.register_script(_FINISH)
+        self._finish = client.register_script(_STEP_BEGIN_FN + _FINISH)
         self._put_object = client.register_script(_PUT_OBJECT)
         self._begin_list = client.register_script(_BEGIN_LIST)
         self._mark_list = client.register_script(_MARK_LIST)
@@ -305,10 +316,21 @@ class Proxies:
         pipe.zrem(keys.PX_SLOTS + provider, key)
         pipe.execute()
 
-    def finish_call(self, key: str, call_id: str, provider: str, outcome: str, now: float) -> bool:
-        return bool(self._finish(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE,
-                                       keys.PX_WAITING + provider],
-                                 args=[key, call_id, outcome, repr(now)]))
+    def finish_call(self, key: str, call_id: str, provider: str, outcome: str, now: float,
+                    step: tuple[str, float, bool] | None = None) -> tuple[bool, StepRead | None]:
+        """Keep the answer if it is the call in flight's (False: dropped). With `step` (owner, claim TTL,
+        read the object), the step that applies it begins in the same round trip, as `begin_step`: its
+        reads, or None when another replica holds the Proxy."""
+        owner, ttl, read_object = step if step is not None else ("", 0.0, False)
+        got: Any = self._finish(
+            keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE, keys.PX_WAITING + provider,
+                  keys.PX_CLAIM + key, keys.PX_DUE, keys.PX_OBJECTS, keys.PX_CALL + key, keys.PX_OUTCOME + key,
+                  keys.PX_FAILURES, keys.PROBE_VERDICTS, keys.PX_PHASE],
+            args=[key, call_id, outcome, repr(now), owner, max(1, int(ttl * 1000)) if step else "", key if step else "",
+                  "1" if read_object else ""])
+        if not got:
+            return False, None
+        return True, StepRead(*got[2:8]) if len(got) > 1 else None
 
     def in_flight(self, provider: str, now: float) -> int:
         return int(self._redis.zcount(keys.PX_SLOTS + provider, repr(now), "+inf"))
