@@ -169,15 +169,22 @@ def member_object(p: Proxy) -> dict[str, Any]:
     return obj
 
 
+FOLLOW_WAIT = 10.0  # seconds the pool loop waits for the Proxies' sync to read changed manifests before it does
+
+
 class InRedis:
     """The standalone `Where`: pools from the manifests, records and overrides in Redis, members as standalone
     Proxies. `on_change(keys)`: Proxy keys created or retired (the reconciler takes them at once)."""
 
     def __init__(self, records: PoolRecords, proxies: Standalone, path: str, installation: str,
                  clock: Callable[[], float] = time.time, on_change: Callable[[Iterable[str]], None] = lambda keys: None,
-                 write: bool = True) -> None:
+                 write: bool = True, follow: bool = False) -> None:
         self.records, self.proxies, self.path, self.installation = records, proxies, path, installation
         self.clock, self.on_change, self.write = clock, on_change, write
+        # the controller's: `proxies` runs (its sync reads the files within a second of a change), so a pass
+        # that sees them moved keeps what it had until that read is there, FOLLOW_WAIT at most
+        self.follow = follow
+        self._behind_since: float | None = None
         self.errors: list[str] = []
         self._reported: set[str] = set()
         self._current: dict[str, dict[str, Any]] = {}  # pool key -> its record, as the last list left it
@@ -220,10 +227,18 @@ class InRedis:
         """`declared_pools`, parsed again only when the files' `fingerprint` moved (a pass every 2 s must not
         parse a fleet's manifests: issue 24)."""
         fp = fingerprint(self.path)
-        if self._manifests is None or self._manifests[0] != fp:
-            parsed = self.proxies.parsed  # what the Proxies' sync read, if the files did not move since
-            self._manifests = (fp, pools_of(parsed[1], parsed[2]) if parsed is not None and parsed[0] == fp
-                               else declared_pools(self.path))
+        if self._manifests is not None and self._manifests[0] == fp:
+            return self._manifests[1]
+        parsed = self.proxies.parsed  # what the Proxies' sync read, if the files did not move since
+        now = time.monotonic()
+        if self._behind_since is None:
+            self._behind_since = now
+        if parsed is not None and parsed[0] == fp:
+            self._manifests, self._behind_since = (fp, pools_of(parsed[1], parsed[2])), None
+        elif self.follow and self._manifests is not None and now - self._behind_since < FOLLOW_WAIT:
+            return self._manifests[1]  # the sync reads them within a second or two: one parse, not two
+        else:
+            self._manifests, self._behind_since = (fp, declared_pools(self.path)), None
         return self._manifests[1]
 
     # -- Where ----------------------------------------------------------------------------
