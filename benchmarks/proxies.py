@@ -278,8 +278,11 @@ def main() -> None:
         ("yes" if fl["wall"] <= 120 else "no") if wall_goal else "")
     if floor:
         f_cpu = 1000 * (floor["ctl_cpu"] + floor["worker_cpu"]) / n
-        row("controller+worker CPU/Proxy (ms)", f"{cpu:.2f}", f"{f_cpu:.2f}", f"{cpu / f_cpu:.2f}", "≤ 1.3× floor",
+        row("controller+worker CPU/Proxy (ms)", f"{cpu:.2f}", f"{f_cpu:.2f}", f"{cpu / f_cpu:.2f}", "≤ 1.3× (same work)",
             "yes" if cpu <= 1.3 * f_cpu else "no")
+        # issue 24's goal is worded against three bare round trips per Proxy; fleet makes two (the floor's)
+        row("  against 3 round trips (1.5× floor)", f"{cpu:.2f}", f"{1.5 * f_cpu:.2f}", f"{cpu / (1.5 * f_cpu):.2f}",
+            "≤ 1.3× (as worded)", "yes" if cpu <= 1.3 * 1.5 * f_cpu else "no")
         row("  controller CPU/Proxy (ms)", f"{1000 * fl['ctl_cpu'] / n:.2f}", f"{1000 * floor['ctl_cpu'] / n:.2f}",
             f"{fl['ctl_cpu'] / floor['ctl_cpu']:.2f}")
         row("  worker CPU/Proxy (ms)", f"{1000 * fl['worker_cpu'] / n:.2f}", f"{1000 * floor['worker_cpu'] / n:.2f}",
