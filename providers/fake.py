@@ -33,6 +33,14 @@ does, and a test can count instances after a crash. `idempotentCreate`
 with that instance; false makes every create a new instance (`fake/<name>`,
 then `fake/<name>-2`, …), as a backend without names would, so a test can
 see a create the controller sent twice (`duplicates`).
+
+`faultsFile` (an absolute path) is a backend's outage a test turns on and off
+from outside the worker: while that file holds a JSON object naming an
+operation (`create`, `get`, `delete`, `list`) with an error class
+(`Transient`, `Permanent`, `QuotaExceeded`, `NotFound`), every call of that
+operation fails so (message `fake: injected fault`). The file is read at each
+call; absent or empty, nothing fails. A file that does not read as such an
+object fails the call Permanent, saying why, rather than run it unfaulted.
 """
 
 from __future__ import annotations
@@ -98,8 +106,10 @@ class FakeConfig(Block):
     stateFile: str = Field(default="", max_length=4096)
     # False: every create is a new instance, so a create sent twice shows as a duplicate.
     idempotentCreate: bool = True
+    # Operations that fail while this file names them (module docstring); "" injects nothing.
+    faultsFile: str = Field(default="", max_length=4096)
 
-    @field_validator("stateFile")
+    @field_validator("stateFile", "faultsFile")
     @classmethod
     def _absolute(cls, v: str) -> str:
         if v and (not os.path.isabs(v) or "\x00" in v):
@@ -165,6 +175,35 @@ def _from_json(d: dict[str, object]) -> Instance:
     return Instance(str(d["id"]), State(str(d["state"])), str(d.get("ip") or ""), str(d.get("uid") or ""),
                     datetime.fromisoformat(created) if isinstance(created, str) else None, str(d.get("installation") or ""),
                     str(d.get("namespace") or ""))
+
+
+FAULTS: dict[str, type[base.ProviderError]] = {"Transient": base.Transient, "Permanent": base.Permanent,
+                                               "QuotaExceeded": base.QuotaExceeded, "NotFound": base.NotFound}
+MAX_FAULTS_FILE = 4096
+
+
+def fault(path: str, op: str) -> tuple[type[base.ProviderError], str] | None:
+    """The error `op` fails with now by the faults file at `path` (module docstring), and its message; None: it runs."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FAULTS_FILE + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return base.Permanent, f"fake: faultsFile {path}: {exc.strerror or exc}"
+    if not raw.strip():
+        return None
+    try:
+        doc = json.loads(raw) if len(raw) <= MAX_FAULTS_FILE else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not all(k in base.OPS and v in FAULTS for k, v in doc.items()):
+        return base.Permanent, (f"fake: faultsFile {path}: want a JSON object of at most {MAX_FAULTS_FILE} bytes mapping "
+                                f"{'/'.join(base.OPS)} to {'/'.join(FAULTS)}")
+    name = doc.get(op)
+    return (FAULTS[name], "fake: injected fault") if name else None
 
 
 class Table:
@@ -244,8 +283,14 @@ class FakeProvider:
 
     # -- Provider ---------------------------------------------------------------
 
+    def _fault(self, op: str, provider_id: str = "") -> None:
+        got = fault(self.cfg.faultsFile, op)
+        if got is not None:
+            raise base.wrap(got[0], op, self.name, provider_id, got[1])
+
     def create(self, request: base.CreateRequest, deadline: Deadline) -> str:
         pid = f"fake/{request.name}"
+        self._fault("create", pid)
         if self.cfg.createLatencyMs:
             wait = self.cfg.createLatencyMs / 1000
             timed_out = wait > deadline.remaining()
@@ -269,6 +314,7 @@ class FakeProvider:
 
     def get(self, provider_id: str, deadline: Deadline) -> Instance:
         self._check_id("get", provider_id)
+        self._fault("get", provider_id)
         with self._table.open() as table:
             try:
                 return table[provider_id]
@@ -277,10 +323,12 @@ class FakeProvider:
 
     def delete(self, provider_id: str, deadline: Deadline) -> None:
         self._check_id("delete", provider_id)
+        self._fault("delete", provider_id)
         with self._table.open() as table:
             table.pop(provider_id, None)
 
     def list_by_tag(self, deadline: Deadline) -> list[Instance]:
+        self._fault("list")
         with self._table.open() as table:
             return list(table.values())
 

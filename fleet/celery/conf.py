@@ -1,7 +1,7 @@
 """The Celery settings fleet's messages travel under, apart from where they
 go: serialization, results, events, prefetch, redelivery. `fleet.celery.app` uses
-them, and so does the benchmark's bare-Celery floor (benchmarks/floor.py),
-so the two are measured under the same settings. Importing this module has
+them, and so do the benchmarks' bare-Celery floors (benchmarks/floor.py, benchmarks/proxies_floor.py),
+so each pair is measured under the same settings. Importing this module has
 no side effects (no app, no signal handlers).
 """
 

@@ -154,7 +154,7 @@ def start(stop: threading.Event) -> list[threading.Thread]:
                 rec.store.schedule(key, rec.clock())
             rec.wake.set()
 
-        where = InRedis(store.pools, objects, objects.path, s.installation_id, on_change=due)
+        where = InRedis(store.pools, objects, objects.path, s.installation_id, on_change=due, follow=True)
         ctl = PoolController(where, demand=inputs.demand, usage=inputs.usage, series=SERIES, egress=inputs.egress)
     else:
         log.info("ProxyPools: off (no --proxies manifests and no cluster)")

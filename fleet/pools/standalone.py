@@ -43,14 +43,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.durations import rfc3339
 from fleet.pools.controller import Listing, NameTaken
 from fleet.pools.model import API_VERSION, KIND, LABEL_HASH, Pool, PoolError, parse_pool
-from fleet.proxies.manifests import DEFAULT_NAMESPACE, ManifestError, Other, load_all, parse_proxy
+from fleet.proxies.manifests import DEFAULT_NAMESPACE, ManifestError, Other, fingerprint, load_all, parse_proxy
 from fleet.proxies.model import LABEL_POOL, POOL_OWNER, Proxy, to_object
 from fleet.proxies.reconciler import json_object
 from fleet.proxies.standalone import Standalone, stored_form
@@ -90,6 +90,11 @@ class Manifests:
 def declared_pools(path: str) -> Manifests:
     """The ProxyPools of `path` (`fleet.proxies.manifests.load_all`), each checked by `parse_pool`."""
     _, others, errors = load_all(path)
+    return pools_of(others, errors)
+
+
+def pools_of(others: Iterable[Other], errors: Sequence[object]) -> Manifests:
+    """The ProxyPools among the documents `load_all` read besides Proxies (`errors`: its problems)."""
     out = Manifests(complete=not errors)
     seen: dict[str, str] = {}
     for o in others:
@@ -164,32 +169,42 @@ def member_object(p: Proxy) -> dict[str, Any]:
     return obj
 
 
+FOLLOW_WAIT = 10.0  # seconds the pool loop waits for the Proxies' sync to read changed manifests before it does
+
+
 class InRedis:
     """The standalone `Where`: pools from the manifests, records and overrides in Redis, members as standalone
     Proxies. `on_change(keys)`: Proxy keys created or retired (the reconciler takes them at once)."""
 
     def __init__(self, records: PoolRecords, proxies: Standalone, path: str, installation: str,
                  clock: Callable[[], float] = time.time, on_change: Callable[[Iterable[str]], None] = lambda keys: None,
-                 write: bool = True) -> None:
+                 write: bool = True, follow: bool = False) -> None:
         self.records, self.proxies, self.path, self.installation = records, proxies, path, installation
         self.clock, self.on_change, self.write = clock, on_change, write
+        # the controller's: `proxies` runs (its sync reads the files within a second of a change), so a pass
+        # that sees them moved keeps what it had until that read is there, FOLLOW_WAIT at most
+        self.follow = follow
+        self._behind_since: float | None = None
         self.errors: list[str] = []
         self._reported: set[str] = set()
         self._current: dict[str, dict[str, Any]] = {}  # pool key -> its record, as the last list left it
         self._declared: dict[str, Declared] = {}
+        self._manifests: tuple[str, Manifests] | None = None  # (the files' fingerprint, what they declared)
+        self._records = True  # the last pass found pool records in Redis (members may exist)
 
     def uid_of(self, key: str) -> str:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fleet://{self.installation}/proxypools/{key}"))
 
     def pools(self) -> tuple[list[dict[str, Any]], Manifests]:
         """The declared pools as objects (records written when `write`)."""
-        m = declared_pools(self.path)
+        m = self._declared_pools()
         self.errors = m.errors
         for e in m.errors:
             if e not in self._reported:
                 self._reported.add(e)
                 log.warning("ProxyPool manifest not applied: %s", e)
         records, scales = self.records.records(), self.records.scales()
+        self._records = bool(records)
         now = self.clock()
         out = []
         self._declared = {d.key: d for d in m.pools}
@@ -208,11 +223,31 @@ class InRedis:
             out.append(obj)
         return out, m
 
+    def _declared_pools(self) -> Manifests:
+        """`declared_pools`, parsed again only when the files' `fingerprint` moved (a pass every 2 s must not
+        parse a fleet's manifests: issue 24)."""
+        fp = fingerprint(self.path)
+        if self._manifests is not None and self._manifests[0] == fp:
+            return self._manifests[1]
+        parsed = self.proxies.parsed  # what the Proxies' sync read, if the files did not move since
+        now = time.monotonic()
+        if self._behind_since is None:
+            self._behind_since = now
+        if parsed is not None and parsed[0] == fp:
+            self._manifests, self._behind_since = (fp, pools_of(parsed[1], parsed[2])), None
+        elif self.follow and self._manifests is not None and now - self._behind_since < FOLLOW_WAIT:
+            return self._manifests[1]  # the sync reads them within a second or two: one parse, not two
+        else:
+            self._manifests, self._behind_since = (fp, declared_pools(self.path)), None
+        return self._manifests[1]
+
     # -- Where ----------------------------------------------------------------------------
 
     def list(self, namespace: str | None) -> Listing:
         pools, m = self.pools()
-        proxies = [member_object(p) for p in self.proxies.all()]
+        # no pool declared and none recorded: no member can exist (a member's pool keeps its record until the
+        # member is gone), so the Proxies are not read
+        proxies = [member_object(p) for p in self.proxies.all()] if pools or self._records else []
         if namespace is not None:
             pools = [o for o in pools if o["metadata"]["namespace"] == namespace]
             proxies = [o for o in proxies if o["metadata"]["namespace"] == namespace]

@@ -78,8 +78,13 @@ class Cluster:
 
     # -- Objects --------------------------------------------------------------------
 
+    in_store = False  # the watch cache holds them: `get`
+
     def ready(self) -> bool:
         return self._synced.is_set()
+
+    def decode(self, key: str, raw: bytes | str | None) -> Proxy | None:
+        return self.get(key)
 
     def get(self, key: str) -> Proxy | None:
         with self._lock:

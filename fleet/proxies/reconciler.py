@@ -58,6 +58,7 @@ from fleet.proxies.errors import CloudInitUnavailable as CloudInitUnavailable  #
 from fleet.proxies.errors import Conflict as Conflict
 from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus
 from fleet.store import Proxies as ProxyStore
+from fleet.store.proxies import StepRead, Tail, failures_of
 from providers import registry
 from providers.base import ErrorClass, Instance, name_from_uid
 from providers.retry import Retry, backoff
@@ -67,7 +68,7 @@ log = logging.getLogger("fleet.proxies")
 CLAIM_TTL = 30.0  # seconds one replica may hold a Proxy (a reconcile takes milliseconds)
 MAX_GRACE = 30.0  # seconds past a call's deadline before it counts as lost (at most; see Timing.grace)
 LIST_LOOK = 1.0  # seconds between one replica's looks at a provider's list gate (one Redis call each)
-FULL_RETRY = 5.0  # seconds before trying again when the provider's calls are all in flight (if no slot frees first)
+FULL_RETRY = 5.0  # seconds before the first in line for a provider's call slot tries again (if no slot frees first)
 MAX_OUTCOME = 64 * 1024  # bytes of one call's answer kept in Redis
 OP_TASKS = {rules.CREATE: routing.CREATE_INSTANCE, rules.GET: routing.GET_INSTANCE, rules.DELETE: routing.DELETE_INSTANCE}
 
@@ -80,7 +81,15 @@ class Objects(Protocol):
         """Whether `get` can be trusted (a watch cache has listed once): before, nothing is reconciled."""
         ...
 
+    # True when the objects are entries of PX_OBJECTS (standalone): the reconciler reads one with the rest of
+    # its step (`fleet.store.proxies.Proxies.begin_step`) and hands it to `decode`; else it calls `get`.
+    in_store: bool
+
     def get(self, key: str) -> Proxy | None: ...
+
+    def decode(self, key: str, raw: bytes | str | None) -> Proxy | None:
+        """The object from its stored form (`in_store` only), None when absent or unreadable."""
+        ...
 
     def keys(self) -> list[str]: ...
 
@@ -138,48 +147,55 @@ class Reconciler:
     # -- one Proxy -------------------------------------------------------------------------
 
     def reconcile(self, key: str) -> str:
-        """Take this Proxy's next step; what happened, for logs and tests."""
+        """Take this Proxy's next step; what happened, for logs and tests. A step
+        costs a round trip to Redis to begin it (the claim and every read,
+        `begin_step`), one per write that must be answered before the next (the
+        status's compare-and-set, the call's slot) and one to end it (the rest,
+        and the claim's release: `end_step`)."""
         if not self.objects.ready():
             return "not-ready"  # its due entry stays; the loop waits for the first list
-        if not self.store.claim(key, self.owner, CLAIM_TTL):
+        read = self.store.begin_step(key, self.owner, CLAIM_TTL, read_object=self.objects.in_store)
+        if read is None:
             return "claimed"  # another replica has it; the due entry stays for whoever is next
-        try:
-            self.store.unschedule(key)
-            try:
-                return self._reconcile(key)
-            except Conflict:
-                self.store.schedule(key, self.clock() + rules.NOW)
-                return "conflict"
-            except Exception:
-                self.store.schedule(key, self.clock() + rules.NOW)
-                raise
-        finally:
-            self.store.release(key, self.owner)
+        return self._step(key, read)
 
-    def _reconcile(self, key: str) -> str:
-        p = self.objects.get(key)
+    def _step(self, key: str, read: StepRead) -> str:
+        """A claimed step (`read`: what `begin_step` read); its writes and the release at the end."""
+        tail = Tail()
+        try:
+            return self._reconcile(key, read, tail)
+        except Conflict:
+            tail.schedule(self.clock() + rules.NOW)
+            return "conflict"
+        except Exception:
+            tail.schedule(self.clock() + rules.NOW)
+            raise
+        finally:
+            self.store.end_step(key, self.owner, tail)
+
+    def _reconcile(self, key: str, read: StepRead, tail: Tail) -> str:
+        p = self.objects.decode(key, read.object) if self.objects.in_store else self.objects.get(key)
         now = self.clock()
         if p is None:
-            self.store.forget(key)
+            tail.forget()
             return "gone"
-        call = json_object(self.store.call(key))
+        call = json_object(read.call)
         if call is not None:
             # its answer wakes the Proxy; an answer that never came is given up once the call lapses
             deadline = call.get("deadline")
             lapses = float(deadline) + self.timing.grace if isinstance(deadline, (int, float)) else now
             if now < lapses:
-                self.store.schedule(key, lapses)
+                tail.schedule(lapses)
                 return "waiting"
             self.store.cancel_call(key, str(call.get("provider") or p.spec.provider))
-        raw = self.store.outcome(key)
-        out = self._outcome(p, raw)
-        env, cloud_init = self._env(p, now)
+        out = self._outcome(p, read.outcome)
+        env, cloud_init = self._env(p, now, read)
         step = rules.decide(p, out, env)
-        result = self._apply(p, step, env, cloud_init)
-        self.store.applied(key, raw, step.failures, env.spec_hash or "")
+        result = self._apply(p, step, env, cloud_init, read, tail)
+        tail.applied(read.outcome, step.failures, env.spec_hash or "")
         return result
 
-    def _env(self, p: Proxy, now: float) -> tuple[Env, str]:
+    def _env(self, p: Proxy, now: float, read: StepRead) -> tuple[Env, str]:
         config = self.config
         configured = tuple(config.names())
         problem = None
@@ -193,9 +209,9 @@ class Reconciler:
         except CloudInitUnavailable as exc:
             why = str(exc)
         env = Env(now=now, configured=configured, placement_problem=problem, spec_hash=digest, cloud_init_problem=why,
-                  failures=self.store.failures(p.key, digest or ""), poll=self.timing.poll,
+                  failures=failures_of(read.failures, digest or ""), poll=self.timing.poll,
                   resync=math.inf if self.send_list is not None else self.timing.resync,  # lists vouch for it
-                  probe=probe_of(self.store.verdict(p.key), p.uid))
+                  probe=probe_of(read.verdict, p.uid))
         return env, text
 
     def _outcome(self, p: Proxy, raw: bytes | str | None) -> Outcome | None:
@@ -207,8 +223,8 @@ class Reconciler:
             return None  # not ours (a Proxy recreated under the same name) or unreadable: decide afresh
         return outcome_of(out, spec_hash=str(call.get("specHash", "")), release_on_success=call.get("release") is True)
 
-    def _apply(self, p: Proxy, step: Step, env: Env, cloud_init: str) -> str:
-        key, now = p.key, self.clock()
+    def _apply(self, p: Proxy, step: Step, env: Env, cloud_init: str, read: StepRead, tail: Tail) -> str:
+        now = self.clock()
         if step.finalizer == "add":
             got = self.objects.set_finalizers(p, p.finalizers + (FINALIZER,))
             if got is None:
@@ -217,24 +233,34 @@ class Reconciler:
         if step.status is not None:
             p = self.objects.write_status(p, step.status)
         if p.status.phase:
-            self._publish_state(p, now)
+            self._publish_state(p, now, read, tail)
         result = "idle"
         if step.call is not None:
-            result = self._send(p, step.call, env, cloud_init)
-            if result == "full":  # in line for a slot: the next answer makes it due; this is the fallback
-                self.store.schedule(key, now + FULL_RETRY + random.uniform(0, FULL_RETRY))
+            result = self._send(p, step.call, env, cloud_init, tail)
+            if result.startswith("full:"):  # in line for a slot: a freed slot makes the first due; the fallback
+                tail.schedule(now + self._full_retry(int(result[5:])))
+                result = "full"
         if step.finalizer == "remove":
             self.objects.set_finalizers(p, tuple(f for f in p.finalizers if f != FINALIZER))
-            self.store.forget(key)
+            tail.forget()
             return "released"
         if step.requeue is not None:
-            self.store.schedule(key, now + step.requeue)
+            tail.schedule(now + step.requeue)
         return result
 
-    def _publish_state(self, p: Proxy, now: float) -> None:
+    def _full_retry(self, place: int) -> float:
+        """When a Proxy in line for a call slot looks again if no freed slot woke it first (a slot that lapses
+        wakes nobody): FULL_RETRY for the first `max_calls` in line, later by their place, and never later than
+        a slot can be held (the call timeout and grace), with jitter. Every freed slot wakes the first in line,
+        so the line moves without these; they only cover lost wakes, and 10,000 Proxies in line must not
+        all look again every few seconds (issue 24)."""
+        base = FULL_RETRY * (1 + place // max(1, self.timing.max_calls))
+        return min(base, self.timing.call_timeout + self.timing.grace) + random.uniform(0, FULL_RETRY)
+
+    def _publish_state(self, p: Proxy, now: float, read: StepRead, tail: Tail) -> None:
         """What others read: the phase since when (the gauges) and, while
         Running, the endpoint the prober probes."""
-        old = phase_since(self.store.phase_of(p.key))
+        old = phase_since(read.phase)
         since = old[1] if old is not None and old[0] == p.status.phase else now
         endpoint = None
         if p.status.phase == RUNNING and p.status.ip:
@@ -243,22 +269,23 @@ class Reconciler:
                                    "provider": p.spec.provider, "region": pl.region, "zone": pl.zone, "instance": p.status.provider_id,
                                    "pool": p.pool},
                                   separators=(",", ":"))
-        self.store.set_state(p.key, f"{p.status.phase}|{since:.3f}", endpoint)
+        tail.set_state(f"{p.status.phase}|{since:.3f}", endpoint)
 
-    def _send(self, p: Proxy, call: Call, env: Env, cloud_init: str) -> str:
+    def _send(self, p: Proxy, call: Call, env: Env, cloud_init: str, tail: Tail) -> str:
         provider, timeout, grace = p.spec.provider, self.timing.call_timeout, self.timing.grace
         now = self.clock()
         doc = {"id": uuid.uuid4().hex, "op": call.op, "provider": provider, "uid": p.uid, "specHash": env.spec_hash or "",
                "release": call.release_on_success, "deadline": now + timeout}
-        state = self.store.begin_call(p.key, provider, json.dumps(doc), timeout + grace, self.timing.max_calls, now)
+        token = uuid.uuid4().hex if call.op == rules.CREATE else ""
+        # a create's text is staged with the call for its timeout: the message expires then too, no reader after
+        state = self.store.begin_call(p.key, provider, json.dumps(doc), timeout + grace, self.timing.max_calls, now,
+                                      cloud_init=(token, cloud_init, timeout) if token else None)
         if state == "busy":
-            self.store.schedule(p.key, now + timeout + grace)
+            tail.schedule(now + timeout + grace)
         if state != "ok":
             return state
         kwargs: dict[str, Any] = {"provider": provider, "timeout": timeout, "attempt": env.failures + 1}
         if call.op == rules.CREATE:
-            token = uuid.uuid4().hex
-            self.store.stage_cloud_init(token, cloud_init, timeout)  # the message expires then too: no reader after
             pl = p.spec.placement
             kwargs.update(name=name_from_uid(p.uid), uid=p.uid, namespace=p.namespace, proxy_name=p.name,
                           region=pl.region, zone=pl.zone, machine_type=pl.machine_type, image=pl.image,
@@ -270,7 +297,7 @@ class Reconciler:
         except Exception:
             self.store.cancel_call(p.key, provider)
             raise
-        self.store.schedule(p.key, now + timeout + grace)  # if its answer never comes
+        tail.schedule(now + timeout + grace)  # if its answer never comes
         log.debug("provider call sent", extra={"fields": {"proxy": p.key, "op": call.op, "provider": provider}})
         return "sent"
 
@@ -286,9 +313,16 @@ class Reconciler:
             body = json.dumps(CallOutcome(  # a Transient, backed off as the call's own would be
                 False, provider, op if isinstance(op, str) else "", attempt, error_class=ErrorClass.TRANSIENT,
                 step=Retry(backoff(attempt)), message=f"answer too large ({len(body)} bytes)").to_message())
-        if not self.store.finish_call(key, call_id, provider, body, self.clock()):
+        ready = self.objects.ready()
+        kept, read = self.store.finish_call(key, call_id, provider, body, self.clock(),
+                                            step=(self.owner, CLAIM_TTL, self.objects.in_store) if ready else None)
+        if not kept:
             return "stale"
-        return self.reconcile(key)
+        if not ready:
+            return "not-ready"  # due now: the loop takes it once the objects are listed
+        if read is None:
+            return "claimed"  # the replica holding it takes the answer next (it is due now)
+        return self._step(key, read)  # begun in the same round trip that kept the answer
 
     # -- the steady state: one list per provider ---------------------------------------------
 

@@ -104,8 +104,7 @@ def start(stop: threading.Event) -> list[threading.Thread]:
         objects.claim()  # ScopeConflict when another installation serves one of its namespaces: start-up fails
 
     def changed(keys: Any) -> None:
-        for key in keys:
-            rec.store.schedule(key, rec.clock())
+        rec.store.schedule_now(keys, rec.clock())  # one command for all (a new fleet's manifest: every Proxy)
         rec.wake.set()
 
     threads = [threading.Thread(target=objects.run, args=(stop, changed), name="fleet-proxy-source", daemon=True),

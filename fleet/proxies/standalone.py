@@ -72,16 +72,30 @@ class Standalone:
         self._seen = ""
         self.again = False  # the last sync left a declared Proxy to declare again (its old one still deleting)
         self._texts: dict[str, str] = {}  # inline cloud-init by SHA-256, as the last sync read it
+        self._decoded: dict[str, tuple[bytes | str, Proxy]] = {}  # key → (stored form, its Proxy): each parsed once
+        # the last sync's read: (the files' fingerprint before it, the documents of other kinds, the problems),
+        # so the ProxyPool loop parses a fleet's manifests only once per change (fleet.pools.standalone)
+        self.parsed: tuple[str, list[Other], list[ManifestError]] | None = None
 
     # -- Objects --------------------------------------------------------------------
+
+    in_store = True  # the reconciler reads an object with the rest of its step, and `decode`s it
 
     def ready(self) -> bool:
         return True  # the objects are in Redis: what it holds is what there is
 
     def get(self, key: str) -> Proxy | None:
-        raw = self.store.object(key)
+        return self.decode(key, self.store.object(key))
+
+    def decode(self, key: str, raw: bytes | str | None) -> Proxy | None:
+        """A stored object (None when absent or unreadable). The last form read of each key is kept with its
+        Proxy, so an object that did not change is not parsed again."""
         if raw is None:
+            self._decoded.pop(key, None)
             return None
+        hit = self._decoded.get(key)
+        if hit is not None and hit[0] == raw:
+            return hit[1]
         try:
             p = decode(raw, source=f"redis {key}")
         except (ValueError, ManifestError) as exc:  # a hand-edited or corrupt entry: say so, treat as absent
@@ -91,13 +105,19 @@ class Standalone:
         if text is not None:  # stored with its text by an older version: the next write (sync's first) stores the digest
             p = stored_form(p, "")
             self._texts.setdefault(InlineDigest.of(text).sha256, text)
+        self._decoded[key] = (raw, p)
         return p
 
     def keys(self) -> list[str]:
-        return sorted(self.store.objects())
+        return sorted(self.store.object_keys())
 
     def all(self) -> list[Proxy]:
-        return [p for k in self.keys() if (p := self.get(k)) is not None]
+        return self._all(self.store.objects())
+
+    def _all(self, stored: Mapping[str, bytes | str]) -> list[Proxy]:
+        for gone in set(self._decoded) - set(stored):  # the memo is shared by the loop's and the tasks' threads
+            self._decoded.pop(gone, None)
+        return [p for k in sorted(stored) if (p := self.decode(k, stored[k])) is not None]
 
     def write_status(self, p: Proxy, status: ProxyStatus) -> Proxy:
         return self._put(dataclasses.replace(p, status=status), p.resource_version)
@@ -174,7 +194,9 @@ class Standalone:
 
     def sync(self) -> list[str]:
         """Bring Redis in line with the manifests; the keys that changed."""
+        fp = fingerprint(self.path)  # before the read: a file changed during it reads as changed next time
         declared, others, errors = load_all(self.path)
+        self.parsed = (fp, others, errors)
         before = self._texts
         self._texts = {InlineDigest.of(t).sha256: t for d in declared if (t := d.proxy.spec.cloud_init.inline) is not None}
         self._texts.update({InlineDigest.of(t).sha256: t for t in template_texts(others)})  # the pools' members'
@@ -182,15 +204,17 @@ class Standalone:
         changed = []
         self.again = False
         wanted = {d.proxy.key: d for d in declared}
-        members = {p.key for p in self.all() if POOL_OWNER in p.annotations}
+        stored = self.store.objects()  # one read of them all; a write that loses a race reads its object again
+        current = {p.key: p for p in self._all(stored)}
+        members = {k for k, p in current.items() if POOL_OWNER in p.annotations}
         for key, d in wanted.items():
             if POOL_OWNER in d.proxy.annotations:
                 refused.append(d.error(f"metadata.annotations.{POOL_OWNER}", "is set by fleet on ProxyPool members only"))
             elif key in members:
                 refused.append(d.error("metadata.name", f"{key} is a ProxyPool member's name; declare another"))
-            elif self._merge(key, d, refused, before):
+            elif self._merge(key, d, refused, before, current.get(key)):
                 changed.append(key)
-        for key in self.keys():  # a pool's member is the pool loop's to delete (fleet.pools.standalone)
+        for key in sorted(stored):  # a pool's member is the pool loop's to delete (fleet.pools.standalone)
             if key not in wanted and key not in members and not errors and self.retire(key):
                 changed.append(key)
         self.errors = errors + refused
@@ -201,10 +225,12 @@ class Standalone:
         self.store.mark_synced(self.clock())  # every declared Proxy is in Redis now (GC's live set)
         return changed
 
-    def _merge(self, key: str, d: Declared, refused: list[ManifestError], texts_before: Mapping[str, str]) -> bool:
+    def _merge(self, key: str, d: Declared, refused: list[ManifestError], texts_before: Mapping[str, str],
+               first: Proxy | None) -> bool:
+        """`first`: the object as sync read it (its first try); a try that loses a race reads it again."""
         declared = stored_form(d.proxy, d.file)
-        for _ in range(CAS_RETRIES):
-            cur = self.get(key)
+        for attempt in range(CAS_RETRIES):
+            cur = first if attempt == 0 else self.get(key)
             if cur is None:
                 new = dataclasses.replace(declared, uid=self.uid_of(key), generation=1, status=ProxyStatus(),
                                           finalizers=(),

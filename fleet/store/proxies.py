@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -24,27 +25,84 @@ import redis
 from fleet.store import keys
 from fleet.store.results import Raw
 
-# KEYS: call, slots, waiters. ARGV: key, doc, call TTL (ms), slot limit, now, slot expiry.
-# Returns 'busy' (a call in flight for this Proxy), 'full' (the provider's slots
-# are taken: the Proxy waits in line, and the next freed slot makes it due) or
-# 'ok' (recorded: the caller sends the message now).
+# KEYS: call, slots, waiters, cloud-init. ARGV: key, doc, call TTL (ms), slot limit, now, slot expiry,
+# '1' to stage a create's cloud-init, its text, its TTL (ms).
+# Returns 'busy' (a call in flight for this Proxy), 'full:<place>' (the provider's
+# slots are taken: the Proxy waits in line, 0 first, and the next freed slot makes
+# the first due) or 'ok' (recorded, and a create's cloud-init staged for the
+# call's TTL: the caller sends the message now).
 _BEGIN = """
 if redis.call('exists', KEYS[1]) == 1 then return 'busy' end
 redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[5])
 if redis.call('zscore', KEYS[2], ARGV[1]) == false and redis.call('zcard', KEYS[2]) >= tonumber(ARGV[4]) then
   redis.call('zadd', KEYS[3], 'NX', ARGV[5], ARGV[1])
-  return 'full'
+  return 'full:' .. redis.call('zrank', KEYS[3], ARGV[1])
 end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('zadd', KEYS[2], ARGV[6], ARGV[1])
 redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if ARGV[7] == '1' then redis.call('set', KEYS[4], ARGV[8], 'PX', ARGV[9]) end
 return 'ok'
 """
 
-# KEYS: call, slots, outcome, due, waiters. ARGV: key, call id, outcome JSON, now.
+# One reconcile step's reads and writes, a round trip each (issue 24: a command
+# per fact was 54% of the controller's time).
+#
+# KEYS: claim, due, objects, call, outcome, failures, verdicts, phases. ARGV: owner,
+# claim TTL (ms), key, '1' to read the standalone object. Claims the Proxy (nil when
+# another replica holds it), takes it off the due set and answers what the step
+# reads: {1, object, call, outcome, failures, verdict, phase} (each nil when absent).
+_STEP_BEGIN_FN = """
+local function begin_step(KEYS, ARGV)
+  if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+  redis.call('zrem', KEYS[2], ARGV[3])
+  local obj = false
+  if ARGV[4] == '1' then obj = redis.call('hget', KEYS[3], ARGV[3]) end
+  return {1, obj, redis.call('get', KEYS[4]), redis.call('get', KEYS[5]), redis.call('hget', KEYS[6], ARGV[3]),
+          redis.call('hget', KEYS[7], ARGV[3]), redis.call('hget', KEYS[8], ARGV[3])}
+end
+"""
+_STEP_BEGIN = _STEP_BEGIN_FN + "return begin_step(KEYS, ARGV)\n"
+
+# KEYS: claim, due, phases, endpoints, failures, outcome, verdicts. ARGV: owner, key,
+# the step's writes in order (JSON, `Tail`), then the claim released if still ours:
+#   ["due", at]                    due at `at` unless due sooner (ZADD LT)
+#   ["state", phase, endpoint]     the phase (`phase|since`); the endpoint document, '' removes it
+#   ["applied", outcome, failures] the outcome dropped if it is still `outcome` (''
+#                                  none); failures '-' left, '' cleared, else stored
+#   ["forget"]                     everything kept for the Proxy
+_STEP_END = """
+for _, op in ipairs(cjson.decode(ARGV[3])) do
+  local kind = op[1]
+  if kind == 'due' then
+    redis.call('zadd', KEYS[2], 'LT', op[2], ARGV[2])
+  elseif kind == 'state' then
+    redis.call('hset', KEYS[3], ARGV[2], op[2])
+    if op[3] == '' then redis.call('hdel', KEYS[4], ARGV[2]) else redis.call('hset', KEYS[4], ARGV[2], op[3]) end
+  elseif kind == 'applied' then
+    if op[2] ~= '' and redis.call('get', KEYS[6]) == op[2] then redis.call('del', KEYS[6]) end
+    if op[3] == '' then redis.call('hdel', KEYS[5], ARGV[2]) elseif op[3] ~= '-' then redis.call('hset', KEYS[5], ARGV[2], op[3]) end
+  elseif kind == 'forget' then
+    redis.call('zrem', KEYS[2], ARGV[2])
+    redis.call('del', KEYS[6])
+    redis.call('hdel', KEYS[5], ARGV[2])
+    redis.call('hdel', KEYS[3], ARGV[2])
+    redis.call('hdel', KEYS[4], ARGV[2])
+    redis.call('hdel', KEYS[7], ARGV[2])
+  end
+end
+if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
+return 1
+"""
+
+# KEYS: call, slots, outcome, due, waiters, then _STEP_BEGIN's (claim, due, objects, call,
+# outcome, failures, verdicts, phases). ARGV: key, call id, outcome JSON, now, then
+# _STEP_BEGIN's (owner, claim TTL, key, read object) or '' for none.
 # Only the answer to the call in flight is kept (a late one for a call that
 # lapsed is dropped): stored with its call, the call and slot cleared, the
-# Proxy due now, and so is the first Proxy waiting for a slot. 1 when kept.
+# Proxy due now, and so is the first Proxy waiting for a slot. 0 when dropped;
+# when kept, {1} and, with the step's ARGV, what `_STEP_BEGIN` answers after it
+# (the step that applies the answer begins in the same round trip).
 _FINISH = """
 local cur = redis.call('get', KEYS[1])
 if not cur then return 0 end
@@ -59,13 +117,11 @@ if next[1] then
   redis.call('zrem', KEYS[5], next[1])
   redis.call('zadd', KEYS[4], ARGV[4], next[1])
 end
-return 1
-"""
-
-# KEYS: claim. ARGV: owner. Deletes the claim only if it is still ours.
-_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0
+if ARGV[5] == '' then return {1} end
+local step = begin_step({KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]},
+                        {ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
+if not step then return {1} end
+return {1, unpack(step)}
 """
 
 # KEYS: objects hash. ARGV: key, expected resourceVersion ('' = must not exist), new doc
@@ -122,12 +178,69 @@ return tostring(doc['at'])
 """
 
 
+@dataclass(frozen=True)
+class StepRead:
+    """What one reconcile step reads, in the round trip that claims the Proxy (`Proxies.begin_step`)."""
+
+    object: Raw = None  # the standalone object (None when not asked for, or absent)
+    call: Raw = None  # the call in flight
+    outcome: Raw = None  # its answer not yet applied
+    failures: Raw = None  # failed calls in a row (`failures_of` reads it)
+    verdict: Raw = None  # the prober's verdict
+    phase: Raw = None  # `phase|since` as last published
+
+
+@dataclass
+class Tail:
+    """A step's writes that need no answer, kept in order and sent with the
+    claim's release in one round trip (`Proxies.end_step`)."""
+
+    ops: list[list[str]] = field(default_factory=list)
+
+    def schedule(self, at: float) -> None:
+        """Due at `at`, unless it is already due sooner."""
+        self.ops.append(["due", repr(at)])
+
+    def set_state(self, phase: str, endpoint: str | None) -> None:
+        """The Proxy's phase (`phase|since` as the reconciler encodes it) and, while it is Running, its
+        endpoint document (what the prober probes and a list is diffed against); None removes the endpoint."""
+        self.ops.append(["state", phase, endpoint or ""])
+
+    def applied(self, outcome: Raw, failures: int | None, spec_hash: str = "") -> None:
+        """The outcome was acted on: drop it (only if no newer one came) and keep the count of failures in a
+        row (None: leave it; 0: a success ends the run), tied to the spec hash it was counted under
+        (`failures_of` reads 0 once the spec moves)."""
+        if outcome is None and failures is None:
+            return
+        text = keys.text(outcome) if outcome is not None else ""
+        self.ops.append(["applied", text, "-" if failures is None else f"{failures}|{spec_hash}" if failures else ""])
+
+    def forget(self) -> None:
+        """The Proxy is gone: everything kept for it (its call's slot lapses by itself)."""
+        self.ops.append(["forget"])
+
+
+def failures_of(raw: Raw, spec_hash: str = "") -> int:
+    """A stored count of failed calls in a row, under this spec hash (a count kept under another hash is a run
+    the spec change ended: 0)."""
+    if raw is None:
+        return 0
+    count, sep, counted_under = keys.text(raw).partition("|")
+    if sep and counted_under != spec_hash:
+        return 0
+    try:
+        return max(0, int(count))
+    except ValueError:
+        return 0
+
+
 class Proxies:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
         self._begin = client.register_script(_BEGIN)
-        self._finish = client.register_script(_FINISH)
-        self._release = client.register_script(_RELEASE)
+        self._step_begin = client.register_script(_STEP_BEGIN)
+        self._step_end = client.register_script(_STEP_END)
+        self._finish = client.register_script(_STEP_BEGIN_FN + _FINISH)
         self._put_object = client.register_script(_PUT_OBJECT)
         self._begin_list = client.register_script(_BEGIN_LIST)
         self._mark_list = client.register_script(_MARK_LIST)
@@ -153,31 +266,48 @@ class Proxies:
         if mapping:
             self._redis.zadd(keys.PX_DUE, mapping, lt=True)
 
-    def unschedule(self, key: str) -> None:
-        self._redis.zrem(keys.PX_DUE, key)
-
     def next_due(self) -> float | None:
         got = self._redis.zrange(keys.PX_DUE, 0, 0, withscores=True)
         return float(got[0][1]) if got else None
 
+    # -- one reconcile step: a round trip to start it, one to end it ---------------------------
+
+    def begin_step(self, key: str, owner: str, ttl: float, read_object: bool) -> StepRead | None:
+        """Claim the Proxy for one step (None: another replica holds it), take it off the due set, and read
+        what the step needs (its standalone object too, with `read_object`)."""
+        got: Any = self._step_begin(
+            keys=[keys.PX_CLAIM + key, keys.PX_DUE, keys.PX_OBJECTS, keys.PX_CALL + key, keys.PX_OUTCOME + key,
+                  keys.PX_FAILURES, keys.PROBE_VERDICTS, keys.PX_PHASE],
+            args=[owner, max(1, int(ttl * 1000)), key, "1" if read_object else ""])
+        if not got:
+            return None
+        return StepRead(*got[1:7])
+
+    def end_step(self, key: str, owner: str, tail: Tail) -> None:
+        """The step's writes (`Tail`) in order, then its claim released (if still `owner`'s)."""
+        self._step_end(keys=[keys.PX_CLAIM + key, keys.PX_DUE, keys.PX_PHASE, keys.PX_ENDPOINTS, keys.PX_FAILURES,
+                             keys.PX_OUTCOME + key, keys.PROBE_VERDICTS],
+                       args=[owner, key, json.dumps(tail.ops, separators=(",", ":"), ensure_ascii=False)])
+
     # -- one replica per Proxy -------------------------------------------------------
 
     def claim(self, key: str, owner: str, ttl: float) -> bool:
+        """Hold the Proxy as `owner` for `ttl` s, as `begin_step` does (another replica's claim, in tests)."""
         return bool(self._redis.set(keys.PX_CLAIM + key, owner, nx=True, px=max(1, int(ttl * 1000))))
-
-    def release(self, key: str, owner: str) -> None:
-        self._release(keys=[keys.PX_CLAIM + key], args=[owner])
 
     # -- provider calls ------------------------------------------------------------------
 
-    def begin_call(self, key: str, provider: str, doc: str, ttl: float, limit: int, now: float) -> str:
-        """'ok' (recorded), 'busy' (one in flight for this Proxy) or 'full' (the provider's limit)."""
-        got = self._begin(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_WAITING + provider],
-                          args=[key, doc, max(1, int(ttl * 1000)), limit, repr(now), repr(now + ttl)])
+    def begin_call(self, key: str, provider: str, doc: str, ttl: float, limit: int, now: float,
+                   cloud_init: tuple[str, str, float] | None = None) -> str:
+        """'ok' (recorded), 'busy' (one in flight for this Proxy) or 'full:<place in line>' (the provider's
+        limit; 0 is next). With `cloud_init` (token, text, TTL s), a create's text is staged on 'ok', readable
+        once (`take_cloud_init`) for the TTL at most."""
+        token, text, text_ttl = cloud_init if cloud_init is not None else ("", "", 0.0)
+        got = self._begin(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_WAITING + provider,
+                                keys.CLOUD_INIT + token],
+                          args=[key, doc, max(1, int(ttl * 1000)), limit, repr(now), repr(now + ttl),
+                                "1" if cloud_init is not None else "", text, max(1, int(text_ttl * 1000))])
         return keys.text(got) if isinstance(got, (bytes, str)) else str(got)
-
-    def call(self, key: str) -> Raw:
-        return self._redis.get(keys.PX_CALL + key)
 
     def cancel_call(self, key: str, provider: str) -> None:
         """The message could not be sent: free the Proxy and the slot."""
@@ -186,46 +316,29 @@ class Proxies:
         pipe.zrem(keys.PX_SLOTS + provider, key)
         pipe.execute()
 
-    def finish_call(self, key: str, call_id: str, provider: str, outcome: str, now: float) -> bool:
-        return bool(self._finish(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE,
-                                       keys.PX_WAITING + provider],
-                                 args=[key, call_id, outcome, repr(now)]))
+    def finish_call(self, key: str, call_id: str, provider: str, outcome: str, now: float,
+                    step: tuple[str, float, bool] | None = None) -> tuple[bool, StepRead | None]:
+        """Keep the answer if it is the call in flight's (False: dropped). With `step` (owner, claim TTL,
+        read the object), the step that applies it begins in the same round trip, as `begin_step`: its
+        reads, or None when another replica holds the Proxy."""
+        owner, ttl, read_object = step if step is not None else ("", 0.0, False)
+        got: Any = self._finish(
+            keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE, keys.PX_WAITING + provider,
+                  keys.PX_CLAIM + key, keys.PX_DUE, keys.PX_OBJECTS, keys.PX_CALL + key, keys.PX_OUTCOME + key,
+                  keys.PX_FAILURES, keys.PROBE_VERDICTS, keys.PX_PHASE],
+            args=[key, call_id, outcome, repr(now), owner, max(1, int(ttl * 1000)) if step else "", key if step else "",
+                  "1" if read_object else ""])
+        if not got:
+            return False, None
+        return True, StepRead(*got[2:8]) if len(got) > 1 else None
 
     def in_flight(self, provider: str, now: float) -> int:
         return int(self._redis.zcount(keys.PX_SLOTS + provider, repr(now), "+inf"))
 
-    def outcome(self, key: str) -> Raw:
-        return self._redis.get(keys.PX_OUTCOME + key)
-
-    def applied(self, key: str, outcome: Raw, failures: int | None, spec_hash: str = "") -> None:
-        """The outcome was acted on: drop it (only if no newer one came) and keep the
-        count of failures in a row (None: leave it; 0: a success ends the run), tied
-        to the spec hash it was counted under (`failures` reads 0 once the spec moves)."""
-        if outcome is None and failures is None:
-            return
-        pipe = self._redis.pipeline()
-        if outcome is not None:
-            pipe.eval("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
-                      1, keys.PX_OUTCOME + key, outcome)
-        if failures:
-            pipe.hset(keys.PX_FAILURES, key, f"{failures}|{spec_hash}")
-        elif failures == 0:
-            pipe.hdel(keys.PX_FAILURES, key)
-        pipe.execute()
-
     def failures(self, key: str, spec_hash: str = "") -> int:
         """Failed calls in a row under this spec hash (a count kept under another hash is a
         run the spec change ended: 0)."""
-        raw = self._redis.hget(keys.PX_FAILURES, key)
-        if raw is None:
-            return 0
-        count, sep, counted_under = keys.text(raw).partition("|")
-        if sep and counted_under != spec_hash:
-            return 0
-        try:
-            return max(0, int(count))
-        except ValueError:
-            return 0
+        return failures_of(self._redis.hget(keys.PX_FAILURES, key), spec_hash)
 
     # -- a provider's resync list (one per interval, across replicas) --------------------------
 
@@ -254,20 +367,6 @@ class Proxies:
         self._redis.hdel(keys.PX_LIST_FAILURES, provider)
 
     # -- what others read: the phase gauge, Running endpoints (the prober) ------------------------
-
-    def set_state(self, key: str, phase: str, endpoint: str | None) -> None:
-        """The Proxy's phase (`phase|since` as the reconciler encodes it) and, while it is
-        Running, its endpoint document (`{"uid","ip","port"}`); None removes the endpoint."""
-        pipe = self._redis.pipeline()
-        pipe.hset(keys.PX_PHASE, key, phase)
-        if endpoint is None:
-            pipe.hdel(keys.PX_ENDPOINTS, key)
-        else:
-            pipe.hset(keys.PX_ENDPOINTS, key, endpoint)
-        pipe.execute()
-
-    def phase_of(self, key: str) -> Raw:
-        return self._redis.hget(keys.PX_PHASE, key)
 
     def endpoints(self) -> dict[str, bytes | str]:
         """Every Running Proxy's endpoint document, by key (the prober's work list)."""
@@ -300,22 +399,7 @@ class Proxies:
         """Every Proxy's `phase|since` as the reconciler stored it, by key."""
         return {keys.text(k): v for k, v in self._redis.hgetall(keys.PX_PHASE).items()}
 
-    def forget(self, key: str) -> None:
-        """The Proxy is gone: everything kept for it (its call's slot lapses by itself)."""
-        pipe = self._redis.pipeline()
-        pipe.zrem(keys.PX_DUE, key)
-        pipe.delete(keys.PX_OUTCOME + key)
-        pipe.hdel(keys.PX_FAILURES, key)
-        pipe.hdel(keys.PX_PHASE, key)
-        pipe.hdel(keys.PX_ENDPOINTS, key)
-        pipe.hdel(keys.PROBE_VERDICTS, key)
-        pipe.execute()
-
     # -- cloud-init, staged for one create -------------------------------------------------------
-
-    def stage_cloud_init(self, token: str, text: str, ttl: float) -> None:
-        """The text for one create, readable once (`take_cloud_init`) for `ttl` seconds at most."""
-        self._redis.set(keys.CLOUD_INIT + token, text, px=max(1, int(ttl * 1000)))
 
     def take_cloud_init(self, token: str) -> Raw:
         """The staged text, deleted as it is read (GETDEL, Redis >= 6.2): a
@@ -327,6 +411,10 @@ class Proxies:
 
     def objects(self) -> dict[str, bytes | str]:
         return {keys.text(k): v for k, v in self._redis.hgetall(keys.PX_OBJECTS).items()}
+
+    def object_keys(self) -> list[str]:
+        """The standalone objects' keys (HKEYS: not their documents)."""
+        return [keys.text(k) for k in self._redis.hkeys(keys.PX_OBJECTS)]
 
     def object(self, key: str) -> Raw:
         return self._redis.hget(keys.PX_OBJECTS, key)

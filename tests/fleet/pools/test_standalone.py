@@ -174,3 +174,39 @@ def test_members_carry_the_pool_label_for_get_px_and_the_lease_filter(pw):
     assert sorted(k.split("/")[1] for k, e in eps.items() if e.get("pool") == "web") == members(pw)
     assert all(pw.proxy(n).pool == "web" for n in members(pw))
     assert LABEL_POOL == "crawl.example.com/pool"
+
+
+def test_the_pool_loop_parses_changed_manifests_once_with_the_proxies_sync(pw, monkeypatch):
+    """Issue 24: a fleet's manifests are parsed once per change, by the Proxies' sync; the pool loop takes its
+    documents (waiting at most FOLLOW_WAIT for them), reads no Proxy while no pool exists, and parses itself
+    only when it follows nothing."""
+    from fleet.pools import standalone as pools_standalone
+    from fleet.proxies import standalone as proxies_standalone
+
+    parses = []
+    real = proxies_standalone.load_all
+    monkeypatch.setattr(proxies_standalone, "load_all", lambda path: parses.append("proxies") or real(path))
+    monkeypatch.setattr(pools_standalone, "load_all", lambda path: parses.append("pools") or real(path))
+    reads = []
+    monkeypatch.setattr(pw.objects, "all", lambda: reads.append(1) or [])
+    follower = InRedis(pw.store.pools, pw.objects, str(pw.dir), "test", clock=pw.clock, follow=True)
+    (pw.dir / "solo.yaml").write_text(manifest("solo"))
+    pw.objects.sync()
+    follower.list(None)  # the first pass: the sync's read
+    assert parses == ["proxies"] and reads == []  # no pool declared nor recorded: no Proxy read
+
+    (pw.dir / "web.yaml").write_text(pool_manifest(2))
+    assert follower.list(None).pools == []  # moved, not read by the sync yet: what it had
+    pw.objects.sync()
+    assert [o["metadata"]["name"] for o in follower.list(None).pools] == ["web"]
+    assert parses == ["proxies", "proxies"] and reads == [1]
+
+    alone = InRedis(pw.store.pools, pw.objects, str(pw.dir), "test", clock=pw.clock)  # as `fleet scale pool` builds it
+    (pw.dir / "web.yaml").write_text(pool_manifest(3))
+    assert alone.list(None).pools[0]["spec"]["replicas"] == 3
+    assert parses[-1] == "pools"
+
+    monkeypatch.setattr(pools_standalone, "FOLLOW_WAIT", 0.0)
+    (pw.dir / "web.yaml").write_text(pool_manifest(4) + "# a longer file: another size\n")
+    assert follower.list(None).pools[0]["spec"]["replicas"] == 4  # the sync never came in time: read by itself
+    assert parses[-1] == "pools"

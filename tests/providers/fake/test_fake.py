@@ -260,3 +260,22 @@ def test_concurrent_processes_share_the_file_without_losing_a_create(tmp_path):
 def test_the_state_file_must_be_an_absolute_path(path):
     with pytest.raises(ValidationError, match="absolute path"):
         FakeConfig(stateFile=path)
+
+
+def test_the_faults_file_fails_the_ops_it_names_while_it_does(tmp_path):
+    faults = tmp_path / "faults.json"
+    p = new("f", FakeConfig(faultsFile=str(faults)))
+    pid = p.create(_request(), Deadline.after(5))  # no file: nothing fails
+    faults.write_text('{"list": "Transient", "get": "NotFound"}')
+    with pytest.raises(base.Transient, match="injected fault"):
+        p.list_by_tag(Deadline.after(5))
+    with pytest.raises(base.NotFound):
+        p.get(pid, Deadline.after(5))
+    p.delete(pid, Deadline.after(5))  # not named: runs
+    faults.write_text("")
+    assert p.list_by_tag(Deadline.after(5)) == []
+    faults.write_text('{"list": "Sometimes"}')  # not a fault it knows: every call says so, none runs unfaulted
+    with pytest.raises(base.Permanent, match="faultsFile"):
+        p.create(_request("proxy-b"), Deadline.after(5))
+    faults.unlink()
+    assert p.list_by_tag(Deadline.after(5)) == []
