@@ -49,7 +49,7 @@ def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
     return task_message_handler
 
 
-MAX_LIST_BYTES = 4 << 20  # one resync list's answer (as GC's, tasks.gc.MAX_ANSWER_BYTES)
+MAX_LIST_BYTES = 16 << 20  # one resync list's answer: ~50,000 instances of ~260 bytes (base64 counted); decoded once a minute
 
 
 def list_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
@@ -60,7 +60,8 @@ def list_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
     def task_message_handler(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> Any:
         size = len(message.body or b"")
         if size > MAX_LIST_BYTES:
-            log.warning("dropped a resync list answer of %d bytes (at most %d)", size, MAX_LIST_BYTES)
+            log.error("dropped a resync list answer of %d bytes (at most %d): that provider's Running Proxies go unchecked "
+                      "until its instances fit", size, MAX_LIST_BYTES)
             ack(log, consumer.connection_errors)
             return None
         return handle(message, body, ack, reject, callbacks, **kw)
