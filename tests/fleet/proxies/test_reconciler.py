@@ -6,6 +6,7 @@ on a fake provider, so outcomes have the real shape."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import fakeredis
@@ -39,6 +40,26 @@ class Clock:
         return self.t
 
 
+def staged_cloud_init(store: Store, ref: str) -> str:
+    """The cloud-init text a create's call staged, taken once (as the worker's GETDEL)."""
+    text = store.proxies.take_cloud_init(ref)
+    return text.decode() if text else ""
+
+
+def run_op(p: FakeProvider, op: str, kw: dict[str, Any], deadline: base.Deadline, cloud_init: Callable[[str], str]) -> Any:
+    """What a provider worker runs for one reconciler call (tasks/provider_calls.py), in-process on a fake;
+    `cloud_init(ref)` answers a create's staged text."""
+    if op == "create":
+        req = base.CreateRequest(kw["name"], kw["uid"], kw["namespace"], kw["proxy_name"],
+                                 cloud_init=cloud_init(kw["cloud_init_ref"]), port=int(kw["port"]))
+        return p.create(req, deadline)
+    if op == "get":
+        return calls.instance_dict(p.get(kw["provider_id"], deadline))
+    if op == "list":
+        return [calls.instance_dict(i) for i in p.list_by_tag(deadline)]
+    return p.delete(kw["provider_id"], deadline)
+
+
 class Worker:
     """Runs sent calls on a FakeProvider when told to (`drain`); can fail them."""
 
@@ -51,6 +72,12 @@ class Worker:
     def send(self, task: str, kwargs: dict[str, Any], link: dict[str, Any]) -> None:
         self.sent.append((task, dict(kwargs), link))
 
+    def take_cloud_init(self, store: Store) -> Callable[[str], str]:
+        def take(ref: str) -> str:
+            self.cloud_init.append(staged_cloud_init(store, ref))
+            return self.cloud_init[-1]
+        return take
+
     def run(self, rec: Reconciler, store: Store) -> list[str]:
         ran = []
         while self.sent:
@@ -61,15 +88,7 @@ class Worker:
             def fn(p: FakeProvider, deadline: base.Deadline, op: str = op, kw: dict[str, Any] = kw) -> Any:
                 if op in self.fail:
                     raise base.wrap(self.fail[op], op, "edge", kw.get("provider_id", ""), "injected")
-                if op == "create":
-                    text = store.proxies.take_cloud_init(kw["cloud_init_ref"])
-                    self.cloud_init.append(text.decode() if text else "")
-                    req = base.CreateRequest(kw["name"], kw["uid"], kw["namespace"], kw["proxy_name"],
-                                             cloud_init=self.cloud_init[-1], port=int(kw["port"]))
-                    return p.create(req, deadline)
-                if op == "get":
-                    return calls.instance_dict(p.get(kw["provider_id"], deadline))
-                return p.delete(kw["provider_id"], deadline)
+                return run_op(p, op, kw, deadline, self.take_cloud_init(store))
 
             out = calls.call("edge", op, fn, timeout=5, attempt=kw["attempt"], build=lambda _: self.provider,
                              recorder=calls.CallMetrics())

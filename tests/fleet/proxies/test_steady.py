@@ -21,6 +21,7 @@ from fleet.proxies.standalone import Standalone
 from fleet.store import Store
 from providers import base
 from providers.fake import FakeConfig, FakeProvider
+from tests.fleet.proxies.test_reconciler import Clock, run_op, staged_cloud_init
 
 PROXY = """
 apiVersion: crawl.example.com/v1alpha1
@@ -32,14 +33,6 @@ spec:
 """
 PROVIDERS = ("edge", "core")
 RESYNC = 60.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Worker:
@@ -69,16 +62,7 @@ class Worker:
             def fn(p: FakeProvider, deadline: base.Deadline, op: str = op, kw: dict[str, Any] = kw, name: str = name) -> Any:
                 if op in self.fail:
                     raise base.wrap(self.fail[op], op, name, kw.get("provider_id", ""), "injected")
-                if op == "create":
-                    text = self.store.proxies.take_cloud_init(kw["cloud_init_ref"])
-                    req = base.CreateRequest(kw["name"], kw["uid"], kw["namespace"], kw["proxy_name"],
-                                             cloud_init=text.decode() if text else "", port=int(kw["port"]))
-                    return p.create(req, deadline)
-                if op == "get":
-                    return calls.instance_dict(p.get(kw["provider_id"], deadline))
-                if op == "list":
-                    return [calls.instance_dict(i) for i in p.list_by_tag(deadline)]
-                return p.delete(kw["provider_id"], deadline)
+                return run_op(p, op, kw, deadline, lambda ref: staged_cloud_init(self.store, ref))
 
             out = calls.call(name, op, fn, timeout=5, attempt=kw.get("attempt", 1), build=lambda _, name=name: self.providers[name],
                              recorder=calls.CallMetrics())
