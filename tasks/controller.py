@@ -19,7 +19,7 @@ from typing import Any
 from celery import signals
 from celery.worker.strategy import default as default_strategy
 
-from fleet.celery import roles, routing
+from fleet.celery import compression, roles, routing
 from fleet.celery.app import app
 from fleet.health import runtime as health
 from fleet.health.limits import LIMITS
@@ -49,7 +49,7 @@ def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
     return task_message_handler
 
 
-MAX_LIST_BYTES = 16 << 20  # one resync list's answer: ~50,000 instances of ~260 bytes (base64 counted); decoded once a minute
+MAX_LIST_BYTES = compression.MAX_INFLATED  # one resync list's answer as decoded (inflated): decoded once a minute
 
 
 def list_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:

@@ -19,17 +19,17 @@ from typing import Any
 from celery.worker.strategy import default as default_strategy
 
 from fleet import runtime
-from fleet.celery import routing
+from fleet.celery import compression, routing
 from fleet.celery.app import app
 from fleet.gc import metrics
 from fleet.gc import runtime as gc
 
 log = logging.getLogger("fleet.gc")
 
-# Bytes of one answer's body. Far above what the deployed Redis lets through
-# (proto-max-bulk-len 2mb refuses a larger message at publish), so this only
-# guards a Redis without that limit; the controller runs in 128Mi.
-MAX_ANSWER_BYTES = 4 << 20
+# Bytes of one answer's body as decoded: a list's comes compressed and is
+# inflated no further than this (fleet.celery.compression), an uncompressed
+# one (an older worker, a Redis without proto-max-bulk-len) is checked here.
+MAX_ANSWER_BYTES = compression.MAX_INFLATED
 MAX_ARG = 320
 
 

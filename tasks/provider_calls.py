@@ -20,7 +20,7 @@ from typing import Any
 from celery import signals
 
 from fleet import runtime
-from fleet.celery import calls, roles, routing
+from fleet.celery import calls, compression, roles, routing
 from fleet.celery.app import app
 from fleet.celery.calls import ProviderCallTask, instance_dict
 from providers.base import CreateRequest, Deadline, Permanent, Placement, Provider, Transient, wrap
@@ -68,8 +68,13 @@ def delete_instance(p: Provider, deadline: Deadline, provider_id: str) -> None:
 
 @app.task(name=LIST_INSTANCES, base=ProviderCallTask, op="list")
 def list_instances(p: Provider, deadline: Deadline) -> list[dict[str, Any]]:
-    """The managed instances (GC's input)."""
-    return [instance_dict(i) for i in p.list_by_tag(deadline)]
+    """The managed instances (GC's and the resync's input), measured before
+    they are sent: an answer too large for one message is `ListTooLarge`."""
+    listed = [instance_dict(i) for i in p.list_by_tag(deadline)]
+    why = compression.answer_problem(listed)
+    if why:
+        raise calls.ListTooLarge("list", p_name(p), "", f"{len(listed)} instances take {why}")
+    return listed
 
 
 @signals.worker_ready.connect

@@ -10,12 +10,13 @@ from __future__ import annotations
 from celery import Celery, signals
 
 from fleet import logs, runtime, tracing
-from fleet.celery import brokerfix, inspection, routing
+from fleet.celery import brokerfix, compression, inspection, routing
 from fleet.celery.conf import MESSAGING
 from fleet.store import target
 
 settings = runtime.settings()
 brokerfix.install()
+compression.install()
 assert inspection.provider_status is not None  # registers `celery inspect provider_status|provider_config`
 
 app = Celery("fleet", include=["tasks.checks", "tasks.controller", "tasks.provider_calls", "tasks.gc"])

@@ -77,6 +77,7 @@ MAX_ATTEMPT = 1_000_000
 MAX_ARG = 1024  # characters of one string argument (an id, a name)
 MAX_MESSAGE = 1024  # characters of an outcome's message
 LATCH_INVALID = "InvalidRequest"
+LATCH_TOO_LARGE = "ListTooLarge"  # a list's answer past what one message may take (fleet.celery.compression)
 MAX_RETRY = max(BACKOFF_MAX, QUOTA_RETRY)  # seconds: the longest `retry_after` a step may say
 # Seconds: a get answers in milliseconds, a GCP insert waits on its operation for minutes.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -225,13 +226,22 @@ class CallOutcome:
                    message=message[:MAX_MESSAGE + 64])  # room for `cut`'s "... (n characters)"
 
 
+class ListTooLarge(base.Permanent):
+    """A list whose answer would not fit in one message: the call worked, its
+    answer cannot travel. Its step is `Latch(LATCH_TOO_LARGE)`, so the
+    controller can tell it from a provider's own Permanent failure."""
+
+    kind = "answer too large"
+
+
 def succeeded(provider: str, op: str, attempt: int, value: Any) -> dict[str, Any]:
     return CallOutcome(True, provider, op, attempt, value).to_message()
 
 
 def failed(provider: str, op: str, attempt: int, exc: BaseException) -> dict[str, Any]:
     return CallOutcome(
-        False, provider, op, attempt, error_class=base.error_class(exc).label, step=next_step(exc, attempt),
+        False, provider, op, attempt, error_class=base.error_class(exc).label,
+        step=Latch(LATCH_TOO_LARGE) if isinstance(exc, ListTooLarge) else next_step(exc, attempt),
         message=cut(str(exc) if isinstance(exc, base.ProviderError) else f"{type(exc).__name__}: {exc}"),
     ).to_message()
 

@@ -10,6 +10,7 @@ from typing import Any
 from prometheus_client.registry import Collector
 
 from fleet import runtime
+from fleet.celery import compression
 from fleet.celery.app import app
 from fleet.config import ProvidersConfig
 from fleet.gc import live, metrics
@@ -19,8 +20,9 @@ from fleet.gc.sweep import Policy, Sweeper
 def send(task: str, kwargs: dict[str, Any], link_task: str, link_kwargs: dict[str, Any]) -> None:
     """A provider call on its provider's queue (placed by `fleet.celery.routing`), answered
     to `link_task`; it expires with its deadline, so a call nobody started in
-    time never runs late (the sweep has lapsed by then)."""
-    app.send_task(task, kwargs=kwargs, link=app.signature(link_task, kwargs=link_kwargs), expires=float(kwargs["timeout"]))
+    time never runs late (the sweep has lapsed by then). A list's answer comes compressed."""
+    link = app.signature(link_task, kwargs=link_kwargs, options=compression.link_options(task))
+    app.send_task(task, kwargs=kwargs, link=link, expires=float(kwargs["timeout"]))
 
 
 @functools.cache

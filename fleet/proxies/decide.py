@@ -453,6 +453,15 @@ def resync_diff(running: Iterable[RunningProxy], listed: Iterable[Instance], ask
     return sorted(due)
 
 
+def spread(keys: Iterable[str], start: float, span: float) -> dict[str, float]:
+    """Due times for `keys` spread evenly over [start, start + span), in key
+    order: a provider whose list cannot be answered gets its Gets paced
+    across the interval, never all at once."""
+    ordered = sorted(keys)
+    step = span / len(ordered) if ordered else 0.0
+    return {k: start + i * step for i, k in enumerate(ordered)}
+
+
 def list_retry(failures: int, interval: float) -> float:
     """When a provider's failed list is asked again: the call back-off
     (1 s doubling), never later than the next interval's list. Its Running

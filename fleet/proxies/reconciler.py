@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fleet.celery import routing
-from fleet.celery.calls import CallOutcome, OutcomeError, instance_from_dict
+from fleet.celery.calls import LATCH_TOO_LARGE, CallOutcome, OutcomeError, instance_from_dict
 from fleet.config import ProvidersConfig
 from fleet.proxies import decide as rules
 from fleet.proxies.decide import Call, Env, Outcome, Probe, RunningProxy, Step
@@ -61,7 +61,7 @@ from fleet.store import Proxies as ProxyStore
 from fleet.store.proxies import StepRead, Tail, failures_of
 from providers import registry
 from providers.base import ErrorClass, Instance, name_from_uid
-from providers.retry import Retry, backoff
+from providers.retry import Latch, Retry, backoff
 
 log = logging.getLogger("fleet.proxies")
 
@@ -361,6 +361,8 @@ class Reconciler:
             out = CallOutcome.from_message(outcome)
         except OutcomeError as exc:
             return self._list_failed(provider, list_id, f"an unreadable answer: {exc}")
+        if not out.ok and out.step == Latch(LATCH_TOO_LARGE):
+            return self._list_too_large(provider, out.message)
         if not out.ok or out.op != "list" or not isinstance(out.result, list):
             return self._list_failed(provider, list_id, out.message or "not a list")
         listed: list[Instance] = []
@@ -376,6 +378,18 @@ class Reconciler:
             self.wake.set()
             log.info("resync list: Proxies not vouched for are due", extra={"fields": {"provider": provider, "due": len(due)}})
         return f"listed: {len(due)} due"
+
+    def _list_too_large(self, provider: str, why: str) -> str:
+        """The provider answered, but more instances than one answer may carry:
+        each of its Running Proxies gets its own Get, spread over the interval
+        (the steady state before lists), and the next list comes at the interval."""
+        self.store.list_succeeded(provider)  # not an outage to back off from
+        keys = [p.key for p in self._running(provider)]
+        self.store.schedule_at(rules.spread(keys, self.clock(), self.timing.resync))
+        self.wake.set()
+        log.error("resync list too large for one answer; its Running Proxies get a Get each per interval instead",
+                  extra={"fields": {"provider": provider, "proxies": len(keys), "error": why[:300]}})
+        return f"too large: {len(keys)} due one by one"
 
     def _list_failed(self, provider: str, list_id: str, why: str) -> str:
         failures = self.store.list_failed(provider)

@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from fleet import kube, reload, runtime
-from fleet.celery import routing
+from fleet.celery import compression, routing
 from fleet.celery.app import app
 from fleet.config import ProvidersConfig
 from fleet.proxies.reconciler import Objects, Reconciler, Timing
@@ -33,9 +33,9 @@ def send(task: str, kwargs: dict[str, Any], link: dict[str, Any]) -> None:
 
 
 def send_list(kwargs: dict[str, Any], link: dict[str, Any]) -> None:
-    """A provider's resync list on its queue, answered to `fleet.record_proxy_list`; it expires with its deadline."""
-    app.send_task(routing.LIST_INSTANCES, kwargs=kwargs, link=app.signature(routing.RECORD_PROXY_LIST, kwargs=link),
-                  expires=float(kwargs["timeout"]))
+    """A provider's resync list on its queue, answered (compressed) to `fleet.record_proxy_list`; it expires with its deadline."""
+    answer = app.signature(routing.RECORD_PROXY_LIST, kwargs=link, options=compression.link_options(routing.LIST_INSTANCES))
+    app.send_task(routing.LIST_INSTANCES, kwargs=kwargs, link=answer, expires=float(kwargs["timeout"]))
 
 
 @functools.cache

@@ -16,7 +16,7 @@ document with a `resourceVersion` counter written by compare-and-set.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -262,9 +262,12 @@ class Proxies:
 
     def schedule_now(self, pending: Iterable[str], at: float) -> None:
         """Each key due at `at` unless due sooner (one command for all)."""
-        mapping = {k: at for k in pending}
-        if mapping:
-            self._redis.zadd(keys.PX_DUE, mapping, lt=True)
+        self.schedule_at({k: at for k in pending})
+
+    def schedule_at(self, due: Mapping[str, float]) -> None:
+        """Each key due at its time unless due sooner (one command for all)."""
+        if due:
+            self._redis.zadd(keys.PX_DUE, dict(due), lt=True)
 
     def next_due(self) -> float | None:
         got = self._redis.zrange(keys.PX_DUE, 0, 0, withscores=True)

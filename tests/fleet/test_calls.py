@@ -3,6 +3,7 @@ span, refusals — without a broker (the tasks run in this process)."""
 
 import json
 import math
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -291,3 +292,25 @@ def test_an_instance_that_is_not_one_is_refused_saying_why(raw, why):
     with pytest.raises(calls.OutcomeError) as e:
         calls.instance_from_dict(raw)
     assert why in str(e.value)
+
+
+def test_a_list_too_large_for_one_answer_is_a_failure_the_controller_can_tell(configured):
+    """A list past what one message may take in Redis (fleet.celery.compression.answer_problem)
+    is not sent to be refused at publish: it is a `ListTooLarge` outcome, latched
+    with its own reason, naming how many instances and bytes; one that fits is sent whole."""
+    from fleet.celery import compression
+    from tasks import provider_calls as t
+
+    fake = runtime.provider("edge")
+    deadline = Deadline.after(60)
+    for i in range(12_000):  # past the ~8,000 that filled 2mb uncompressed
+        fake.create(base.CreateRequest(name=f"proxy-{i:05d}", uid=str(uuid.uuid4())), deadline)
+    fits = t.list_instances.apply(kwargs={"provider": "edge", "timeout": 60}).get()
+    assert fits["ok"] and len(fits["result"]) == 12_000
+    assert compression.answer_problem(fits["result"]) is None
+    for i in range(12_000, 100_000):  # sequential names and one address compress better than a real backend's ids
+        fake.create(base.CreateRequest(name=f"proxy-{i:05d}", uid=str(uuid.uuid4())), deadline)
+    out = t.list_instances.apply(kwargs={"provider": "edge", "timeout": 60}).get()
+    assert not out["ok"] and out["error_class"] == "permanent" and out["step"] == {"latch": calls.LATCH_TOO_LARGE}
+    assert "100000 instances take" in out["message"] and "more than the" in out["message"]
+    assert calls.CallOutcome.from_message(out).step == Latch(calls.LATCH_TOO_LARGE)

@@ -47,9 +47,9 @@ def wait_for(cond: Callable[[], object], timeout: float = 30, what: str = "condi
 
 
 class RedisServer:
-    """redis-server on a free loopback port: without persistence (the default), or `persistent` (AOF with
-    `--appendfsync everysec` in workdir/redis-data, as deploy/redis and the demo run it), which `restart`
-    SIGKILLs and starts again on the same port and directory."""
+    """redis-server on a free loopback port, with deploy/redis' bound on one bulk string (2mb): without
+    persistence (the default), or `persistent` (AOF with `--appendfsync everysec` in workdir/redis-data, as
+    deploy/redis and the demo run it), which `restart` SIGKILLs and starts again on the same port and directory."""
 
     def __init__(self, workdir: Path, persistent: bool = False) -> None:
         self.persistent = persistent
@@ -67,7 +67,8 @@ class RedisServer:
         data.mkdir(exist_ok=True)
         persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence, "--dir", str(data)],
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *persistence, "--dir", str(data),
+             "--proto-max-bulk-len", "2mb"],  # as deployed: a message over it is refused, as a deployment refuses it
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent,
         )
         wait_for(self.ping, 10, "redis-server to answer")

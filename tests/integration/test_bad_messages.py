@@ -169,7 +169,9 @@ def huge_result(targets):
 def test_a_25_mb_message_is_refused_before_its_body_is_decoded(redis_server, make_stack):
     """The issue's 200k-target message (25 MB) had taken the controller to 530 MB:
     now its body is never decoded, it is acked and counted, and the next
-    message is served. kombu still reads the whole envelope (see the next test)."""
+    message is served. kombu still reads the whole envelope (see the next test).
+    This Redis is one without the deployed bulk bound, as a user's may be."""
+    redis_server.client().config_set("proto-max-bulk-len", str(512 * 2**20))
     port = free_port()
     stack = make_stack(redis_server.url, FAILING, FLEET_METRICS_BIND_ADDRESS=f"127.0.0.1:{port}")
     ctl = stack.controller()
@@ -195,7 +197,7 @@ def test_with_redis_bulk_limit_the_controller_stays_under_128mi(redis_server, ma
     a 25 MB message is refused at publish, and the largest one Redis takes is
     dropped by the body check with the controller's peak under its 128Mi limit."""
     r = redis_server.client()
-    r.config_set("proto-max-bulk-len", str(2 * 2**20))
+    assert r.config_get("proto-max-bulk-len") == {"proto-max-bulk-len": str(2 * 2**20)}  # the test server's, as deployed
     port = free_port()
     stack = make_stack(redis_server.url, FAILING, FLEET_METRICS_BIND_ADDRESS=f"127.0.0.1:{port}")
     ctl = stack.controller()
@@ -212,3 +214,35 @@ def test_with_redis_bulk_limit_the_controller_stays_under_128mi(redis_server, ma
     print(f"\ncontroller peak RSS with proto-max-bulk-len 2mb: {peak:.0f} MiB")
     assert peak < 128, f"peak RSS {peak:.0f} MiB"
     assert "Traceback" not in stack.log("controller")
+
+
+def test_a_compressed_answer_is_never_inflated_past_its_bound(redis_server, make_stack):
+    """A list's answer comes compressed (fleet.celery.compression): a crafted one that would inflate
+    to 1 GiB from a few MB is dropped by the bounded decoder, the controller's peak RSS stays near
+    the largest body it may inflate, and the next message is served."""
+    import zlib
+
+    from fleet.celery import compression
+
+    compression.install()
+    port = free_port()
+    stack = make_stack(redis_server.url, FAILING, FLEET_METRICS_BIND_ADDRESS=f"127.0.0.1:{port}")
+    ctl = stack.controller()
+    stack.wait_ready("controller")
+    before = rss_mib(ctl.pid)
+    bomb = zlib.compressobj(9)
+    packed = bomb.compress(b"[" + b"0," * (512 << 20)) + bomb.flush()  # ~1 GiB of JSON in ~1 MB
+    assert len(packed) < 2 << 20
+    with stack.sender.connection_for_write() as conn:
+        producer = conn.Producer()
+        producer.publish(packed, routing_key=routing.CONTROLLER_QUEUE, content_type="application/json",
+                         content_encoding="utf-8", headers={"compression": compression.CODEC, "task": routing.RECORD_PROXY_LIST,
+                                                            "id": "bomb-1", "lang": "py", "argsrepr": "", "kwargsrepr": ""},
+                         retry=False)
+    wait_for(lambda: "inflates past" in stack.log("controller"), 60, "the bomb to be refused")
+    peak = rss_mib(ctl.pid, "VmHWM")
+    print(f"\ncontroller RSS before {before:.0f} MiB, peak after a 1 GiB compressed answer {peak:.0f} MiB")
+    assert peak - before < 2 * compression.MAX_INFLATED / 2**20 + 16, f"peak RSS {peak:.0f} MiB (before: {before:.0f} MiB)"
+    ok = {**huge_result(2), "checkedAt": time.time()}
+    stack.sender.send_task(routing.RECORD_CHECK, args=[ok], queue=routing.CONTROLLER_QUEUE)
+    wait_for(lambda: redis_server.client().get(keys.RESULT + "p"), 20, "the next message to be recorded")

@@ -6,7 +6,9 @@ each worker's /metrics, the calls it ran); an instance deleted behind
 fleet's back (from the fake's shared `stateFile`, as a backend would lose it)
 is found by the next list and created again; a provider whose list fails
 (the fake's `faultsFile`) keeps its Proxies Running, makes none of them due,
-and is asked again after a back-off that grows."""
+and is asked again after a back-off that grows. Redis bounds one message at
+2mb, as deployed: a list of 12,000 instances crosses it compressed, and one
+too large even so gets each of its Running Proxies a Get per interval."""
 
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ import json
 import re
 import time
 import urllib.request
+import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fleet.store import keys
+from providers.base import Instance, State
 from providers.fake import Table
 from tests.integration.conftest import free_port, wait_for
 
@@ -175,3 +180,69 @@ def test_a_failing_list_keeps_its_proxies_running_and_backs_off(lab):
     out = lab.fleet("get", "px", "-o", "json")
     assert out.returncode == 0, out.stderr
     assert {i["status"]["phase"] for i in json.loads(out.stdout)["items"]} == {"Running"}
+
+
+def crowd(stack, provider: str, n: int) -> None:
+    """`n` instances of another installation on the provider's backend (random ids, as a cloud's): listed, nobody's Proxy."""
+    now = datetime.now(UTC)
+    with Table(str(stack.tmp / f"{provider}.json")).open() as table:
+        for _ in range(n):
+            pid = f"fake/other-{uuid.uuid4().hex[:16]}"
+            table[pid] = Instance(pid, State.RUNNING, "127.0.0.9", str(uuid.uuid4()), now, "other", "crawl")
+
+
+def test_a_list_of_twelve_thousand_instances_crosses_a_redis_bounded_at_2mb(lab):
+    """~3.6 MB as plain JSON in base64, over the bulk length Redis takes (this one as the deployed):
+    compressed it crosses, so the next list still finds an instance deleted behind fleet's back."""
+    crowd(lab, "edge", 12_000)
+    time.sleep(RESYNC + 1)
+    victim = "crawl/edge-2"
+    instance = json.loads(lab.redis.hget(keys.PX_ENDPOINTS, victim))["instance"]
+    before = snapshot(lab)
+    with Table(str(lab.tmp / "edge.json")).open() as table:
+        del table[instance]
+    gone_at = time.time()
+    wait_for(lambda: phases(lab.redis)[victim][1] > gone_at and phases(lab.redis)[victim][0] == "Running",
+             3 * RESYNC + 20, f"{victim} created again and Running")
+    got = delta(snapshot(lab), before)
+    assert got["edge"]["create"] == 1 and got["edge"]["get"] <= 3, got  # found by the list: no Get per Proxy
+    assert calls(lab.ports["edge"])[("list", "permanent")] == 0
+    assert lab.redis.hget(keys.PX_LIST_FAILURES, "edge") is None
+    assert all_running(lab.redis)
+
+
+def test_a_list_too_large_even_compressed_gets_each_running_proxy_a_get_per_interval(lab):
+    """Past what one answer may take (here ~38,000 instances), the worker answers `ListTooLarge`
+    instead of a message Redis would refuse: edge's six Running Proxies get their own Get about once an
+    interval, none goes Unknown or Failed, and core's list goes on as before."""
+    crowd(lab, "edge", 60_000)
+    wait_for(lambda: calls(lab.ports["edge"])[("list", "permanent")] >= 1, 2 * RESYNC + 20, "a too-large list answer")
+    before = snapshot(lab)
+    time.sleep(3 * RESYNC)
+    got = delta(snapshot(lab), before)
+    assert 2 <= got["edge"]["list"] <= 4, got
+    assert 2 * PER_PROVIDER <= got["edge"]["get"] <= 4 * PER_PROVIDER, got  # once per Proxy per interval, about
+    assert got["edge"]["create"] == 0 and got["core"]["get"] == 0, got
+    assert lab.redis.hget(keys.PX_LIST_FAILURES, "edge") is None  # not an outage: no back-off
+    assert all_running(lab.redis)
+
+
+def test_gc_collects_an_orphan_among_twelve_thousand_instances(lab):
+    """GC's list answer crosses the same 2mb bound compressed: a sweep (`fleet gc`, as beat sends it) of
+    a provider with 12,000 listed instances deletes the one orphan of ours and nothing else."""
+    with Table(str(lab.tmp / "edge.json")).open() as table:
+        ours = next(iter(table.values())).installation
+        table["fake/orphan"] = Instance("fake/orphan", State.RUNNING, "127.0.0.8", str(uuid.uuid4()),
+                                        datetime.now(UTC) - timedelta(hours=2), ours, "crawl")
+    crowd(lab, "edge", 12_000)
+    sent = lab.fleet("gc")
+    assert sent.returncode == 0, sent.stderr
+
+    def collected() -> bool:
+        with Table(str(lab.tmp / "edge.json")).open() as table:
+            return "fake/orphan" not in table
+
+    wait_for(collected, 60, f"the orphan collected:\n{lab.log('controller')[-3000:]}")
+    with Table(str(lab.tmp / "edge.json")).open() as table:
+        assert len(table) == 12_000 + PER_PROVIDER  # the others' and the Proxies' instances kept
+    assert all_running(lab.redis)

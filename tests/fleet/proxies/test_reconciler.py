@@ -20,6 +20,7 @@ from fleet.proxies.standalone import Standalone
 from fleet.store import Store
 from providers import base
 from providers.fake import FakeConfig, FakeProvider
+from tasks import provider_calls
 
 PROXY = """
 apiVersion: crawl.example.com/v1alpha1
@@ -54,9 +55,9 @@ def run_op(p: FakeProvider, op: str, kw: dict[str, Any], deadline: base.Deadline
                                  cloud_init=cloud_init(kw["cloud_init_ref"]), port=int(kw["port"]))
         return p.create(req, deadline)
     if op == "get":
-        return calls.instance_dict(p.get(kw["provider_id"], deadline))
+        return provider_calls.get_instance.run(p, deadline, kw["provider_id"])
     if op == "list":
-        return [calls.instance_dict(i) for i in p.list_by_tag(deadline)]
+        return provider_calls.list_instances.run(p, deadline)
     return p.delete(kw["provider_id"], deadline)
 
 

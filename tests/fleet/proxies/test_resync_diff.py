@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.proxies.decide import RunningProxy, list_retry, resync_diff
+from fleet.proxies.decide import RunningProxy, list_retry, resync_diff, spread
 from providers.base import Instance, State
 
 A = RunningProxy("ns/a", "uid-a", "fake/a", "10.0.0.1", since=100.0)
@@ -43,3 +43,13 @@ def test_resync_diff(running, listed, asked_at, due):
 ])
 def test_list_retry_backs_off_up_to_the_interval(failures, interval, after):
     assert list_retry(failures, interval) == after
+
+
+@pytest.mark.parametrize("keys, start, span, want", [
+    ([], 100.0, 60.0, {}),
+    (["a"], 100.0, 60.0, {"a": 100.0}),
+    (["c", "a", "b"], 100.0, 60.0, {"a": 100.0, "b": 120.0, "c": 140.0}),  # in key order, the last before start + span
+    (["a", "b"], 100.0, 0.0, {"a": 100.0, "b": 100.0}),
+])
+def test_spread_paces_due_times_over_the_span(keys, start, span, want):
+    assert spread(keys, start, span) == want

@@ -8,13 +8,14 @@ editing the backend, not fleet."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from typing import Any
 
 import fakeredis
 import pytest
 
-from fleet.celery import calls
+from fleet.celery import calls, compression
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.reconciler import Reconciler, Timing
 from fleet.proxies.standalone import Standalone
@@ -255,3 +256,47 @@ def test_manifests_are_read_again_only_when_a_file_changed(world, monkeypatch):
     finally:
         stop.set()
         t.join(5)
+
+
+def crowd(world, provider: str, n: int) -> None:
+    """`n` instances of another installation on the provider's backend: listed, never any Proxy's."""
+    table = world.backend(provider)
+    for i in range(n):
+        table[f"fake/other-{i}"] = {"id": f"fake/other-{i}", "state": "Running", "ip": "127.0.0.9",
+                                    "uid": str(uuid.uuid4()), "createdAt": None, "installation": "other", "namespace": ""}
+    world.edit_backend(provider, table)
+
+
+def test_a_list_too_large_for_one_answer_gets_each_running_proxy_a_get_spread_over_the_interval(world, monkeypatch):
+    """Past what one answer may take (`MAX_WIRE`, here made small), the worker's
+    list is `ListTooLarge`: each of that provider's Running Proxies then gets its
+    own Get once an interval, paced, not at once; a vanished instance is still
+    found within the interval; the other provider's list goes on; and once the
+    list fits again, the Gets stop."""
+    fifty_running(world)
+    steady(world, 61)
+    monkeypatch.setattr(compression, "MAX_WIRE", 5000)  # 25 instances fit, 325 do not
+    crowd(world, "edge", 300)
+    steady(world, 61)  # the first too-large answer, and the first Gets
+    per_second: list[Counter[tuple[str, str]]] = [steady(world, 1) for _ in range(int(RESYNC))]
+    ops = sum(per_second, Counter())
+    assert ops[("edge", "list")] == 1 and ops[("core", "list")] == 1, ops
+    assert 23 <= ops[("edge", "get")] <= 27, ops  # each of the 25 once an interval
+    assert max(s[("edge", "get")] for s in per_second) <= 2, per_second  # paced over the interval, no burst
+    assert ops[("core", "get")] == 0 and ops[("edge", "create")] == 0, ops
+    assert world.phases() == Counter({"Running": 50})
+    assert world.store.proxies.list_failed("edge") == 1  # a too-large answer is not an outage backed off from
+
+    victim = world.objects.get("crawl/p04")
+    table = world.backend("edge")
+    del table[victim.status.provider_id]
+    world.edit_backend("edge", table)
+    ops = steady(world, int(RESYNC) + 12)
+    assert ops[("edge", "create")] == 1, ops  # found by its own Get within the interval (and polled Running)
+    assert world.objects.get("crawl/p04").status.phase == "Running"
+
+    monkeypatch.setattr(compression, "MAX_WIRE", 1 << 20)  # fits again
+    steady(world, 2 * int(RESYNC))  # the next list vouches; the Gets already paced drain
+    ops = steady(world, int(RESYNC))
+    assert ops == Counter({("edge", "list"): 1, ("core", "list"): 1}), ops
+    assert world.phases() == Counter({"Running": 50})
