@@ -24,7 +24,10 @@ Reported, fleet against the floor where the floor does the same thing:
 - the steady state with all Running, over `--quiet` s: Celery messages per
   minute (LPUSH on the broker, which is how kombu's Redis transport publishes
   a message; nothing else of fleet uses LPUSH), Redis commands per minute,
-  status writes per minute, the controller's % of one core, its RSS.
+  status writes per minute, the controller's % of one core, its RSS, and
+  whether the provider's last resync list was answered (redis-server runs
+  with the deployed `--proto-max-bulk-len 2mb`, which refused a list of
+  more than ~8,000 instances before it was compressed).
 
 What the fake leaves out: a real backend's latency (create and get answer in
 microseconds; only the queues, Redis and the controller are measured) and an
@@ -203,6 +206,7 @@ def run_fleet(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> 
         s_cpu = {k: cpu_s(p) - s_cpu0[k] for k, p in pids.items()}
         s_redis = cpu_s(args.redis_pid) - s_redis0
         after = sum(int(json.loads(v)["metadata"]["resourceVersion"]) for v in r.hvals(keys.PX_OBJECTS))
+        gate = json.loads(r.get(keys.PX_LIST + "edge") or "{}")  # the provider's last resync list
         rss = {k: rss_mib(p) for k, p in pids.items()}
         per_min = 60 / took
         return {"wall": wall, "ctl_cpu": cpu["controller"], "worker_cpu": cpu["worker"], "redis_cpu": redis_cpu,
@@ -212,7 +216,8 @@ def run_fleet(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> 
                 "steady_cmds": (sum(s_cmds.values()) - 1) * per_min, "steady_top": top(s_cmds, 1 / per_min),  # type: ignore[dict-item]
                 "steady_writes": (after - before) * per_min,
                 "steady_ctl": 100 * s_cpu["controller"] / took, "steady_worker": 100 * s_cpu["worker"] / took,
-                "steady_redis": 100 * s_redis / took,
+                "steady_redis": 100 * s_redis / took, "list_answered": bool(gate.get("answered")),
+                "list_failures": int(r.hget(keys.PX_LIST_FAILURES, "edge") or 0),
                 "rss": rss["controller"][0], "rss_peak": rss["controller"][1], "worker_rss": rss["worker"][0]}
     finally:
         stop(procs.values(), grace=15)
@@ -241,7 +246,8 @@ def main() -> None:
         port = free_port()
         procs["redis"] = subprocess.Popen(
             [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--appendonly", "no", "--dir", str(tmp), "--proto-max-bulk-len", "2mb"],  # as deployed: the list answer fits it
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         args.redis_pid = procs["redis"].pid
         r = redis.Redis(port=port)
         for _ in range(100):
@@ -299,6 +305,8 @@ def main() -> None:
     row("steady Celery messages/min", f"{fl['steady_msgs']:.1f}", "", "", "≤ 2 × 1 provider",
         "yes" if fl["steady_msgs"] <= 2 else "no")
     row("steady controller % of a core", f"{fl['steady_ctl']:.2f}", "", "", "≤ 5", "yes" if fl["steady_ctl"] <= 5 else "no")
+    row("steady: last list answered", "yes" if fl["list_answered"] else "no", "", "", "yes, 0 failed",
+        "yes" if fl["list_answered"] and not fl["list_failures"] else f"no ({fl['list_failures']} failed in a row)")
     row("controller RSS (MiB, peak)", f"{fl['rss']:.0f} ({fl['rss_peak']:.0f})", "", "", "≤ 256",
         "yes" if fl["rss_peak"] <= 256 else "no")
     print(f"  apply: one poll alone is {poll:.0f} s; {2 * n / fl['wall']:.0f} provider calls/s;"

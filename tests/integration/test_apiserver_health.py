@@ -1,0 +1,144 @@
+"""ProviderHealth status writes on a real kube-apiserver (issue 24's KEP-589
+rule, `fleet.health.decide.should_write`) through the whole pipeline: a
+check every second (sent as beat sends them; beat itself refuses an
+interval under 10 s), a real fake-provider worker runs it, the real
+controller records it and writes the status, authenticated as its rendered
+ServiceAccount. Every write is seen on an admin's watch of the object.
+
+- With nothing changing (latency moving by a few ms), the status is written
+  about once a `--status-heartbeat` (10 s, the least it may be), not once a
+  round as before.
+- A flapping target (`flapEvery` rounds up, as many down) changes the
+  verdict every few rounds: each change is one write, and the rounds
+  between write nothing (heartbeat 1m).
+- Checks stopped, CheckOverdue is written as soon as it is due (2
+  intervals + the timeout, 21 s), not at the next heartbeat.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.integration.conftest import wait_for
+from tests.integration.test_apiserver_proxies import Installations
+
+pytestmark = [pytest.mark.integration, pytest.mark.apiserver]
+
+class Writes:
+    """Every MODIFIED event of one ProviderHealth on an admin's watch: (monotonic time, Ready status, reason)."""
+
+    def __init__(self, server, name: str) -> None:
+        from fleet import kube
+        from fleet.kube import PROVIDER_HEALTH
+        from fleet.settings import Settings
+
+        api, _ = kube.api_client(Settings(kubeconfig=server.kubeconfig))
+        self.name = name
+        self.events: list[tuple[float, str, str, str]] = []
+        self.stop = threading.Event()
+        self.watcher = kube.Watcher(api, PROVIDER_HEALTH, self._on)
+        self.thread = threading.Thread(target=self.watcher.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+        assert self.watcher.synced.wait(10)
+
+    def _on(self, kind: str, obj: dict) -> None:
+        if obj["metadata"]["name"] != self.name or kind != "MODIFIED" or not obj.get("status"):
+            return
+        ready = next((c for c in obj["status"].get("conditions") or () if c.get("type") == "Ready"), {})
+        down = sorted(t["name"] for t in obj["status"].get("targets") or () if not t.get("ready"))
+        self.events.append((time.monotonic(), ready.get("status", ""), ready.get("reason", ""), ",".join(down)))
+
+    def since(self, t: float) -> list[tuple[float, str, str, str]]:
+        return [e for e in self.events if e[0] >= t]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def installations(kube_server, redis_server, tmp_path):
+    inst = Installations(kube_server, redis_server.url, tmp_path)
+    yield inst
+    inst.stop()
+
+
+class Rounds:
+    """A check of `provider` every `every` s from a thread, as beat would send it at that interval."""
+
+    def __init__(self, stack, provider: str, every: float = 1.0) -> None:
+        self.stack, self.provider, self.every = stack, provider, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            self.stack.send_check(self.provider, timeout=1.0)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def start(installations, kube_ns, provider: str, fake: dict, heartbeat: str):
+    # interval 10s: the controller's CheckOverdue is due 2 × 10 + 1 s after the last result
+    stack = installations.start(f"fleet-{kube_ns}", provider, kube_ns, providers=[{"name": provider, "type": "fake", "fake": fake}],
+                                FLEET_PROVIDER_CHECK_INTERVAL="10s", FLEET_PROVIDER_CHECK_TIMEOUT="1s",
+                                FLEET_STATUS_HEARTBEAT=heartbeat)
+    stack.wait_ready(f"worker:{provider}", "controller")
+    return stack
+
+
+def name_for(kube_ns: str, what: str) -> str:
+    return f"{what}-{kube_ns.split('-', 1)[1]}"[:40]
+
+
+def test_nothing_changing_is_written_about_once_a_heartbeat_not_once_a_round(kube_server, installations, kube_ns):
+    provider = name_for(kube_ns, "calm")
+    stack = start(installations, kube_ns, provider, {"targets": [{"name": "a"}, {"name": "b"}], "latencyMs": 5}, "10s")
+    writes = Writes(kube_server, provider)
+    rounds = Rounds(stack, provider)
+    try:
+        wait_for(lambda: writes.events, 60, f"a write of {provider}:\n{stack.log('controller')[-3000:]}")
+        t0 = time.monotonic()
+        time.sleep(25)  # 25 rounds
+        steady = writes.since(t0)
+    finally:
+        rounds.close()
+        writes.close()
+    assert 2 <= len(steady) <= 3, steady  # a heartbeat's writes, where every round wrote before (25)
+    gaps = [b[0] - a[0] for a, b in zip(steady, steady[1:])]
+    assert all(g >= 10 - 1.5 for g in gaps), gaps
+    assert {e[1:] for e in steady} == {("True", "AllTargetsReady", "")}, steady
+    assert "forbidden" not in stack.log("controller").lower()
+
+
+def test_each_verdict_change_is_written_and_an_overdue_check_at_once(kube_server, installations, kube_ns):
+    provider = name_for(kube_ns, "flap")
+    fake = {"targets": [{"name": "a"}, {"name": "b"}], "flapRatio": 0.5, "flapEvery": 4, "latencyMs": 5}
+    stack = start(installations, kube_ns, provider, fake, "1m")
+    writes = Writes(kube_server, provider)
+    rounds = Rounds(stack, provider)
+    try:
+        wait_for(lambda: len(writes.events) >= 2, 60, f"two writes of {provider}:\n{stack.log('controller')[-3000:]}")
+        t0 = time.monotonic()
+        time.sleep(16)  # 16 rounds: a flip every 4
+        window = writes.since(t0)
+        rounds.close()
+        stopped = time.monotonic()
+        wait_for(lambda: any(e[2] == "CheckOverdue" for e in writes.since(stopped)), 40,
+                 f"CheckOverdue written: {writes.since(stopped)}")
+    finally:
+        rounds.close()
+        writes.close()
+    downs = [e[3] for e in window]
+    assert 3 <= len(window) <= 5, window  # about 4 flips; 16 writes before
+    assert all(x != y for x, y in zip(downs, downs[1:])), window  # each write a change: one target down, then none
+    overdue = next(e for e in writes.events if e[0] >= stopped and e[2] == "CheckOverdue")
+    # due 21 s after the last result (about when the checks stopped); the heartbeat (1m) is not waited for
+    assert overdue[0] - stopped <= 21 + 4, (overdue[0] - stopped, writes.since(stopped))
+    assert overdue[1] == "Unknown"
