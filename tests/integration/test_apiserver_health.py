@@ -17,6 +17,7 @@ ServiceAccount. Every write is seen on an admin's watch of the object.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -111,7 +112,7 @@ def test_nothing_changing_is_written_about_once_a_heartbeat_not_once_a_round(kub
         rounds.close()
         writes.close()
     assert 2 <= len(steady) <= 3, steady  # a heartbeat's writes, where every round wrote before (25)
-    gaps = [b[0] - a[0] for a, b in zip(steady, steady[1:])]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(steady)]
     assert all(g >= 10 - 1.5 for g in gaps), gaps
     assert {e[1:] for e in steady} == {("True", "AllTargetsReady", "")}, steady
     assert "forbidden" not in stack.log("controller").lower()
@@ -137,7 +138,7 @@ def test_each_verdict_change_is_written_and_an_overdue_check_at_once(kube_server
         writes.close()
     downs = [e[3] for e in window]
     assert 3 <= len(window) <= 5, window  # about 4 flips; 16 writes before
-    assert all(x != y for x, y in zip(downs, downs[1:])), window  # each write a change: one target down, then none
+    assert all(x != y for x, y in itertools.pairwise(downs)), window  # each write a change: one target down, then none
     overdue = next(e for e in writes.events if e[0] >= stopped and e[2] == "CheckOverdue")
     # due 21 s after the last result (about when the checks stopped); the heartbeat (1m) is not waited for
     assert overdue[0] - stopped <= 21 + 4, (overdue[0] - stopped, writes.since(stopped))
