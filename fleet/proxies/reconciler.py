@@ -25,8 +25,11 @@ provider's Running Proxies (their endpoint records: one HGETALL), and only
 the ones the list does not vouch for (`decide.resync_diff`) are due, at once;
 their own Get then decides. A failed list is asked again after the call
 back-off (`decide.list_retry`, at most the interval); no Proxy is made due
-by it, so a provider's outage is no Get storm. Without `send_list` (tests
-of the older path) a Running Proxy gets a Get each resync as before.
+by it, so a provider's outage is no Get storm. A list whose answer is too
+large for one message (`ListTooLarge`, fleet.celery.compression) makes each
+of the provider's Running Proxies due for its own Get, spread over the
+interval (`decide.spread`). Without `send_list` (tests of the older path)
+a Running Proxy gets a Get each resync as before.
 
 Cloud-init never travels in a message: the create carries a random token
 under which the text is staged in Redis, read once by the worker (GETDEL)

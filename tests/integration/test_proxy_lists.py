@@ -108,6 +108,14 @@ def delta(after: dict[str, Counter[str]], before: dict[str, Counter[str]]) -> di
     return {n: after[n] - before[n] for n in PROVIDERS}
 
 
+def lose_instance(stack, provider: str, victim: str) -> tuple[str, float]:
+    """Delete the Proxy `victim`'s instance from the fake's backend, as a cloud would lose it: its id, and when."""
+    instance = json.loads(stack.redis.hget(keys.PX_ENDPOINTS, victim))["instance"]
+    with Table(str(stack.tmp / f"{provider}.json")).open() as table:
+        del table[instance]
+    return instance, time.time()
+
+
 def test_running_proxies_cost_one_list_per_provider_per_interval_not_a_get_each(lab):
     time.sleep(RESYNC + 1)  # the lists sent while they came up are answered
     before = snapshot(lab)
@@ -123,11 +131,8 @@ def test_running_proxies_cost_one_list_per_provider_per_interval_not_a_get_each(
 def test_an_instance_deleted_behind_fleets_back_is_created_again_within_about_one_interval(lab):
     time.sleep(RESYNC + 1)
     victim = "crawl/edge-3"
-    instance = json.loads(lab.redis.hget(keys.PX_ENDPOINTS, victim))["instance"]
     before = snapshot(lab)
-    with Table(str(lab.tmp / "edge.json")).open() as table:
-        del table[instance]
-    gone_at = time.time()
+    instance, gone_at = lose_instance(lab, "edge", victim)
 
     def back() -> bool:
         with Table(str(lab.tmp / "edge.json")).open() as table:
@@ -197,11 +202,8 @@ def test_a_list_of_twelve_thousand_instances_crosses_a_redis_bounded_at_2mb(lab)
     crowd(lab, "edge", 12_000)
     time.sleep(RESYNC + 1)
     victim = "crawl/edge-2"
-    instance = json.loads(lab.redis.hget(keys.PX_ENDPOINTS, victim))["instance"]
     before = snapshot(lab)
-    with Table(str(lab.tmp / "edge.json")).open() as table:
-        del table[instance]
-    gone_at = time.time()
+    _, gone_at = lose_instance(lab, "edge", victim)
     wait_for(lambda: phases(lab.redis)[victim][1] > gone_at and phases(lab.redis)[victim][0] == "Running",
              3 * RESYNC + 20, f"{victim} created again and Running")
     got = delta(snapshot(lab), before)
