@@ -10,6 +10,11 @@ any worker restores them after the visibility timeout (and the controller's
 tasks are idempotent), so skipping the call on a closed channel loses nothing
 — and the worker stays up and reconnects. Found by tests/integration (Redis
 restart); remove when kombu handles a closed channel here.
+
+An ack or reject that finds the broker unreachable (a Sentinel master killed
+and not yet replaced) is the same case seen a moment earlier: Celery would
+log it as a critical "Couldn't ack" with a traceback; it is a WARNING saying
+what happens to the message (test_chaos.py kills a master under load).
 """
 
 from __future__ import annotations
@@ -33,10 +38,24 @@ def _skip_on_closed_channel(method: Callable[..., Any], what: str) -> Callable[.
             )
             self._delivered.clear() if what == "restore" else None
             return None
-        return method(self, *args, **kwargs)
+        if what == "restore":
+            return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        except _unreachable(transport) as exc:
+            log.warning(
+                "broker unreachable: %s failed (%s: %s); the message stays in Redis' unacked set and is "
+                "redelivered after the visibility timeout", what, type(exc).__name__, str(exc)[:200],
+            )
+            return None
 
     guarded._fleet_guard = True  # type: ignore[attr-defined]
     return guarded
+
+
+def _unreachable(transport: Any) -> tuple[type[BaseException], ...]:
+    """The transport's connection errors, but KeyError (kombu counts it as one; here it would be a bug)."""
+    return tuple(e for e in getattr(transport, "connection_errors", ()) if e is not KeyError)
 
 
 def install() -> None:
