@@ -83,6 +83,14 @@ def manifests(n: int) -> list[str]:
     return out
 
 
+def pool_manifest(n: int) -> list[str]:
+    """One ProxyPool of N replicas on the provider (`--pool`): its members are the same Proxies, made by the pool loop."""
+    return [yaml.safe_dump({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+                            "metadata": {"name": "web", "namespace": "bench"},
+                            "spec": {"replicas": n, "providers": [{"provider": "edge"}],
+                                     "template": {"port": 3128, "cloudInit": {"inline": "#cloud-config pool"}}}})]
+
+
 def commandstats(r: redis.Redis) -> Counter[str]:
     return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()})
 
@@ -171,7 +179,7 @@ def run_fleet(args: argparse.Namespace, url: str, r: redis.Redis, tmp: Path) -> 
         cpu0 = {k: cpu_s(p) for k, p in pids.items()}
         redis_cpu0, cmd0 = cpu_s(args.redis_pid), commandstats(r)
         staged = []
-        for i, text in enumerate(manifests(args.n)):  # written aside, then renamed in at once
+        for i, text in enumerate(pool_manifest(args.n) if args.pool else manifests(args.n)):  # written aside, renamed in at once
             (tmp / f"proxies-{i:03d}.yaml").write_text(text)
             staged.append((tmp / f"proxies-{i:03d}.yaml", directory / f"proxies-{i:03d}.yaml"))
         t0 = time.monotonic()
@@ -235,6 +243,7 @@ def main() -> None:
                     help="seconds of steady state counted, all Running (default 125: two resync intervals)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--no-floor", action="store_true", help="skip the floor")
+    ap.add_argument("--pool", action="store_true", help="declare one ProxyPool of N replicas instead of N Proxies")
     ap.add_argument("--progress", action="store_true", help="say how many are Running every 10 s (stderr)")
     ap.add_argument("--profile", metavar="FILE", help="py-spy record the controller over the apply into FILE (raw, --gil)")
     args = ap.parse_args()
@@ -269,7 +278,8 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     n = args.n
-    print(f"fleet proxies benchmark: {n} Proxies on the fake provider (instant operations), standalone mode")
+    what = f"one ProxyPool of {n} replicas" if args.pool else f"{n} Proxies"
+    print(f"fleet proxies benchmark: {what} on the fake provider (instant operations), standalone mode")
     print(f"  settings: --max-provider-calls {args.max_calls}, --proxy-poll-interval {args.poll},"
           f" --proxy-resync-interval {args.resync}; load average {load0[0]:.2f} before, {load1[0]:.2f} after the fleet run")
     cpu = 1000 * (fl["ctl_cpu"] + fl["worker_cpu"]) / n

@@ -36,6 +36,7 @@ reads the same view without writing.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import dataclasses
 import hashlib
@@ -191,6 +192,7 @@ class InRedis:
         self._declared: dict[str, Declared] = {}
         self._manifests: tuple[str, Manifests] | None = None  # (the files' fingerprint, what they declared)
         self._records = True  # the last pass found pool records in Redis (members may exist)
+        self._built: dict[str, tuple[Proxy, dict[str, Any]]] = {}  # key -> (the Proxy, its member object)
 
     def uid_of(self, key: str) -> str:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"fleet://{self.installation}/proxypools/{key}"))
@@ -247,7 +249,7 @@ class InRedis:
         pools, m = self.pools()
         # no pool declared and none recorded: no member can exist (a member's pool keeps its record until the
         # member is gone), so the Proxies are not read
-        proxies = [member_object(p) for p in self.proxies.all()] if pools or self._records else []
+        proxies = self._member_objects() if pools or self._records else []
         if namespace is not None:
             pools = [o for o in pools if o["metadata"]["namespace"] == namespace]
             proxies = [o for o in proxies if o["metadata"]["namespace"] == namespace]
@@ -261,6 +263,16 @@ class InRedis:
                     self.records.drop_scale(key)
                     self._current.pop(key, None)
         return Listing(pools, proxies, complete=m.complete)
+
+    def _member_objects(self) -> builtins.list[dict[str, Any]]:
+        """`member_object` of every standalone Proxy, built again only for a Proxy that changed (the
+        Proxies' memo hands back the same decoded Proxy while its stored form is the same)."""
+        built = {}
+        for p in self.proxies.all():
+            hit = self._built.get(p.key)
+            built[p.key] = hit if hit is not None and hit[0] is p else (p, member_object(p))
+        self._built = built
+        return [obj for _, obj in built.values()]
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
         meta = body["metadata"]
