@@ -27,16 +27,10 @@ from fleet.store import keys
 from providers.base import Instance, State
 from providers.fake import Table
 from tests.integration.conftest import free_port, wait_for
+from tests.integration.test_standalone_rules import MANIFEST
 
 pytestmark = pytest.mark.integration
 
-MANIFEST = """\
-apiVersion: crawl.example.com/v1alpha1
-kind: Proxy
-metadata: {{name: {name}, namespace: crawl}}
-spec:
-  provider: {provider}
-"""
 PROVIDERS = ("edge", "core")
 PER_PROVIDER = 6
 RESYNC = 4.0  # --proxy-resync-interval
@@ -80,7 +74,7 @@ def lab(redis_server, make_stack, tmp_path):
     stack.wait_ready(*(f"worker:{n}" for n in PROVIDERS), "controller")
     for n in PROVIDERS:
         for i in range(PER_PROVIDER):
-            (manifests / f"{n}-{i}.yaml").write_text(MANIFEST.format(name=f"{n}-{i}", provider=n))
+            (manifests / f"{n}-{i}.yaml").write_text(MANIFEST.format(name=f"{n}-{i}", provider=n, port=3128))
     r = redis_server.client()
     stack.redis = r
     wait_for(lambda: all_running(r), 90, "every Proxy Running")
