@@ -11,10 +11,12 @@ logged, never retried.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import signals
 from celery.worker.strategy import default as default_strategy
@@ -25,9 +27,30 @@ from fleet.health import runtime as health
 from fleet.health.limits import LIMITS
 from fleet.health.messages import Rejection, provider_of
 from fleet.serving import DROP_TOO_LARGE
+from fleet.store import StoreUnavailable
 from fleet.tracing import span
 
 log = logging.getLogger("fleet.controller")
+F = TypeVar("F", bound=Callable[..., str])
+STORE_UNAVAILABLE = "store-unavailable"
+
+
+def outage_drops(then: str) -> Callable[[F], F]:
+    """A record task whose store is unreachable mid-answer (a Sentinel failover under load) drops that answer with
+    one WARNING saying what takes its place (`then`), not Celery's ERROR traceback: each of these answers is one a
+    sender replaces anyway (the next round's check, a call's record lapsing, the next interval's list). An error of
+    the call itself (a script's) still raises."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> str:
+            try:
+                return fn(*args, **kwargs)
+            except StoreUnavailable as exc:
+                log.warning("the store is unreachable: an answer is dropped", extra={"fields": {
+                    "task": fn.__name__, "then": then, "error": str(exc)[:200]}})
+                return STORE_UNAVAILABLE
+        return run  # type: ignore[return-value]  # the same signature
+    return wrap
 
 
 def bounded_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
@@ -70,6 +93,7 @@ def list_strategy(task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
 
 
 @app.task(name=routing.RECORD_CHECK, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
+@outage_drops("the next round's result replaces it")
 def record_check(*args: Any, **kwargs: Any) -> str:
     """`record_check(result)`; any other shape is dropped as invalid."""
     with span("fleet.record", **{"provider.name": provider_of(args[0]) if len(args) == 1 else "?"}) as s:
@@ -80,6 +104,7 @@ def record_check(*args: Any, **kwargs: Any) -> str:
 
 
 @app.task(name=routing.RECORD_PROXY_CALL, acks_late=True, ignore_result=True, Strategy="tasks.controller:bounded_strategy")
+@outage_drops("the call's record lapses and its Proxy is due again, as for a lost message")
 def record_proxy_call(*args: Any, **kwargs: Any) -> str:
     """`record_proxy_call(outcome, key=, call_id=, provider=)`, the `link` of a
     provider call the Proxy reconciler sent; any other shape is dropped."""
@@ -97,6 +122,7 @@ def record_proxy_call(*args: Any, **kwargs: Any) -> str:
 
 
 @app.task(name=routing.RECORD_PROXY_LIST, acks_late=True, ignore_result=True, Strategy="tasks.controller:list_strategy")
+@outage_drops("the next interval's list")
 def record_proxy_list(*args: Any, **kwargs: Any) -> str:
     """`record_proxy_list(outcome, provider=, list_id=)`, the `link` of a provider's
     resync list the Proxy reconciler sent; any other shape is dropped. Its body is

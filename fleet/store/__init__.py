@@ -35,8 +35,12 @@ from fleet.store.results import Raw, Results
 from fleet.store.statuses import Statuses
 
 StoreError = redis.RedisError
+# The store not reachable for now (a Sentinel failover, Redis restarting, a demoted master refusing writes), as
+# against an error of the call itself (a script's): what a caller may drop or retry rather than report as a bug.
+StoreUnavailable = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError)
 
-__all__ = ["BeatState", "Heartbeats", "Marks", "Proxies", "Raw", "Results", "Statuses", "Store", "StoreError", "keys", "parse_url"]
+__all__ = ["BeatState", "Heartbeats", "Marks", "Proxies", "Raw", "Results", "Statuses", "Store", "StoreError",
+           "StoreUnavailable", "keys", "parse_url"]
 
 
 def parse_url(url: str) -> dict[str, Any]:
