@@ -251,8 +251,10 @@ def test_manifests_are_read_again_only_when_a_file_changed(world, monkeypatch):
         time.sleep(0.3)  # six periods with nothing changed
         assert len(syncs) == 2 and len(loads) == 2
         world.declare("b", "core")
-        assert wait_for(lambda: len(syncs) == 3)
-        assert world.objects.get("crawl/b") is not None
+        # read again at the edit; a read that met the file half-written (created, not yet written) is read once
+        # more, its size having moved since the fingerprint taken before the read
+        assert wait_for(lambda: world.objects.get("crawl/b") is not None)
+        assert len(syncs) in (3, 4), len(syncs)
     finally:
         stop.set()
         t.join(5)
