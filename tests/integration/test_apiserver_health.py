@@ -61,9 +61,20 @@ class Writes:
     def since(self, t: float) -> list[tuple[float, str, str, str, tuple[int, ...]]]:
         return [e for e in self.events if e[0] >= t]
 
+    def with_previous(self, window: list) -> list[tuple[float, str, str, str, tuple[int, ...]]]:
+        """`window` (a run of events) and the write before it."""
+        first = self.events.index(window[0])
+        return self.events[first - 1:first + len(window)]
+
     def close(self) -> None:
         self.stop.set()
         self.thread.join(10)
+
+
+def latency_moved_past_band(a: tuple, b: tuple) -> bool:
+    """Whether a target's latencyMillis moved from event `a` to `b` by what the rule writes (a loaded machine's
+    lateness is real latency)."""
+    return any(latency_moved(x, y) for x, y in zip(a[4], b[4], strict=True))
 
 
 @pytest.fixture
@@ -121,9 +132,9 @@ def test_nothing_changing_is_written_about_once_a_heartbeat_not_once_a_round(kub
     assert 2 <= len(steady) <= 6, steady  # about a heartbeat's writes, where every round wrote before (25)
     # each write is a heartbeat's (10 s after the last) or a latency that moved past the band (a loaded machine's
     # lateness is real latency); nothing else
-    written = writes.events[writes.events.index(steady[0]) - 1:]
+    written = writes.with_previous(steady)
     for a, b in itertools.pairwise(written):
-        assert b[0] - a[0] >= 10 - 1.5 or any(latency_moved(x, y) for x, y in zip(a[4], b[4], strict=True)), written
+        assert b[0] - a[0] >= 10 - 1.5 or latency_moved_past_band(a, b), written
     assert {e[1:4] for e in steady} == {("True", "AllTargetsReady", "")}, steady
     assert "forbidden" not in stack.log("controller").lower()
 
@@ -149,12 +160,11 @@ def test_each_verdict_change_is_written_and_an_overdue_check_at_once(kube_server
     # each write a change: one target down, then none; or, between flips, a latency that moved past the band
     # (a loaded machine's lateness is real latency)
     assert window, writes.events
-    first = writes.events.index(window[0])
-    written = writes.events[first - 1:first + len(window)]  # the window and the write before it
+    written = writes.with_previous(window)
     flips = [b for a, b in itertools.pairwise(written) if a[3] != b[3]]
     assert 3 <= len(flips) <= 5, window  # about 4 flips; 16 writes before
     for a, b in itertools.pairwise(written):
-        assert a[3] != b[3] or any(latency_moved(x, y) for x, y in zip(a[4], b[4], strict=True)), written
+        assert a[3] != b[3] or latency_moved_past_band(a, b), written
     overdue = next(e for e in writes.events if e[0] >= stopped and e[2] == "CheckOverdue")
     # due 21 s after the last result (about when the checks stopped); the heartbeat (1m) is not waited for
     assert overdue[0] - stopped <= 21 + 4, (overdue[0] - stopped, writes.since(stopped))
