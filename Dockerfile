@@ -14,12 +14,12 @@ RUN apt-get update \
 RUN python -m venv /opt/fleet
 ENV PATH=/opt/fleet/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY fleet ./fleet
 COPY providers ./providers
 COPY tasks ./tasks
 COPY beat ./beat
-RUN pip install '.[kvm,gcp,aws,hetzner,flower,api]' \
+RUN pip install -c constraints.txt '.[kvm,gcp,aws,hetzner,flower,api]' \
  && python -m compileall -q /opt/fleet
 
 # --- run: the venv plus libvirt's client library, nothing to build with ---

@@ -18,7 +18,7 @@ BIN := $(dir $(PY))
 PIP_EXTRAS ?= test,kvm,gcp,aws,hetzner,api
 APT_PACKAGES := $(shell grep -v '^\#' ci/apt-packages.txt)
 
-.PHONY: deps apt venv test unit lint demo bench apiserver
+.PHONY: deps lock apt venv test unit lint demo bench apiserver
 
 apt:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
@@ -29,8 +29,17 @@ venv: apt
 	@[ -x "$(PY)" ] || $(SYSTEM_PYTHON) -m venv "$(VENV)"
 	@[ -x "$(PY)" ] || { echo "make: $(PY) is not an executable Python (set PY= or VENV=)" >&2; exit 2; }
 
+# Installs pin every package to constraints.txt (resolved from pyproject.toml's ranges by `make lock`), so an
+# upstream release cannot change what CI tests. `make lock` keeps the pins that still fit and adds what is new;
+# `make lock LOCK_FLAGS=--upgrade` takes the newest releases the ranges allow.
 deps: venv
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[$(PIP_EXTRAS)]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[$(PIP_EXTRAS)]'
+
+LOCK_FLAGS ?=
+lock: venv
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt uv
+	$(BIN)uv pip compile pyproject.toml --all-extras --universal --python-version 3.11 --quiet \
+	  --custom-compile-command 'make lock' $(LOCK_FLAGS) -o constraints.txt
 
 lint:
 	$(PY) -m ruff check .

@@ -70,7 +70,7 @@ class FleetScheduler(Scheduler):
         entries = build_schedule(settings, config)
         self._entries = {e.name: e for e in entries}
         self._use(config)
-        self.merge_inplace(celery_entries(entries))  # type: ignore[arg-type]  # celery-types: Celery takes beat_schedule-style dicts here
+        self.merge_inplace(celery_entries(entries))  # type: ignore[arg-type, unused-ignore]  # celery-types: Celery takes beat_schedule-style dicts here
         self._redis = beat.connect(settings.broker)
         self._interval = settings.provider_check_interval
         runtime.watch_config(self._stop_watch)

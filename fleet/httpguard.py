@@ -172,7 +172,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     # -- the connection ---------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override, unused-ignore]
         super().connection_made(transport)
         self.client_host = self.client[0] if self.client else ""
         refused = self.guard.admit(self)
@@ -343,7 +343,7 @@ class HeadWithBody:
 
 def _head_with_body(cycle: RequestResponseCycle) -> None:
     transport = HeadWithBody(cycle.transport)
-    cycle.transport = transport  # type: ignore[assignment]  # a Transport in what it is asked
+    cycle.transport = transport  # type: ignore[assignment, unused-ignore]  # a Transport in what it is asked
     send = cycle.send
 
     async def send_head_with_body(message: Any) -> None:
@@ -356,7 +356,7 @@ def _head_with_body(cycle: RequestResponseCycle) -> None:
         finally:
             transport.holding = False
 
-    cycle.send = send_head_with_body  # type: ignore[method-assign]  # run_asgi looks it up when it starts
+    cycle.send = send_head_with_body  # type: ignore[method-assign, unused-ignore]  # run_asgi looks it up when it starts
 
 
 def guarded(limits: Limits) -> tuple[type[GuardedProtocol], Guard]:

@@ -78,7 +78,7 @@ def instrument_celery() -> None:
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.requests import RequestsInstrumentor
 
-    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]  # its __init__ is unannotated
+    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call, unused-ignore]  # its __init__ is unannotated
     RequestsInstrumentor().instrument()
     _instrumented = True
 

@@ -35,7 +35,7 @@ from prometheus_client.utils import floatToGoString
 from fleet.serving import HEALTHCHECK_DURATION, HEALTHCHECK_FAILURES, PROBER_PROXIES
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-_LE = tuple(floatToGoString(b) for b in BUCKETS) + ("+Inf",)  # type: ignore[no-untyped-call]
+_LE = tuple(floatToGoString(b) for b in BUCKETS) + ("+Inf",)  # type: ignore[no-untyped-call, unused-ignore]
 _SUM, _FAILURES, _CREATED = len(_LE), len(_LE) + 1, len(_LE) + 2  # a row: bucket counts (not cumulative), then these
 _DURATION_HELP = "Time of each probe through a proxy (good or failed), by Proxy."
 _FAILURES_HELP = "Failed probes through a proxy, by Proxy."

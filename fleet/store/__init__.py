@@ -52,7 +52,7 @@ def parse_url(url: str) -> dict[str, Any]:
         t = target.parse(url)
         return {"sentinels": t.sentinels, "master_name": t.master_name, "db": t.db}
 
-    parsed: dict[str, Any] = parse(url)  # type: ignore[no-untyped-call]  # redis-py leaves parse_url unannotated
+    parsed: dict[str, Any] = parse(url)  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves parse_url unannotated
     return parsed
 
 

@@ -98,8 +98,8 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
     if not t.is_sentinel:
         return redis.Redis.from_url(url, **kwargs)
     timeout = float(kwargs.get("socket_connect_timeout") or 5)
-    s = Sentinel(list(t.sentinels), sentinel_kwargs=_sentinel_kwargs(t, timeout), **kwargs)  # type: ignore[no-untyped-call]
-    master: redis.Redis = s.master_for(t.master_name, db=t.db, password=t.password, **kwargs)  # type: ignore[no-untyped-call]
+    s = Sentinel(list(t.sentinels), sentinel_kwargs=_sentinel_kwargs(t, timeout), **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
+    master: redis.Redis = s.master_for(t.master_name, db=t.db, password=t.password, **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
     return master
 
 
@@ -116,7 +116,7 @@ def async_client(url: str, max_connections: int, pool_timeout: float, **kwargs: 
                                                         **kwargs)
         return aioredis.Redis(connection_pool=pool)
     timeout = float(kwargs.get("socket_connect_timeout") or 5)
-    s = AsyncSentinel(list(t.sentinels), sentinel_kwargs=_sentinel_kwargs(t, timeout), **kwargs)  # type: ignore[no-untyped-call]
+    s = AsyncSentinel(list(t.sentinels), sentinel_kwargs=_sentinel_kwargs(t, timeout), **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
     master: aioredis.Redis = s.master_for(t.master_name, db=t.db, password=t.password, max_connections=max_connections,
                                           **kwargs)
     return master
@@ -151,11 +151,11 @@ class MasterWatch:
         self.target = parse(url)
         self.every = every
         self.master: tuple[str, int] | None = None
-        self._sentinel = Sentinel(list(self.target.sentinels), sentinel_kwargs=_sentinel_kwargs(self.target, 2.0))  # type: ignore[no-untyped-call]
+        self._sentinel = Sentinel(list(self.target.sentinels), sentinel_kwargs=_sentinel_kwargs(self.target, 2.0))  # type: ignore[no-untyped-call, unused-ignore]
 
     def look(self) -> tuple[str, int] | None:
         try:
-            got = self._sentinel.discover_master(self.target.master_name)  # type: ignore[no-untyped-call]
+            got = self._sentinel.discover_master(self.target.master_name)  # type: ignore[no-untyped-call, unused-ignore]
         except (redis.RedisError, OSError):
             return self.master
         master = (str(got[0]), int(got[1]))

@@ -108,11 +108,12 @@ def test_the_image_installs_every_runtime_extra_and_package(dockerfile):
     build, _ = stages(dockerfile)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     (install,) = [rest for word, rest in build if word == "RUN" and "pip install" in rest]
+    assert "-c constraints.txt" in install, "the image installs the versions the tests ran with"
     extras = set(re.search(r"\.\[([\w,]+)\]", install).group(1).split(","))
     assert extras == {"kvm", "gcp", "aws", "hetzner", "flower", "api"} and extras <= set(project["project"]["optional-dependencies"])
     copied = {src for word, rest in build if word == "COPY" for src in rest.split()[:-1]}
     packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
-    assert packages | {"pyproject.toml", "README.md"} <= copied
+    assert packages | {"pyproject.toml", "README.md", "constraints.txt"} <= copied
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert not set(ignored) & (packages | {"pyproject.toml", "README.md"})
 
