@@ -5,7 +5,10 @@ call objects give every name of that layout. A change to one side alone fails he
 from __future__ import annotations
 
 import re
+import tomllib
+from fnmatch import fnmatch
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +71,13 @@ def test_every_call_gives_each_name_of_its_layout():
     with pytest.raises(KeyError):
         argv("sync", then="0")
 
+
+
+def test_the_scripts_ship_as_package_data():
+    """A wheel (the image's `pip install .`) carries only what pyproject.toml's package-data names."""
+    root = Path(__file__).resolve().parents[3]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["fleet.store"]
+    lua = root / "fleet" / "store" / "lua"
+    files = [p.relative_to(lua.parent).as_posix() for p in lua.rglob("*") if p.is_file()]
+    assert {f"lua/{name}.lua" for name in ["common", *ARGV]} <= set(files)
+    assert [f for f in files if not any(fnmatch(f, pattern) for pattern in patterns)] == []
