@@ -280,9 +280,10 @@ class Gateway:
         c = self.config
         now = self.clock()
         lease_id = uuid.uuid4().hex
-        call = LeaseCall(lease_id, target.host, now + c.lease_ttl, c.max_per_proxy, self._sticky(client, opts),
-                         c.session_ttl, opts.provider, opts.region, opts.zone, c.lease_ttl, client.namespaces or (),
-                         tuple(tried.skip), opts.pool)
+        call = LeaseCall(lease_id=lease_id, target=target.host, expires=now + c.lease_ttl, max_per_proxy=c.max_per_proxy,
+                         sticky=self._sticky(client, opts), sticky_ttl=c.session_ttl, provider=opts.provider,
+                         region=opts.region, zone=opts.zone, ttl=c.lease_ttl, namespaces=client.namespaces or (),
+                         skip=tuple(tried.skip), pool=opts.pool)
         try:
             got, _, _ = await self.leases.lease(call, now, self.rand())
         except _Unavailable as exc:
@@ -315,7 +316,7 @@ class Gateway:
     async def _report(self, proxy: str, host: str, outcome: str) -> None:
         c = self.config
         try:
-            got = await self.leases.report(ReportCall(outcome, proxy=proxy, target=host), self.clock(),
+            got = await self.leases.report(ReportCall(outcome=outcome, proxy=proxy, target=host), self.clock(),
                                            c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
         except _Unavailable:
             return
@@ -866,8 +867,8 @@ def sweep_every(lease_ttl: float) -> float:
 
 async def _renew(gw: Gateway, t: Tunnel) -> None:
     c = gw.config
-    call = RenewCall(t.lease_id, c.lease_ttl, c.lease_ttl, c.max_per_proxy, t.proxy, t.target, t.ip, t.port,
-                     c.session_ttl)
+    call = RenewCall(lease_id=t.lease_id, ttl=c.lease_ttl, default_ttl=c.lease_ttl, max_per_proxy=c.max_per_proxy,
+                     proxy=t.proxy, target=t.target, ip=t.ip, port=t.port, sticky_keep=c.session_ttl)
     try:
         got, _, _ = await gw.leases.renew(call, gw.clock())
     except _Unavailable:

@@ -287,9 +287,9 @@ class Api:
             return decide.recovering(self.view.grace_until, now, self.view.lost)
         lease_id = os.urandom(16).hex()  # 32 lowercase hex digits (LEASE_ID_PATTERN)
         expires = now + req.ttl
-        call = LeaseCall(lease_id, req.target, expires, self.config.max_per_proxy, req.sticky, req.ttl + STICKY_KEEP,
-                         req.filters.provider, req.filters.region, req.filters.zone, float(req.ttl),
-                         pool=req.filters.pool)
+        call = LeaseCall(lease_id=lease_id, target=req.target, expires=expires, max_per_proxy=self.config.max_per_proxy,
+                         sticky=req.sticky, sticky_ttl=req.ttl + STICKY_KEEP, provider=req.filters.provider,
+                         region=req.filters.region, zone=req.filters.zone, ttl=float(req.ttl), pool=req.filters.pool)
         got, epoch, acked = await self.leases.lease(call, now, self.rand(), self.view.call(),
                                                     should_wait(self.replicas, self._wait_ms))
         self._observe(epoch, now)
@@ -307,8 +307,9 @@ class Api:
     async def renew(self, lease_id: str, body: bytes) -> tuple[int, Any]:
         req = parse_renew(body, self.config.max_ttl)
         now = self.clock()
-        call = RenewCall(lease_id, req.ttl, min(DEFAULT_TTL, int(self.config.max_ttl)), self.config.max_per_proxy,
-                         req.proxy, req.target, req.ip, req.port, STICKY_KEEP)
+        call = RenewCall(lease_id=lease_id, ttl=req.ttl, default_ttl=min(DEFAULT_TTL, int(self.config.max_ttl)),
+                         max_per_proxy=self.config.max_per_proxy, proxy=req.proxy, target=req.target, ip=req.ip,
+                         port=req.port, sticky_keep=STICKY_KEEP)
         got, epoch, acked = await self.leases.renew(call, now, self.view.call(), should_wait(self.replicas, self._wait_ms))
         self._observe(epoch, now)
         if isinstance(got, Renewed):
@@ -326,8 +327,8 @@ class Api:
     async def report(self, scope: Scope, receive: Receive, headers: dict[bytes, bytes]) -> tuple[int, Any]:
         req = parse_report(await _read_body(headers, receive))
         c = self.config
-        got = await self.leases.report(ReportCall(req.outcome, req.lease, req.proxy, req.target), self.clock(),
-                                       c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
+        call = ReportCall(outcome=req.outcome, lease_id=req.lease, proxy=req.proxy, target=req.target)
+        got = await self.leases.report(call, self.clock(), c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
         status, body = decide.reported(got, req.outcome)
         if status == 200:
             self.series.report(req.outcome)

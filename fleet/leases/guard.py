@@ -41,7 +41,7 @@ class EpochView:
     losses: int = field(default=0)
 
     def call(self) -> GuardCall:
-        return GuardCall(self.epoch, self.seq, self.grace)
+        return GuardCall(epoch=self.epoch, seq=self.seq, grace=self.grace)
 
     def observe(self, got: Epoch) -> str:
         """Take a script's header in; the reason when it shows a loss ('' otherwise)."""

@@ -52,6 +52,13 @@ cluster (like every other fleet key, they are not per installation).
 `Leases` runs the scripts on the shared synchronous client (`Store.leases`:
 tests, the benchmark's set-up); `AsyncLeases` runs the same scripts on a
 `redis.asyncio` client for the API's event loop.
+
+The scripts are fleet/store/lua/<script>.lua (package data), read once at
+import: each runs as `CONSTANTS` (Lua locals: key prefixes and limits), then
+common.lua's shared functions, then its own file. `ARGV` is the one layout of
+each script's arguments: the call objects name their values, `argv` orders
+them, and each script reads them into locals of those names at its top
+(tests/fleet/leases/test_lua.py holds the two sides together).
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import redis
@@ -79,408 +87,58 @@ SCAN_LIMIT = 5000  # proxies one lease request examines at most
 REFUSED_WINDOW = 120.0  # seconds a pool's refused lease request counts as demand (the longest autoscale look-back)
 REFUSED_MAX = 100_000  # refused requests kept per pool at most (the newest)
 
-# Shared Lua: KEYS[1..7] = docs, expiry, load, endpoints, verdicts, cool:target, cool:global
-# in every script that uses these helpers; HELD_PREFIX is substituted.
-_COMMON = """
-local function decode(raw)
-  if not raw then return nil end
-  local ok, doc = pcall(cjson.decode, raw)
-  if ok and type(doc) == 'table' then return doc end
-  return nil
-end
-local function drop(id, doc)
-  redis.call('hdel', KEYS[1], id)
-  redis.call('zrem', KEYS[2], id)
-  if doc and type(doc['proxy']) == 'string' then
-    redis.call('zrem', 'HELD_PREFIX' .. doc['proxy'], id)
-    local n = tonumber(redis.call('zincrby', KEYS[3], -1, doc['proxy']))
-    if n < 0 then redis.call('zadd', KEYS[3], 0, doc['proxy']) end
-  end
-end
-local function sweep(now)
-  local ids = redis.call('zrangebyscore', KEYS[2], '-inf', now, 'LIMIT', 0, SWEEP_BATCH)
-  for _, id in ipairs(ids) do
-    drop(id, decode(redis.call('hget', KEYS[1], id)))
-  end
-end
-local function named(v) return type(v) == 'string' and v ~= '' end
--- Why the lease `doc` is revoked now (gone, replaced, unhealthy), or nil. Replaced: another uid, or
--- the same uid on another instance (both name one and they differ) or at another ip:port (the doc
--- names them: leases granted before they were stored compare the uid only).
--- `seen` keeps what it read of the proxy (raw endpoint, endpoint, verdict) for the caller's answer.
--- `health`: false for a report, which cares about gone and replaced only (the verdict is not read).
-local seen = {}
-local function revoked(doc, health)
-  if type(doc['proxy']) ~= 'string' then return 'gone' end
-  local raw = redis.call('hget', KEYS[4], doc['proxy'])
-  local ep = decode(raw)
-  if not ep then return 'gone' end
-  seen = {raw = raw, ep = ep}
-  if ep['uid'] ~= doc['uid'] then return 'replaced' end
-  if named(doc['instance']) and named(ep['instance']) and ep['instance'] ~= doc['instance'] then return 'replaced' end
-  if (doc['ip'] ~= nil and ep['ip'] ~= doc['ip']) or (doc['port'] ~= nil and ep['port'] ~= doc['port']) then
-    return 'replaced'
-  end
-  if health == false then return nil end
-  local v = decode(redis.call('hget', KEYS[5], doc['proxy']))
-  seen.v = v
-  if v and v['uid'] == doc['uid'] and v['healthy'] == false then return 'unhealthy' end
-  return nil
-end
--- The epoch guard: the last 5 ARGV are now, the epoch id this process saw ('' at its first call), the highest
--- seq it saw, the grace period (s) and a fresh id (the new epoch when there is none). `bump`: a lease or renew.
--- → {seq, epoch id, why a loss shows ('' none; vanished, changed, rolled-back), grace end}
-local function guard(bump)
-  local n = #ARGV
-  local now, want, last, grace = tonumber(ARGV[n - 4]), ARGV[n - 3], tonumber(ARGV[n - 2]), tonumber(ARGV[n - 1])
-  local e = redis.call('hmget', 'EPOCH_KEY', 'id', 'seq', 'grace')
-  local id, seq, till = e[1], tonumber(e[2] or '0'), tonumber(e[3] or '0')
-  local why = ''
-  if not id then
-    id = ARGV[n]
-    seq = bump and 1 or 0
-    redis.call('hset', 'EPOCH_KEY', 'id', id, 'created', ARGV[n - 4], 'seq', tostring(seq))
-    if want ~= '' then why = 'vanished' end
-  else
-    if want ~= '' and id ~= want then why = 'changed' end
-    if bump then seq = redis.call('hincrby', 'EPOCH_KEY', 'seq', 1) end
-  end
-  if why == '' and want ~= '' and (seq < last or (bump and seq == last)) then why = 'rolled-back' end
-  if why ~= '' and till < now + grace then
-    till = now + grace
-    redis.call('hset', 'EPOCH_KEY', 'grace', tostring(till))
-  end
-  return {tostring(seq), id, why, tostring(till)}
-end
--- The guard's header, then the answer of main(header).
-local function guarded(bump, main)
-  local hdr = guard(bump)
-  local out = main(hdr)
-  for _, v in ipairs(out) do hdr[#hdr + 1] = v end
-  return hdr
-end
-"""
+# The names the scripts know as constants (common.lua), declared as Lua locals in front of them once at load.
+CONSTANTS: dict[str, str | int | float] = {
+    "HELD_PREFIX": HELD, "STICKY_PREFIX": STICKY, "RELEASED_PREFIX": RELEASED, "EPOCH_KEY": EPOCH,
+    "REFUSED_PREFIX": REFUSED, "SWEEP_BATCH": SWEEP_BATCH, "REFUSED_WINDOW": REFUSED_WINDOW, "REFUSED_MAX": REFUSED_MAX,
+}
 
-# ARGV: 1 now, 2 lease id, 3 expires, 4 target, 5 max leases per proxy, 6 sticky ('' none),
-# 7 sticky TTL ms, 8 provider, 9 region, 10 zone ('' = any), 11 random in [0,1), 12 scan limit, 13 ttl,
-# 14 namespaces (comma-separated; '' = any), 15 proxies to skip (comma-separated keys; the gateway's
-# retries: '' none), 16 pool (a ProxyPool's name: the endpoint's `pool`; '' = any); the guard's 5.
-# → header + {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
-#   | {'grace'} (Redis lost lease data: nothing new until the header's grace end)
-_LEASE = _COMMON + """
-return guarded(true, function(hdr)
-local now = tonumber(ARGV[1])
-if tonumber(hdr[4]) > now then return {'grace'} end
-local max = tonumber(ARGV[5])
-local target = ARGV[4]
-local limit = tonumber(ARGV[12])
-local spaces, skip = nil, {}
-if ARGV[14] ~= '' then
-  spaces = {}
-  for ns in string.gmatch(ARGV[14], '[^,]+') do spaces[ns] = true end
-end
-for p in string.gmatch(ARGV[15], '[^,]+') do skip[p] = true end
-sweep(now)
-
--- The endpoint document and raw JSON when p can be leased for target (load aside);
--- else nil, why ('gone', 'filtered', 'unhealthy', 'cooling'), until when it cools.
--- `checked`: the verdict it read of p (grant(p) follows check(p) and answers the egress IP from it).
-local checked = nil
-local function check(p)
-  if skip[p] or (spaces and not spaces[string.match(p, '^([^/]*)/') or '']) then return nil, nil, 'filtered' end
-  local raw = redis.call('hget', KEYS[4], p)
-  local ep = decode(raw)
-  if not ep then return nil, nil, 'gone' end
-  if (ARGV[8] ~= '' and ep['provider'] ~= ARGV[8]) or (ARGV[9] ~= '' and ep['region'] ~= ARGV[9])
-     or (ARGV[10] ~= '' and ep['zone'] ~= ARGV[10]) or (ARGV[16] ~= '' and ep['pool'] ~= ARGV[16]) then
-    return nil, nil, 'filtered'
-  end
-  local v = decode(redis.call('hget', KEYS[5], p))
-  if v and v['uid'] == ep['uid'] and v['healthy'] == false then return nil, nil, 'unhealthy' end
-  checked = v
-  local cool = 0
-  local g = redis.call('zscore', KEYS[7], p)
-  if g and tonumber(g) > now then cool = tonumber(g) end
-  local t = redis.call('zscore', KEYS[6], p .. '|' .. target)
-  if t and tonumber(t) > now and tonumber(t) > cool then cool = tonumber(t) end
-  if cool > 0 then return nil, nil, 'cooling', cool end
-  return ep, raw
-end
-
-local function grant(p, ep, raw)
-  local doc = cjson.encode({proxy = p, uid = ep['uid'], instance = named(ep['instance']) and ep['instance'] or nil,
-                            ip = ep['ip'], port = ep['port'], target = target, sticky = ARGV[6],
-                            expires = tonumber(ARGV[3]), granted = now, ttl = tonumber(ARGV[13])})
-  redis.call('hset', KEYS[1], ARGV[2], doc)
-  redis.call('zadd', KEYS[2], ARGV[3], ARGV[2])
-  redis.call('zadd', 'HELD_PREFIX' .. p, ARGV[3], ARGV[2])
-  redis.call('zincrby', KEYS[3], 1, p)
-  if ARGV[6] ~= '' then redis.call('set', 'STICKY_PREFIX' .. ARGV[6], p, 'PX', ARGV[7]) end
-  local v = checked
-  local egress = ''
-  if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end
-  return {'ok', p, raw, egress}
-end
-
-local examined = 0
-local function attempt()
-  if ARGV[6] ~= '' then
-    local bound = redis.call('get', 'STICKY_PREFIX' .. ARGV[6])
-    if bound then
-      local ep, raw = check(bound)
-      if ep and tonumber(redis.call('zscore', KEYS[3], bound) or '0') < max then return grant(bound, ep, raw) end
-    end
-  end
-  -- Groups of equal load, least loaded first; within a group from a random place, wrapping.
-  local first = redis.call('zrangebyscore', KEYS[3], '-inf', '(' .. max, 'WITHSCORES', 'LIMIT', 0, 1)
-  local s = first[2]
-  while s and examined < limit do
-    local count = redis.call('zcount', KEYS[3], s, s)
-    local start = math.floor(tonumber(ARGV[11]) * count)
-    for _, range in ipairs({{start, count}, {0, start}}) do
-      local off = range[1]
-      local step = 4  -- the first proxies examined are almost always free: a small first batch, then 32
-      while off < range[2] and examined < limit do
-        local n = math.min(step, range[2] - off)
-        step = 32
-        local batch = redis.call('zrangebyscore', KEYS[3], s, s, 'LIMIT', off, n)
-        for _, p in ipairs(batch) do
-          examined = examined + 1
-          local ep, raw = check(p)
-          if ep then return grant(p, ep, raw) end
-        end
-        off = off + n
-      end
-    end
-    local nxt = redis.call('zrangebyscore', KEYS[3], '(' .. s, '(' .. max, 'WITHSCORES', 'LIMIT', 0, 1)
-    s = nxt[2]
-  end
-  return nil
-end
-
-local got = attempt()
-if got then return got end
--- Nothing free. Proxies Running but not yet in the load set (new since the last sync) join
--- it now, and the scan runs once more.
-local names = redis.call('hkeys', KEYS[4])
-local added = 0
-for i = 1, #names, 500 do
-  local args = {}
-  for j = i, math.min(i + 499, #names) do
-    args[#args + 1] = 0
-    args[#args + 1] = names[j]
-  end
-  added = added + redis.call('zadd', KEYS[3], 'NX', unpack(args))
-end
-if added > 0 then
-  got = attempt()
-  if got then return got end
-end
--- When will one be free: the earliest cooldown end of a matching proxy with room, or the
--- earliest expiry (after its cooldown) of a matching full one.
-local free_at = nil
-local function note(t) if free_at == nil or t < free_at then free_at = t end end
-local seen = 0
-local all = redis.call('zrange', KEYS[3], 0, limit - 1, 'WITHSCORES')
-for i = 1, #all, 2 do
-  local p, load = all[i], tonumber(all[i + 1])
-  local ep, _, why, till = check(p)
-  if ep or why == 'cooling' then
-    local at = till or now
-    if load >= max then
-      local held = redis.call('zrange', 'HELD_PREFIX' .. p, 0, load - max, 'WITHSCORES')
-      local exp = tonumber(held[#held] or now)
-      if exp > at then at = exp end
-    end
-    note(at)
-    seen = seen + 1
-  end
-end
--- A request naming a pool that is refused is that pool's demand (fleet.pools reads it).
-if ARGV[16] ~= '' then
-  local key = 'REFUSED_PREFIX' .. ARGV[16]
-  redis.call('zadd', key, now, ARGV[2])
-  redis.call('zremrangebyscore', key, '-inf', now - REFUSED_WINDOW)
-  redis.call('zremrangebyrank', key, 0, -REFUSED_MAX - 1)
-  redis.call('pexpire', key, math.floor(REFUSED_WINDOW * 1000))
-end
-if seen > 0 then return {'busy', tostring(free_at)} end
-return {'none'}
-end)
-"""
-
-# ARGV: 1 now, 2 lease id, 3 ttl ('' = the lease's own, else 4), 4 default ttl, 5 max leases per proxy,
-# 6 proxy, 7 target, 8 ip, 9 port ('' each: not told; re-creation needs proxy and target), 10 ms a sticky
-# binding outlives the lease; the guard's 5.
-# → header + {'ok', proxy, endpoint JSON, egress IP, expires, ttl, 'renewed' | 'recreated'} | {'revoked', why} |
-#   {'expired'} | {'released'} (the release record's answer) | {'unknown'} | {'busy'} (re-creation at capacity)
-_RENEW = _COMMON + """
-return guarded(true, function(hdr)
-local now = tonumber(ARGV[1])
-local id = ARGV[2]
--- `seen`: the endpoint and verdict of doc's proxy as read just before (by revoked, or the re-creation)
-local function answer(doc, how)
-  local p = doc['proxy']
-  local raw, ep, v = seen.raw, seen.ep or {}, seen.v
-  local egress = ''
-  if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end
-  return {'ok', p, raw, egress, tostring(doc['expires']), tostring(doc['ttl']), how}
-end
-local function store(doc)
-  redis.call('hset', KEYS[1], id, cjson.encode(doc))
-  redis.call('zadd', KEYS[2], doc['expires'], id)
-  redis.call('zadd', 'HELD_PREFIX' .. doc['proxy'], doc['expires'], id)
-  if named(doc['sticky']) then
-    redis.call('set', 'STICKY_PREFIX' .. doc['sticky'], doc['proxy'], 'PX', math.floor(doc['ttl'] * 1000) + tonumber(ARGV[10]))
-  end
-end
-local doc = decode(redis.call('hget', KEYS[1], id))
-if doc then
-  if tonumber(doc['expires']) <= now then return {'expired'} end
-  local why = revoked(doc)
-  if why then return {'revoked', why} end
-  local ttl = tonumber(ARGV[3]) or tonumber(doc['ttl']) or tonumber(ARGV[4])
-  doc['ttl'] = ttl
-  doc['expires'] = now + ttl
-  store(doc)
-  return answer(doc, 'renewed')
-end
-local done = redis.call('get', 'RELEASED_PREFIX' .. id)
-if done then
-  local kind, why = string.match(done, '^([a-z]+):?(.*)$')
-  if kind == 'revoked' then return {kind, why} end
-  return {kind or 'unknown'}
-end
-if tonumber(hdr[4]) <= now or ARGV[6] == '' or ARGV[7] == '' then return {'unknown'} end
--- Redis lost it (the grace is in force): re-create it from what the client says, if its proxy still is that one.
-local p = ARGV[6]
-local raw = redis.call('hget', KEYS[4], p)
-local ep = decode(raw)
-if not ep then return {'revoked', 'gone'} end
-if (ARGV[8] ~= '' and ep['ip'] ~= ARGV[8]) or (ARGV[9] ~= '' and tostring(ep['port']) ~= ARGV[9]) then
-  return {'revoked', 'replaced'}
-end
-local v = decode(redis.call('hget', KEYS[5], p))
-if v and v['uid'] == ep['uid'] and v['healthy'] == false then return {'revoked', 'unhealthy'} end
-seen = {raw = raw, ep = ep, v = v}
-sweep(now)
-if tonumber(redis.call('zscore', KEYS[3], p) or '0') >= tonumber(ARGV[5]) then return {'busy'} end
-local ttl = tonumber(ARGV[3]) or tonumber(ARGV[4])
-doc = {proxy = p, uid = ep['uid'], instance = named(ep['instance']) and ep['instance'] or nil, ip = ep['ip'],
-       port = ep['port'], target = ARGV[7], sticky = '', expires = now + ttl, granted = now, ttl = ttl}
-store(doc)
-redis.call('zincrby', KEYS[3], 1, p)
-return answer(doc, 'recreated')
-end)
-"""
-
-# The guard alone (each API process every few seconds): ARGV = the guard's 5. → the header.
-_CHECK = _COMMON + """
-return guarded(false, function(hdr) return {} end)
-"""
-
-# ARGV: 1 lease id, 2 now, 3 ms the answer is kept for a repeated release
-# → {'released'} | {'revoked', why} | {'expired'} | {'unknown'}: the first release's answer again while kept
-_RELEASE = _COMMON + """
-local now = tonumber(ARGV[2])
-local record = 'RELEASED_PREFIX' .. ARGV[1]
-local raw = redis.call('hget', KEYS[1], ARGV[1])
-if not raw then
-  local done = redis.call('get', record)
-  if not done then return {'unknown'} end
-  local kind, why = string.match(done, '^([a-z]+):?(.*)$')
-  if kind == 'revoked' then return {kind, why} end
-  return {kind or 'unknown'}
-end
-local doc = decode(raw)
-drop(ARGV[1], doc)
-if not doc then return {'unknown'} end
-local answer = {'released'}
-if tonumber(doc['expires']) <= now then
-  answer = {'expired'}
-else
-  local why = revoked(doc)
-  if why then answer = {'revoked', why} end
-end
-redis.call('set', record, table.concat(answer, ':'), 'PX', ARGV[3])
-return answer
-"""
-
-# ARGV: 1 now, 2 lease id ('' when by proxy), 3 proxy ('' when by lease), 4 target ('' = the lease's),
-# 5 outcome (ok|blocked|error), 6 blocked cooldown s, 7 errors in a row for a global one, 8 global cooldown s
-# → {'unknown-lease'} | {'revoked', why} (the lease's proxy is gone or another instance: nothing recorded) |
-#   {'unknown-proxy'} | {'no-target'} | {'ok', proxy, target} |
-#   {'cooldown', proxy, target, scope, until} | {'counted', proxy, target, errors in a row}
-_REPORT = _COMMON + """
-local now = tonumber(ARGV[1])
-local p, target = ARGV[3], ARGV[4]
-if ARGV[2] ~= '' then
-  local doc = decode(redis.call('hget', KEYS[1], ARGV[2]))
-  if not doc or tonumber(doc['expires']) <= now then return {'unknown-lease'} end
-  local why = revoked(doc, false)
-  if why then return {'revoked', why} end
-  p = doc['proxy']
-  if target == '' then target = doc['target'] end
-elseif redis.call('hexists', KEYS[4], p) == 0 then
-  return {'unknown-proxy'}
-end
-if type(target) ~= 'string' or target == '' then return {'no-target'} end
-redis.call('zremrangebyscore', KEYS[6], '-inf', now)
-redis.call('zremrangebyscore', KEYS[7], '-inf', now)
-local outcome = ARGV[5]
-if outcome == 'ok' then
-  redis.call('hdel', KEYS[8], p)
-  return {'ok', p, target}
-end
-if outcome == 'blocked' then
-  local d = tonumber(ARGV[6])
-  if d <= 0 then return {'ok', p, target} end
-  local till = now + d
-  redis.call('zadd', KEYS[6], 'GT', till, p .. '|' .. target)
-  return {'cooldown', p, target, 'target', tostring(till)}
-end
-local n = redis.call('hincrby', KEYS[8], p, 1)
-if n >= tonumber(ARGV[7]) then
-  redis.call('hdel', KEYS[8], p)
-  local d = tonumber(ARGV[8])
-  if d <= 0 then return {'counted', p, target, tostring(n)} end
-  local till = now + d
-  redis.call('zadd', KEYS[7], 'GT', till, p)
-  return {'cooldown', p, target, 'global', tostring(till)}
-end
-return {'counted', p, target, tostring(n)}
-"""
-
-# ARGV: 1 now. Proxies Running join the load set; entries of proxies gone with no open lease leave it.
-# → {joined, left}
-_SYNC = _COMMON + """
-local now = tonumber(ARGV[1])
-sweep(now)
-local joined, left = 0, 0
-for _, p in ipairs(redis.call('hkeys', KEYS[4])) do
-  joined = joined + redis.call('zadd', KEYS[3], 'NX', 0, p)
-end
-for _, p in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-  if redis.call('hexists', KEYS[4], p) == 0 then
-    redis.call('zremrangebyscore', 'HELD_PREFIX' .. p, '-inf', now)
-    if redis.call('zcard', 'HELD_PREFIX' .. p) == 0 then
-      redis.call('zrem', KEYS[3], p)
-      left = left + 1
-    end
-  end
-end
-return {joined, left}
-"""
+# Each script's ARGV, in order: the one layout both sides follow. `argv` lays a call's named values out in
+# this order, and each fleet/store/lua/<script>.lua reads them into locals of the same names at its top
+# (tests/fleet/leases/test_lua.py compares the two).
+GUARD_ARGV = ("guard_now", "epoch", "seq", "grace", "fresh")  # the epoch guard's (GuardCall), last
+ARGV: dict[str, tuple[str, ...]] = {
+    "lease": ("now", "lease_id", "expires", "target", "max_per_proxy", "sticky", "sticky_ms", "provider", "region",
+              "zone", "rand", "scan_limit", "ttl", "namespaces", "skip", "pool", *GUARD_ARGV),
+    "renew": ("now", "lease_id", "asked_ttl", "default_ttl", "max_per_proxy", "proxy", "target", "ip", "port",
+              "sticky_keep_ms", *GUARD_ARGV),
+    "check": GUARD_ARGV,
+    "release": ("lease_id", "now", "keep_ms"),
+    "report": ("now", "lease_id", "proxy", "target", "outcome", "blocked_s", "errors_max", "global_s"),
+    "sync": ("now",),
+}
 
 
-def _script(text: str) -> str:
-    return (text.replace("HELD_PREFIX", HELD).replace("STICKY_PREFIX", STICKY).replace("RELEASED_PREFIX", RELEASED)
-            .replace("EPOCH_KEY", EPOCH).replace("SWEEP_BATCH", str(SWEEP_BATCH)).replace("REFUSED_PREFIX", REFUSED)
-            .replace("REFUSED_WINDOW", repr(REFUSED_WINDOW)).replace("REFUSED_MAX", str(REFUSED_MAX)))
+def argv(script: str, **values: Any) -> list[Any]:
+    """`values` in the order of ARGV[script]: every name once, no other (a name gone from one side fails here)."""
+    layout = ARGV[script]
+    if len(values) != len(layout):
+        raise TypeError(f"{script}: ARGV {sorted(values)} is not {sorted(layout)}")
+    return [values[name] for name in layout]
 
 
-LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT, SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SCRIPT = (
-    _script(t) for t in (_LEASE, _RELEASE, _REPORT, _SYNC, _RENEW, _CHECK))
+def _lua_literal(value: str | int | float) -> str:
+    if isinstance(value, str):
+        if not value.isascii() or "'" in value or "\\" in value:
+            raise ValueError(f"not a plain Lua string: {value!r}")
+        return f"'{value}'"
+    return repr(value)
+
+
+def _lua(name: str) -> str:
+    return resources.files("fleet.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _scripts() -> dict[str, str]:
+    """Each script's text as Redis runs it: the constants, common.lua's functions, then the script (package data:
+    fleet/store/lua/, read once at import)."""
+    head = "".join(f"local {k} = {_lua_literal(v)}\n" for k, v in CONSTANTS.items()) + _lua("common")
+    return {name: head + _lua(name) for name in ARGV}
+
+
+SCRIPTS = _scripts()
+LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT = SCRIPTS["lease"], SCRIPTS["release"], SCRIPTS["report"]
+SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SCRIPT = SCRIPTS["sync"], SCRIPTS["renew"], SCRIPTS["check"]
 _KEYS7 = [DOCS, EXPIRY, LOAD, keys.PX_ENDPOINTS, keys.PROBE_VERDICTS, COOL_TARGET, COOL_GLOBAL]
 _REPORT_KEYS = [*_KEYS7, ERRORS]
 _KEYS7_B = [k.encode() for k in _KEYS7]  # the API's hot path: bytes, which redis-py sends as they are
@@ -488,7 +146,7 @@ _REPORT_KEYS_B = [k.encode() for k in _REPORT_KEYS]
 HEADER = 4  # the guard's header in front of every lease, renew and check answer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GuardCall:
     """What one API process knows of the epoch: its id ('' before its first answer), the highest seq it saw,
     and the grace period it applies when a loss shows."""
@@ -497,9 +155,11 @@ class GuardCall:
     seq: int = 0
     grace: float = 3600.0
 
-    def args(self, now: float, fresh: str = "") -> list[Any]:
-        """`fresh`: the id of a new epoch if the script must write one (a lease's own random id will do)."""
-        return [repr(now), self.epoch, self.seq, repr(self.grace), fresh or uuid.uuid4().hex]
+    def values(self, now: float, fresh: str = "") -> dict[str, Any]:
+        """The guard's ARGV by name (GUARD_ARGV). `fresh`: the id of a new epoch if the script must write one (a
+        lease's own random id will do)."""
+        return {"guard_now": repr(now), "epoch": self.epoch, "seq": self.seq, "grace": repr(self.grace),
+                "fresh": fresh or uuid.uuid4().hex}
 
 
 @dataclass(frozen=True)
@@ -518,7 +178,7 @@ def _split(got: Sequence[Any]) -> tuple[Epoch, list[Any]]:
     return Epoch(int(seq), epoch, why, float(till)), list(got[HEADER:])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LeaseCall:
     """One lease request as the script takes it (validated by the caller)."""
 
@@ -536,13 +196,16 @@ class LeaseCall:
     skip: tuple[str, ...] = ()  # never these proxies (the gateway's retry after one failed)
     pool: str = ""  # only members of this ProxyPool (the endpoint's `pool`); "" any
 
-    def args(self, now: float, rand: float) -> list[Any]:
-        return [repr(now), self.lease_id, repr(self.expires), self.target, self.max_per_proxy, self.sticky,
-                max(1, int(self.sticky_ttl * 1000)), self.provider, self.region, self.zone, repr(rand), SCAN_LIMIT,
-                repr(self.ttl or self.expires - now), ",".join(self.namespaces), ",".join(self.skip), self.pool]
+    def values(self, now: float, rand: float) -> dict[str, Any]:
+        """The lease script's own ARGV by name (ARGV['lease'], the guard's aside)."""
+        return {"now": repr(now), "lease_id": self.lease_id, "expires": repr(self.expires), "target": self.target,
+                "max_per_proxy": self.max_per_proxy, "sticky": self.sticky, "sticky_ms": _ms(self.sticky_ttl),
+                "provider": self.provider, "region": self.region, "zone": self.zone, "rand": repr(rand),
+                "scan_limit": SCAN_LIMIT, "ttl": repr(self.ttl or self.expires - now),
+                "namespaces": ",".join(self.namespaces), "skip": ",".join(self.skip), "pool": self.pool}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RenewCall:
     """One renewal as the script takes it: `proxy`, `target` (and `ip`, `port` when told) re-create a lease
     Redis lost while the grace is in force."""
@@ -557,10 +220,12 @@ class RenewCall:
     port: int | None = None
     sticky_keep: float = 3600.0
 
-    def args(self, now: float) -> list[Any]:
-        return [repr(now), self.lease_id, "" if self.ttl is None else repr(self.ttl), repr(self.default_ttl),
-                self.max_per_proxy, self.proxy, self.target, self.ip, "" if self.port is None else str(self.port),
-                _ms(self.sticky_keep)]
+    def values(self, now: float) -> dict[str, Any]:
+        """The renew script's own ARGV by name (ARGV['renew'], the guard's aside)."""
+        return {"now": repr(now), "lease_id": self.lease_id, "asked_ttl": "" if self.ttl is None else repr(self.ttl),
+                "default_ttl": repr(self.default_ttl), "max_per_proxy": self.max_per_proxy, "proxy": self.proxy,
+                "target": self.target, "ip": self.ip, "port": "" if self.port is None else str(self.port),
+                "sticky_keep_ms": _ms(self.sticky_keep)}
 
 
 @dataclass(frozen=True)
@@ -639,15 +304,17 @@ def plain(got: Sequence[Any]) -> list[str]:
     return [_text(v) for v in got]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReportCall:
     outcome: str  # ok | blocked | error
     lease_id: str = ""
     proxy: str = ""
     target: str = ""
 
-    def args(self, now: float, blocked: float, errors: int, global_: float) -> list[Any]:
-        return [repr(now), self.lease_id, self.proxy, self.target, self.outcome, repr(blocked), errors, repr(global_)]
+    def values(self, now: float, blocked: float, errors: int, global_: float) -> dict[str, Any]:
+        """The report script's ARGV by name (ARGV['report'])."""
+        return {"now": repr(now), "lease_id": self.lease_id, "proxy": self.proxy, "target": self.target,
+                "outcome": self.outcome, "blocked_s": repr(blocked), "errors_max": errors, "global_s": repr(global_)}
 
 
 @dataclass(frozen=True)
@@ -682,24 +349,25 @@ class Leases:
         return self.lease_guarded(call, now, rand, guard)[0]
 
     def lease_guarded(self, call: LeaseCall, now: float, rand: float, guard: GuardCall) -> tuple[LeaseAnswer, Epoch]:
-        epoch, rest = _split(self._lease(keys=_KEYS7, args=call.args(now, rand) + guard.args(now, call.lease_id)))
+        args = argv("lease", **call.values(now, rand), **guard.values(now, call.lease_id))
+        epoch, rest = _split(self._lease(keys=_KEYS7, args=args))
         return lease_answer(rest), epoch
 
     def renew(self, call: RenewCall, now: float, guard: GuardCall = GuardCall()) -> tuple[RenewAnswer, Epoch]:
-        epoch, rest = _split(self._renew(keys=_KEYS7, args=call.args(now) + guard.args(now)))
+        epoch, rest = _split(self._renew(keys=_KEYS7, args=argv("renew", **call.values(now), **guard.values(now))))
         return renew_answer(rest), epoch
 
     def check(self, now: float, guard: GuardCall) -> Epoch:
-        return _split(self._check(keys=_KEYS7, args=guard.args(now)))[0]
+        return _split(self._check(keys=_KEYS7, args=argv("check", **guard.values(now))))[0]
 
     def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
-        return plain(self._release(keys=_KEYS7, args=[lease_id, repr(now), _ms(keep)]))
+        return plain(self._release(keys=_KEYS7, args=argv("release", lease_id=lease_id, now=repr(now), keep_ms=_ms(keep))))
 
     def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
-        return plain(self._report(keys=_REPORT_KEYS, args=call.args(now, blocked, errors, global_)))
+        return plain(self._report(keys=_REPORT_KEYS, args=argv("report", **call.values(now, blocked, errors, global_))))
 
     def sync(self, now: float) -> tuple[int, int]:
-        got: Any = self._sync(keys=_KEYS7, args=[repr(now)])
+        got: Any = self._sync(keys=_KEYS7, args=argv("sync", now=repr(now)))
         return int(got[0]), int(got[1])
 
     def active(self, now: float) -> int:
@@ -816,18 +484,19 @@ class AsyncLeases:
 
     async def lease(self, call: LeaseCall, now: float, rand: float, guard: GuardCall = GuardCall(),
                     wait_ms: int = 0) -> tuple[LeaseAnswer, Epoch, int | None]:
-        got, acked = await self._waited(self._lease, call.args(now, rand) + guard.args(now, call.lease_id), wait_ms)
+        args = argv("lease", **call.values(now, rand), **guard.values(now, call.lease_id))
+        got, acked = await self._waited(self._lease, args, wait_ms)
         epoch, rest = _split(got)
         return lease_answer(rest), epoch, acked
 
     async def renew(self, call: RenewCall, now: float, guard: GuardCall = GuardCall(),
                     wait_ms: int = 0) -> tuple[RenewAnswer, Epoch, int | None]:
-        got, acked = await self._waited(self._renew, call.args(now) + guard.args(now), wait_ms)
+        got, acked = await self._waited(self._renew, argv("renew", **call.values(now), **guard.values(now)), wait_ms)
         epoch, rest = _split(got)
         return renew_answer(rest), epoch, acked
 
     async def check(self, now: float, guard: GuardCall) -> Epoch:
-        return _split(await self._check(keys=_KEYS7, args=guard.args(now)))[0]
+        return _split(await self._check(keys=_KEYS7, args=argv("check", **guard.values(now))))[0]
 
     async def replicas(self) -> int:
         """Replicas online on the master now (INFO replication); 0 when Redis cannot say."""
@@ -838,13 +507,15 @@ class AsyncLeases:
         return online_replicas(info)
 
     async def release(self, lease_id: str, now: float, keep: float = RELEASE_KEEP) -> list[str]:
-        return plain(await self._eval(self._release, _KEYS7_B, [lease_id, repr(now), _ms(keep)]))
+        args = argv("release", lease_id=lease_id, now=repr(now), keep_ms=_ms(keep))
+        return plain(await self._eval(self._release, _KEYS7_B, args))
 
     async def report(self, call: ReportCall, now: float, blocked: float, errors: int, global_: float) -> list[str]:
-        return plain(await self._eval(self._report, _REPORT_KEYS_B, call.args(now, blocked, errors, global_)))
+        args = argv("report", **call.values(now, blocked, errors, global_))
+        return plain(await self._eval(self._report, _REPORT_KEYS_B, args))
 
     async def sync(self, now: float) -> tuple[int, int]:
-        got: Any = await self._sync(keys=_KEYS7, args=[repr(now)])
+        got: Any = await self._sync(keys=_KEYS7, args=argv("sync", now=repr(now)))
         return int(got[0]), int(got[1])
 
     async def snapshot(self) -> Snapshot:

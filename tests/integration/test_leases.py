@@ -399,16 +399,16 @@ def test_each_operation_is_one_script_call_and_a_grant_that_waits_is_one_round_t
             now = time.time()
             await leases.ping()
             r.config_resetstat()
-            got, epoch, acked = await leases.lease(LeaseCall("a" * 32, "example.com", now + 60, 1, ttl=60.0), now, 0.0,
-                                                   GuardCall(), wait_ms=5)
+            call = LeaseCall(lease_id="a" * 32, target="example.com", expires=now + 60, max_per_proxy=1, ttl=60.0)
+            got, epoch, acked = await leases.lease(call, now, 0.0, GuardCall(), wait_ms=5)
             assert type(got).__name__ == "Granted" and acked == 0  # no replica: WAIT answers 0 after 5 ms
             top = {k: v for k, v in sent().items() if k in ("evalsha", "wait") or k.startswith("script")}
             assert top == {"evalsha": 1, "wait": 1}, top
-            await leases.report(ReportCall("ok", "a" * 32), now, 600, 3, 300)
+            await leases.report(ReportCall(outcome="ok", lease_id="a" * 32), now, 600, 3, 300)
             assert sent().get("evalsha") == 1
             r.script_flush()
-            ren, _, acked = await leases.renew(RenewCall("a" * 32, None, 300, 1), now + 1,
-                                               GuardCall(epoch.id, epoch.seq), wait_ms=5)
+            ren, _, acked = await leases.renew(RenewCall(lease_id="a" * 32, ttl=None, default_ttl=300, max_per_proxy=1), now + 1,
+                                               GuardCall(epoch=epoch.id, seq=epoch.seq), wait_ms=5)
             assert type(ren).__name__ == "Renewed" and acked == 0
             calls = sent()
             assert calls.get("script|load") == 1 and calls.get("evalsha") == 2, calls  # NOSCRIPT, loaded, again

@@ -46,11 +46,12 @@ def running(r, key: str, uid: str = "u", ip: str = "10.0.0.1", port: int = 3128)
 
 
 def grant(store, lease_id: str, now: float = NOW, ttl: float = 60.0, guard: GuardCall = FIRST):
-    return store.leases.lease_guarded(LeaseCall(lease_id, "example.com", now + ttl, 1, ttl=ttl), now, 0.0, guard)
+    call = LeaseCall(lease_id=lease_id, target="example.com", expires=now + ttl, max_per_proxy=1, ttl=ttl)
+    return store.leases.lease_guarded(call, now, 0.0, guard)
 
 
 def renew(store, lease_id: str, now: float = NOW, ttl: float | None = None, guard: GuardCall = FIRST, **kw):
-    return store.leases.renew(RenewCall(lease_id, ttl, 300.0, 1, **kw), now, guard)
+    return store.leases.renew(RenewCall(lease_id=lease_id, ttl=ttl, default_ttl=300.0, max_per_proxy=1, **kw), now, guard)
 
 
 # -- renewal ----------------------------------------------------------------------------------------
@@ -112,11 +113,11 @@ def test_a_renewal_and_a_re_creation_answer_the_endpoint_and_egress_address_as_s
     if verdict:
         r.hset(keys.PROBE_VERDICTS, "ns/a", json.dumps(verdict))
     _, e = grant(store, "a" * 32)
-    ren, e = renew(store, "a" * 32, now=NOW + 1, guard=GuardCall(e.id, e.seq, 30))
+    ren, e = renew(store, "a" * 32, now=NOW + 1, guard=GuardCall(epoch=e.id, seq=e.seq, grace=30))
     assert isinstance(ren, Renewed) and not ren.recreated
     assert ren.endpoint == r.hget(keys.PX_ENDPOINTS, "ns/a") and ren.egress_ip == egress
     r.delete(*r.keys("fleet:lease:*"))  # Redis lost it: the renewal re-creates it from what the client says
-    ren, _ = renew(store, "a" * 32, now=NOW + 2, guard=GuardCall(e.id, e.seq, 30), proxy="ns/a", target="example.com")
+    ren, _ = renew(store, "a" * 32, now=NOW + 2, guard=GuardCall(epoch=e.id, seq=e.seq, grace=30), proxy="ns/a", target="example.com")
     assert isinstance(ren, Renewed) and ren.recreated
     assert ren.endpoint == r.hget(keys.PX_ENDPOINTS, "ns/a") and ren.egress_ip == egress
 
@@ -126,9 +127,9 @@ def test_a_renewal_and_a_re_creation_answer_the_endpoint_and_egress_address_as_s
 def test_the_first_call_writes_the_epoch_and_later_ones_bump_its_seq(store):
     _, e1 = grant(store, "1" * 32)
     assert e1.lost == "" and e1.seq == 1 and e1.id and e1.grace_until == 0
-    _, e2 = renew(store, "1" * 32, guard=GuardCall(e1.id, e1.seq, 30))
+    _, e2 = renew(store, "1" * 32, guard=GuardCall(epoch=e1.id, seq=e1.seq, grace=30))
     assert (e2.id, e2.seq, e2.lost) == (e1.id, 2, "")
-    e3 = store.leases.check(NOW, GuardCall(e2.id, e2.seq, 30))
+    e3 = store.leases.check(NOW, GuardCall(epoch=e2.id, seq=e2.seq, grace=30))
     assert (e3.seq, e3.lost) == (2, "")  # a check does not bump
 
 
@@ -140,7 +141,7 @@ def test_a_loss_of_data_starts_the_grace_and_grants_nothing(store, loss, why):
     got, e = grant(store, "1" * 32)
     assert isinstance(got, Granted)
     proxy = got.proxy
-    seen = GuardCall(e.id, e.seq + 5 if loss == "rollback" else e.seq, 30)  # as if this process saw 5 more
+    seen = GuardCall(epoch=e.id, seq=e.seq + 5 if loss == "rollback" else e.seq, grace=30)  # as if this process saw 5 more
     if loss == "flush":
         r.delete(*r.keys("fleet:lease:*"))
     elif loss == "other":
@@ -150,10 +151,10 @@ def test_a_loss_of_data_starts_the_grace_and_grants_nothing(store, loss, why):
     assert isinstance(got, Grace) and e.lost == why and e.grace_until == NOW + 31
     assert float(r.hget(EPOCH, "grace")) == NOW + 31
     # another process (no loss seen by it) is refused too: the grace is in Redis
-    got, e2 = grant(store, "3" * 32, now=NOW + 2, guard=GuardCall(e.id, e.seq, 30))
+    got, e2 = grant(store, "3" * 32, now=NOW + 2, guard=GuardCall(epoch=e.id, seq=e.seq, grace=30))
     assert isinstance(got, Grace) and e2.lost == "" and e2.grace_until == NOW + 31
     # the holder renews: re-created (Redis lost it; the flush and the other epoch lost it, the rollback did not)
-    ren, _ = renew(store, "1" * 32, now=NOW + 3, guard=GuardCall(e2.id, e2.seq, 30), proxy=proxy,
+    ren, _ = renew(store, "1" * 32, now=NOW + 3, guard=GuardCall(epoch=e2.id, seq=e2.seq, grace=30), proxy=proxy,
                    target="example.com", ip=json.loads(r.hget(keys.PX_ENDPOINTS, proxy))["ip"], port=3128)
     assert isinstance(ren, Renewed) and ren.proxy == proxy and ren.recreated == (loss != "rollback")
     # a second holder claiming the same proxy: over capacity
@@ -171,7 +172,7 @@ def test_a_loss_of_data_starts_the_grace_and_grants_nothing(store, loss, why):
 def test_the_grace_is_never_shortened(store):
     _, e = grant(store, "1" * 32)
     store._redis.hset(EPOCH, "grace", NOW + 1000)
-    e2 = store.leases.check(NOW + 1, GuardCall("not-this", e.seq, 30))
+    e2 = store.leases.check(NOW + 1, GuardCall(epoch="not-this", seq=e.seq, grace=30))
     assert e2.lost == "changed" and e2.grace_until == NOW + 1000
 
 

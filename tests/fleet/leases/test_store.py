@@ -44,12 +44,12 @@ _ids = iter(range(10**9))
 
 
 def lease(store, target="example.com", now=NOW, ttl=60.0, max_per_proxy=1, rand=0.0, **kw):
-    call = LeaseCall(f"{next(_ids):032x}", target, now + ttl, max_per_proxy, **kw)
+    call = LeaseCall(lease_id=f"{next(_ids):032x}", target=target, expires=now + ttl, max_per_proxy=max_per_proxy, **kw)
     return call.lease_id, store.leases.lease(call, now, rand)
 
 
 def report(store, outcome, now=NOW, blocked=600.0, errors=3, global_=300.0, **kw):
-    return store.leases.report(ReportCall(outcome, **kw), now, blocked, errors, global_)
+    return store.leases.report(ReportCall(outcome=outcome, **kw), now, blocked, errors, global_)
 
 
 def test_least_loaded_first_and_never_past_capacity(store):

@@ -155,12 +155,12 @@ def test_a_rotated_members_lease_renews_until_its_replacement_is_ready_then_is_r
     pw.cycle(2)
     (old,) = members(pw)
     assert phase(pw, old) == "Running"
-    got = pw.store.leases.lease(LeaseCall("a" * 32, "example.com", pw.clock.t + 600, PER_MEMBER, pool="web", ttl=600),
-                                pw.clock.t, 0.0)
+    call = LeaseCall(lease_id="a" * 32, target="example.com", expires=pw.clock.t + 600, max_per_proxy=PER_MEMBER, pool="web", ttl=600)
+    got = pw.store.leases.lease(call, pw.clock.t, 0.0)
     assert isinstance(got, Granted) and got.proxy == f"crawl/{old}"
 
     def renew() -> Renewed | NotRenewed:
-        answer, _ = pw.store.leases.renew(RenewCall("a" * 32, 600.0, 600.0, PER_MEMBER), pw.clock.t)
+        answer, _ = pw.store.leases.renew(RenewCall(lease_id="a" * 32, ttl=600.0, default_ttl=600.0, max_per_proxy=PER_MEMBER), pw.clock.t)
         return answer
 
     pw.step(60)  # past maxAge

@@ -85,7 +85,7 @@ def test_demand_from_the_lease_api_moves_spec_replicas(env, store):  # noqa: F81
     n = iter(range(1000))
 
     def lease(pool: str) -> object:
-        call = LeaseCall(f"{next(n):032x}", "example.com", clock() + 600, 2, pool=pool, ttl=600)
+        call = LeaseCall(lease_id=f"{next(n):032x}", target="example.com", expires=clock() + 600, max_per_proxy=2, pool=pool, ttl=600)
         return store.leases.lease(call, clock(), 0.0)
 
     for _ in range(2):

@@ -1,0 +1,50 @@
+-- Report: a client's outcome through a proxy (by its lease, or by proxy and target): a cooldown, or an error counted.
+-- KEYS[8]: errors.
+-- → {'unknown-lease'} | {'revoked', why} (the lease's proxy is gone or another instance: nothing recorded) |
+--   {'unknown-proxy'} | {'no-target'} | {'ok', proxy, target} |
+--   {'cooldown', proxy, target, scope, until} | {'counted', proxy, target, errors in a row}
+-- ARGV, in the order of leases.ARGV['report'] (tests/fleet/leases/test_lua.py holds the two together):
+local now = tonumber(ARGV[1])
+local lease_id = ARGV[2]  -- '' when by proxy
+local proxy = ARGV[3]  -- '' when by lease
+local target = ARGV[4]  -- '' the lease's
+local outcome = ARGV[5]  -- ok | blocked | error
+local blocked_s = tonumber(ARGV[6])  -- the target-scoped cooldown of a 'blocked'
+local errors_max = tonumber(ARGV[7])  -- errors in a row that start a global cooldown
+local global_s = tonumber(ARGV[8])  -- the global cooldown
+
+local p = proxy
+if lease_id ~= '' then
+  local doc = decode(redis.call('hget', KEYS[1], lease_id))
+  if not doc or tonumber(doc['expires']) <= now then return {'unknown-lease'} end
+  local why = revoked(doc, false)
+  if why then return {'revoked', why} end
+  p = doc['proxy']
+  if target == '' then target = doc['target'] end
+elseif redis.call('hexists', KEYS[4], p) == 0 then
+  return {'unknown-proxy'}
+end
+if type(target) ~= 'string' or target == '' then return {'no-target'} end
+redis.call('zremrangebyscore', KEYS[6], '-inf', now)
+redis.call('zremrangebyscore', KEYS[7], '-inf', now)
+if outcome == 'ok' then
+  redis.call('hdel', KEYS[8], p)
+  return {'ok', p, target}
+end
+if outcome == 'blocked' then
+  local d = blocked_s
+  if d <= 0 then return {'ok', p, target} end
+  local till = now + d
+  redis.call('zadd', KEYS[6], 'GT', till, p .. '|' .. target)
+  return {'cooldown', p, target, 'target', tostring(till)}
+end
+local n = redis.call('hincrby', KEYS[8], p, 1)
+if n >= errors_max then
+  redis.call('hdel', KEYS[8], p)
+  local d = global_s
+  if d <= 0 then return {'counted', p, target, tostring(n)} end
+  local till = now + d
+  redis.call('zadd', KEYS[7], 'GT', till, p)
+  return {'cooldown', p, target, 'global', tostring(till)}
+end
+return {'counted', p, target, tostring(n)}
