@@ -54,11 +54,12 @@ tests, the benchmark's set-up); `AsyncLeases` runs the same scripts on a
 `redis.asyncio` client for the API's event loop.
 
 The scripts are fleet/store/lua/<script>.lua (package data), read once at
-import: each runs as `CONSTANTS` (Lua locals: key prefixes and limits), then
-common.lua's shared functions, then its own file. `ARGV` is the one layout of
-each script's arguments: the call objects name their values, `argv` orders
-them, and each script reads them into locals of those names at its top
-(tests/fleet/leases/test_lua.py holds the two sides together).
+import by `fleet.store.scripts`: each runs as `CONSTANTS` (Lua locals: key
+prefixes and limits), then common.lua's shared functions, then its own file.
+`ARGV` is the one layout of each script's arguments: the call objects name
+their values, `argv` orders them, and each script reads them into locals of
+those names at its top (tests/fleet/test_store_lua.py holds the two sides
+together).
 """
 
 from __future__ import annotations
@@ -67,14 +68,13 @@ import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
-from fleet.store import keys
+from fleet.store import keys, scripts
 
 PREFIX, DOCS, EXPIRY, HELD, LOAD = keys.LEASE_PREFIX, keys.LEASE_DOCS, keys.LEASE_EXPIRY, keys.LEASE_HELD, keys.LEASE_LOAD
 STICKY, COOL_TARGET, COOL_GLOBAL, ERRORS = keys.LEASE_STICKY, keys.LEASE_COOL_TARGET, keys.LEASE_COOL_GLOBAL, keys.LEASE_ERRORS
@@ -95,7 +95,7 @@ CONSTANTS: dict[str, str | int | float] = {
 
 # Each script's ARGV, in order: the one layout both sides follow. `argv` lays a call's named values out in
 # this order, and each fleet/store/lua/<script>.lua reads them into locals of the same names at its top
-# (tests/fleet/leases/test_lua.py compares the two).
+# (tests/fleet/test_store_lua.py compares the two).
 GUARD_ARGV = ("guard_now", "epoch", "seq", "grace", "fresh")  # the epoch guard's (GuardCall), last
 ARGV: dict[str, tuple[str, ...]] = {
     "lease": ("now", "lease_id", "expires", "target", "max_per_proxy", "sticky", "sticky_ms", "provider", "region",
@@ -109,34 +109,9 @@ ARGV: dict[str, tuple[str, ...]] = {
 }
 
 
-def argv(script: str, **values: Any) -> list[Any]:
-    """`values` in the order of ARGV[script]: every name once, no other (a name gone from one side fails here)."""
-    layout = ARGV[script]
-    if len(values) != len(layout):
-        raise TypeError(f"{script}: ARGV {sorted(values)} is not {sorted(layout)}")
-    return [values[name] for name in layout]
+LUA = scripts.load(ARGV, constants=CONSTANTS, shared=("common",))  # fleet/store/lua/<script>.lua, read once
+SCRIPTS, argv = LUA.texts, LUA.argv
 
-
-def _lua_literal(value: str | int | float) -> str:
-    if isinstance(value, str):
-        if not value.isascii() or "'" in value or "\\" in value:
-            raise ValueError(f"not a plain Lua string: {value!r}")
-        return f"'{value}'"
-    return repr(value)
-
-
-def _lua(name: str) -> str:
-    return resources.files("fleet.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-
-
-def _scripts() -> dict[str, str]:
-    """Each script's text as Redis runs it: the constants, common.lua's functions, then the script (package data:
-    fleet/store/lua/, read once at import)."""
-    head = "".join(f"local {k} = {_lua_literal(v)}\n" for k, v in CONSTANTS.items()) + _lua("common")
-    return {name: head + _lua(name) for name in ARGV}
-
-
-SCRIPTS = _scripts()
 LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT = SCRIPTS["lease"], SCRIPTS["release"], SCRIPTS["report"]
 SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SCRIPT = SCRIPTS["sync"], SCRIPTS["renew"], SCRIPTS["check"]
 _KEYS7 = [DOCS, EXPIRY, LOAD, keys.PX_ENDPOINTS, keys.PROBE_VERDICTS, COOL_TARGET, COOL_GLOBAL]

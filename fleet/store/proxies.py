@@ -11,6 +11,9 @@ double a 10 s poll or a 5 m quota wait.
 
 Standalone mode keeps the Proxy objects here too (`PX_OBJECTS`), each a JSON
 document with a `resourceVersion` counter written by compare-and-set.
+
+Every change that must be atomic is one Lua script, fleet/store/lua/proxies/<script>.lua
+(package data, read once at import by `fleet.store.scripts`), its arguments laid out by `ARGV`.
 """
 
 from __future__ import annotations
@@ -22,160 +25,26 @@ from typing import Any
 
 import redis
 
-from fleet.store import keys
+from fleet.store import keys, scripts
 from fleet.store.results import Raw
 
-# KEYS: call, slots, waiters, cloud-init. ARGV: key, doc, call TTL (ms), slot limit, now, slot expiry,
-# '1' to stage a create's cloud-init, its text, its TTL (ms).
-# Returns 'busy' (a call in flight for this Proxy), 'full:<place>' (the provider's
-# slots are taken: the Proxy waits in line, 0 first, and the next freed slot makes
-# the first due) or 'ok' (recorded, and a create's cloud-init staged for the
-# call's TTL: the caller sends the message now).
-_BEGIN = """
-if redis.call('exists', KEYS[1]) == 1 then return 'busy' end
-redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[5])
-if redis.call('zscore', KEYS[2], ARGV[1]) == false and redis.call('zcard', KEYS[2]) >= tonumber(ARGV[4]) then
-  redis.call('zadd', KEYS[3], 'NX', ARGV[5], ARGV[1])
-  return 'full:' .. redis.call('zrank', KEYS[3], ARGV[1])
-end
-redis.call('zrem', KEYS[3], ARGV[1])
-redis.call('zadd', KEYS[2], ARGV[6], ARGV[1])
-redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[7] == '1' then redis.call('set', KEYS[4], ARGV[8], 'PX', ARGV[9]) end
-return 'ok'
-"""
-
-# One reconcile step's reads and writes, a round trip each (issue 24: a command
-# per fact was 54% of the controller's time).
-#
-# KEYS: claim, due, objects, call, outcome, failures, verdicts, phases. ARGV: owner,
-# claim TTL (ms), key, '1' to read the standalone object. Claims the Proxy (nil when
-# another replica holds it), takes it off the due set and answers what the step
-# reads: {1, object, call, outcome, failures, verdict, phase} (each nil when absent).
-_STEP_BEGIN_FN = """
-local function begin_step(KEYS, ARGV)
-  if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-  redis.call('zrem', KEYS[2], ARGV[3])
-  local obj = false
-  if ARGV[4] == '1' then obj = redis.call('hget', KEYS[3], ARGV[3]) end
-  return {1, obj, redis.call('get', KEYS[4]), redis.call('get', KEYS[5]), redis.call('hget', KEYS[6], ARGV[3]),
-          redis.call('hget', KEYS[7], ARGV[3]), redis.call('hget', KEYS[8], ARGV[3])}
-end
-"""
-_STEP_BEGIN = _STEP_BEGIN_FN + "return begin_step(KEYS, ARGV)\n"
-
-# KEYS: claim, due, phases, endpoints, failures, outcome, verdicts. ARGV: owner, key,
-# the step's writes in order (JSON, `Tail`), then the claim released if still ours:
-#   ["due", at]                    due at `at` unless due sooner (ZADD LT)
-#   ["state", phase, endpoint]     the phase (`phase|since`); the endpoint document, '' removes it
-#   ["applied", outcome, failures] the outcome dropped if it is still `outcome` (''
-#                                  none); failures '-' left, '' cleared, else stored
-#   ["forget"]                     everything kept for the Proxy
-_STEP_END = """
-for _, op in ipairs(cjson.decode(ARGV[3])) do
-  local kind = op[1]
-  if kind == 'due' then
-    redis.call('zadd', KEYS[2], 'LT', op[2], ARGV[2])
-  elseif kind == 'state' then
-    redis.call('hset', KEYS[3], ARGV[2], op[2])
-    if op[3] == '' then redis.call('hdel', KEYS[4], ARGV[2]) else redis.call('hset', KEYS[4], ARGV[2], op[3]) end
-  elseif kind == 'applied' then
-    if op[2] ~= '' and redis.call('get', KEYS[6]) == op[2] then redis.call('del', KEYS[6]) end
-    if op[3] == '' then redis.call('hdel', KEYS[5], ARGV[2]) elseif op[3] ~= '-' then redis.call('hset', KEYS[5], ARGV[2], op[3]) end
-  elseif kind == 'forget' then
-    redis.call('zrem', KEYS[2], ARGV[2])
-    redis.call('del', KEYS[6])
-    redis.call('hdel', KEYS[5], ARGV[2])
-    redis.call('hdel', KEYS[3], ARGV[2])
-    redis.call('hdel', KEYS[4], ARGV[2])
-    redis.call('hdel', KEYS[7], ARGV[2])
-  end
-end
-if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
-return 1
-"""
-
-# KEYS: call, slots, outcome, due, waiters, then _STEP_BEGIN's (claim, due, objects, call,
-# outcome, failures, verdicts, phases). ARGV: key, call id, outcome JSON, now, then
-# _STEP_BEGIN's (owner, claim TTL, key, read object) or '' for none.
-# Only the answer to the call in flight is kept (a late one for a call that
-# lapsed is dropped): stored with its call, the call and slot cleared, the
-# Proxy due now, and so is the first Proxy waiting for a slot. 0 when dropped;
-# when kept, {1} and, with the step's ARGV, what `_STEP_BEGIN` answers after it
-# (the step that applies the answer begins in the same round trip).
-_FINISH = """
-local cur = redis.call('get', KEYS[1])
-if not cur then return 0 end
-local ok, doc = pcall(cjson.decode, cur)
-if not ok or type(doc) ~= 'table' or doc['id'] ~= ARGV[2] then return 0 end
-redis.call('set', KEYS[3], '{"call":' .. cur .. ',"outcome":' .. ARGV[3] .. '}')
-redis.call('del', KEYS[1])
-redis.call('zrem', KEYS[2], ARGV[1])
-redis.call('zadd', KEYS[4], ARGV[4], ARGV[1])
-local next = redis.call('zrange', KEYS[5], 0, 0)
-if next[1] then
-  redis.call('zrem', KEYS[5], next[1])
-  redis.call('zadd', KEYS[4], ARGV[4], next[1])
-end
-if ARGV[5] == '' then return {1} end
-local step = begin_step({KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]},
-                        {ARGV[5], ARGV[6], ARGV[7], ARGV[8]})
-if not step then return {1} end
-return {1, unpack(step)}
-"""
-
-# KEYS: objects hash. ARGV: key, expected resourceVersion ('' = must not exist), new doc
-# (its resourceVersion already set to expected+1), or '' to delete. 1 when written.
-_PUT_OBJECT = """
-local cur = redis.call('hget', KEYS[1], ARGV[1])
-if ARGV[2] == '' then
-  if cur then return 0 end
-else
-  if not cur then return 0 end
-  local ok, doc = pcall(cjson.decode, cur)
-  if not ok or type(doc) ~= 'table' or type(doc['metadata']) ~= 'table'
-     or tostring(doc['metadata']['resourceVersion']) ~= ARGV[2] then return 0 end
-end
-if ARGV[3] == '' then redis.call('hdel', KEYS[1], ARGV[1]) else redis.call('hset', KEYS[1], ARGV[1], ARGV[3]) end
-return 1
-"""
-
-
-# KEYS: list gate. ARGV: doc ({"id","at","next"}), now, TTL (ms). The
-# provider's resync list: '' when this caller takes it (it sends the list now),
-# else the seconds until the current one's `next` (another replica's list, or
-# this interval's). Times are the callers' clock, as PX_DUE's; the TTL only
-# collects a gate nobody uses any more.
-_BEGIN_LIST = """
-local cur = redis.call('get', KEYS[1])
-if cur then
-  local ok, doc = pcall(cjson.decode, cur)
-  local nxt = ok and type(doc) == 'table' and tonumber(doc['next'])
-  if nxt and nxt > tonumber(ARGV[2]) then return tostring(nxt - tonumber(ARGV[2])) end
-end
-redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[3])
-return ''
-"""
-
-# KEYS: list gate. ARGV: list id, field, value. Sets doc[field] = value on the
-# provider's current list if it is list id `ARGV[1]` and was not answered yet,
-# keeping the TTL; returns its `at` (when it was asked), else ''. With field
-# 'answered' it takes the answer once; with 'next' it moves the next list.
-_MARK_LIST = """
-local cur = redis.call('get', KEYS[1])
-if not cur then return '' end
-local ok, doc = pcall(cjson.decode, cur)
-if not ok or type(doc) ~= 'table' or doc['id'] ~= ARGV[1] then return '' end
-if ARGV[2] == 'answered' then
-  if doc['answered'] then return '' end
-  doc['answered'] = true
-else
-  doc[ARGV[2]] = tonumber(ARGV[3])
-end
-local ttl = redis.call('pttl', KEYS[1])
-if ttl > 0 then redis.call('set', KEYS[1], cjson.encode(doc), 'PX', ttl) else redis.call('set', KEYS[1], cjson.encode(doc)) end
-return tostring(doc['at'])
-"""
+# Each script's ARGV, in order: the one layout both sides follow. The methods below name their values,
+# `LUA.argv` orders them, and each fleet/store/lua/proxies/<script>.lua reads them into locals of the same
+# names at its top (tests/fleet/test_store_lua.py compares the two); common.lua's `begin_step` (claim and
+# read for one reconcile step) is in front of each, so `finish` begins the step that applies an answer in
+# the same round trip as `step_begin` does.
+STEP_ARGV = ("owner", "claim_ms", "key", "read_object")
+ARGV: dict[str, tuple[str, ...]] = {
+    "begin": ("key", "doc", "call_ms", "slot_limit", "now", "slot_expires", "stage_cloud_init", "cloud_init",
+              "cloud_init_ms"),
+    "step_begin": STEP_ARGV,
+    "step_end": ("owner", "key", "ops"),
+    "finish": ("key", "call_id", "outcome", "now", *(f"step_{name}" for name in STEP_ARGV)),
+    "put_object": ("key", "expected_version", "doc"),
+    "begin_list": ("doc", "now", "gate_ms"),
+    "mark_list": ("list_id", "field", "value"),
+}
+LUA = scripts.load(ARGV, folder="proxies", shared=("common",))  # read once
 
 
 @dataclass(frozen=True)
@@ -237,13 +106,13 @@ def failures_of(raw: Raw, spec_hash: str = "") -> int:
 class Proxies:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
-        self._begin = client.register_script(_BEGIN)
-        self._step_begin = client.register_script(_STEP_BEGIN)
-        self._step_end = client.register_script(_STEP_END)
-        self._finish = client.register_script(_STEP_BEGIN_FN + _FINISH)
-        self._put_object = client.register_script(_PUT_OBJECT)
-        self._begin_list = client.register_script(_BEGIN_LIST)
-        self._mark_list = client.register_script(_MARK_LIST)
+        self._begin = client.register_script(LUA.texts["begin"])
+        self._step_begin = client.register_script(LUA.texts["step_begin"])
+        self._step_end = client.register_script(LUA.texts["step_end"])
+        self._finish = client.register_script(LUA.texts["finish"])
+        self._put_object = client.register_script(LUA.texts["put_object"])
+        self._begin_list = client.register_script(LUA.texts["begin_list"])
+        self._mark_list = client.register_script(LUA.texts["mark_list"])
 
     # -- when each Proxy is due --------------------------------------------------
 
@@ -281,7 +150,7 @@ class Proxies:
         got: Any = self._step_begin(
             keys=[keys.PX_CLAIM + key, keys.PX_DUE, keys.PX_OBJECTS, keys.PX_CALL + key, keys.PX_OUTCOME + key,
                   keys.PX_FAILURES, keys.PROBE_VERDICTS, keys.PX_PHASE],
-            args=[owner, max(1, int(ttl * 1000)), key, "1" if read_object else ""])
+            args=LUA.argv("step_begin", owner=owner, claim_ms=_ms(ttl), key=key, read_object="1" if read_object else ""))
         if not got:
             return None
         return StepRead(*got[1:7])
@@ -290,13 +159,14 @@ class Proxies:
         """The step's writes (`Tail`) in order, then its claim released (if still `owner`'s)."""
         self._step_end(keys=[keys.PX_CLAIM + key, keys.PX_DUE, keys.PX_PHASE, keys.PX_ENDPOINTS, keys.PX_FAILURES,
                              keys.PX_OUTCOME + key, keys.PROBE_VERDICTS],
-                       args=[owner, key, json.dumps(tail.ops, separators=(",", ":"), ensure_ascii=False)])
+                       args=LUA.argv("step_end", owner=owner, key=key,
+                                     ops=json.dumps(tail.ops, separators=(",", ":"), ensure_ascii=False)))
 
     # -- one replica per Proxy -------------------------------------------------------
 
     def claim(self, key: str, owner: str, ttl: float) -> bool:
         """Hold the Proxy as `owner` for `ttl` s, as `begin_step` does (another replica's claim, in tests)."""
-        return bool(self._redis.set(keys.PX_CLAIM + key, owner, nx=True, px=max(1, int(ttl * 1000))))
+        return bool(self._redis.set(keys.PX_CLAIM + key, owner, nx=True, px=_ms(ttl)))
 
     # -- provider calls ------------------------------------------------------------------
 
@@ -308,8 +178,9 @@ class Proxies:
         token, text, text_ttl = cloud_init if cloud_init is not None else ("", "", 0.0)
         got = self._begin(keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_WAITING + provider,
                                 keys.CLOUD_INIT + token],
-                          args=[key, doc, max(1, int(ttl * 1000)), limit, repr(now), repr(now + ttl),
-                                "1" if cloud_init is not None else "", text, max(1, int(text_ttl * 1000))])
+                          args=LUA.argv("begin", key=key, doc=doc, call_ms=_ms(ttl), slot_limit=limit, now=repr(now),
+                                        slot_expires=repr(now + ttl), stage_cloud_init="1" if cloud_init is not None else "",
+                                        cloud_init=text, cloud_init_ms=_ms(text_ttl)))
         return keys.text(got) if isinstance(got, (bytes, str)) else str(got)
 
     def cancel_call(self, key: str, provider: str) -> None:
@@ -329,8 +200,9 @@ class Proxies:
             keys=[keys.PX_CALL + key, keys.PX_SLOTS + provider, keys.PX_OUTCOME + key, keys.PX_DUE, keys.PX_WAITING + provider,
                   keys.PX_CLAIM + key, keys.PX_DUE, keys.PX_OBJECTS, keys.PX_CALL + key, keys.PX_OUTCOME + key,
                   keys.PX_FAILURES, keys.PROBE_VERDICTS, keys.PX_PHASE],
-            args=[key, call_id, outcome, repr(now), owner, max(1, int(ttl * 1000)) if step else "", key if step else "",
-                  "1" if read_object else ""])
+            args=LUA.argv("finish", key=key, call_id=call_id, outcome=outcome, now=repr(now), step_owner=owner,
+                          step_claim_ms=_ms(ttl) if step else "", step_key=key if step else "",
+                          step_read_object="1" if read_object else ""))
         if not got:
             return False, None
         return True, StepRead(*got[2:8]) if len(got) > 1 else None
@@ -349,18 +221,19 @@ class Proxies:
         """None when this caller takes the provider's list (and sends it now; the next is due at now +
         interval); else the seconds until it may."""
         doc = json.dumps({"id": list_id, "at": now, "next": now + interval})
-        ttl = max(1, int((2 * interval + 120) * 1000))
-        got = self._begin_list(keys=[keys.PX_LIST + provider], args=[doc, repr(now), ttl])
+        ttl = _ms(2 * interval + 120)
+        got = self._begin_list(keys=[keys.PX_LIST + provider], args=LUA.argv("begin_list", doc=doc, now=repr(now), gate_ms=ttl))
         text = keys.text(got) if got is not None else ""
         return None if text == "" else max(0.0, float(text))
 
     def take_list(self, provider: str, list_id: str) -> float | None:
         """When the provider's current list was asked, the first time its answer comes; None for any other answer."""
-        return _number(self._mark_list(keys=[keys.PX_LIST + provider], args=[list_id, "answered", ""]))
+        return _number(self._mark_list(keys=[keys.PX_LIST + provider],
+                                       args=LUA.argv("mark_list", list_id=list_id, field="answered", value="")))
 
     def retry_list(self, provider: str, list_id: str, at: float) -> None:
         """The provider's next list is due at `at` (after a failed one: sooner than the interval)."""
-        self._mark_list(keys=[keys.PX_LIST + provider], args=[list_id, "next", repr(at)])
+        self._mark_list(keys=[keys.PX_LIST + provider], args=LUA.argv("mark_list", list_id=list_id, field="next", value=repr(at)))
 
     def list_failed(self, provider: str) -> int:
         """One more failed list in a row for the provider; how many now."""
@@ -434,8 +307,13 @@ class Proxies:
 
     def put_object(self, key: str, expected_version: str, doc: str) -> bool:
         """Write (doc) or delete ('') the object if it still has `expected_version` ('' = absent)."""
-        got: Any = self._put_object(keys=[keys.PX_OBJECTS], args=[key, expected_version, doc])
+        got: Any = self._put_object(keys=[keys.PX_OBJECTS],
+                                    args=LUA.argv("put_object", key=key, expected_version=expected_version, doc=doc))
         return bool(got)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _number(raw: Any) -> float | None:

@@ -1,5 +1,5 @@
 -- Check: the epoch guard alone (each API process every few seconds). → the header.
--- ARGV, in the order of leases.ARGV['check'] (tests/fleet/leases/test_lua.py holds the two together):
+-- ARGV, in the order of leases.ARGV['check'] (tests/fleet/test_store_lua.py holds the two together):
 local guard_now = ARGV[1]  -- the guard's five (common.lua: guard)
 local epoch = ARGV[2]
 local seq = ARGV[3]

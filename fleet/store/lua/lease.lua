@@ -1,7 +1,7 @@
 -- Lease: the least loaded leasable proxy for a target, or when one frees up.
 -- → header + {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
 --   | {'grace'} (Redis lost lease data: nothing new until the header's grace end)
--- ARGV, in the order of leases.ARGV['lease'] (tests/fleet/leases/test_lua.py holds the two together):
+-- ARGV, in the order of leases.ARGV['lease'] (tests/fleet/test_store_lua.py holds the two together):
 local now = tonumber(ARGV[1])
 local lease_id = ARGV[2]
 local expires = ARGV[3]

@@ -1,6 +1,6 @@
 -- Release: the lease is dropped, its answer kept for a repeated release (a client's retry).
 -- → {'released'} | {'revoked', why} | {'expired'} | {'unknown'}: the first release's answer again while kept
--- ARGV, in the order of leases.ARGV['release'] (tests/fleet/leases/test_lua.py holds the two together):
+-- ARGV, in the order of leases.ARGV['release'] (tests/fleet/test_store_lua.py holds the two together):
 local lease_id = ARGV[1]
 local now = tonumber(ARGV[2])
 local keep_ms = ARGV[3]  -- how long the answer is kept

@@ -2,7 +2,7 @@
 -- the client tells (its proxy and target, and ip and port when told), if its proxy still is that one.
 -- → header + {'ok', proxy, endpoint JSON, egress IP, expires, ttl, 'renewed' | 'recreated'} | {'revoked', why} |
 --   {'expired'} | {'released'} (the release record's answer) | {'unknown'} | {'busy'} (re-creation at capacity)
--- ARGV, in the order of leases.ARGV['renew'] (tests/fleet/leases/test_lua.py holds the two together):
+-- ARGV, in the order of leases.ARGV['renew'] (tests/fleet/test_store_lua.py holds the two together):
 local now = tonumber(ARGV[1])
 local lease_id = ARGV[2]
 local asked_ttl = ARGV[3]  -- '' the lease's own

@@ -3,7 +3,7 @@
 -- → {'unknown-lease'} | {'revoked', why} (the lease's proxy is gone or another instance: nothing recorded) |
 --   {'unknown-proxy'} | {'no-target'} | {'ok', proxy, target} |
 --   {'cooldown', proxy, target, scope, until} | {'counted', proxy, target, errors in a row}
--- ARGV, in the order of leases.ARGV['report'] (tests/fleet/leases/test_lua.py holds the two together):
+-- ARGV, in the order of leases.ARGV['report'] (tests/fleet/test_store_lua.py holds the two together):
 local now = tonumber(ARGV[1])
 local lease_id = ARGV[2]  -- '' when by proxy
 local proxy = ARGV[3]  -- '' when by lease

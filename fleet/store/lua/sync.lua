@@ -1,5 +1,5 @@
 -- Sync: proxies Running join the load set; entries of proxies gone with no open lease leave it. → {joined, left}
--- ARGV, in the order of leases.ARGV['sync'] (tests/fleet/leases/test_lua.py holds the two together):
+-- ARGV, in the order of leases.ARGV['sync'] (tests/fleet/test_store_lua.py holds the two together):
 local now = tonumber(ARGV[1])
 
 sweep(now)
