@@ -743,10 +743,6 @@ def validate_schedule(interval: float, timeout: float) -> None:
         )
 
 
-def field_names() -> list[str]:
-    return [f.name for f in fields(Settings)]
-
-
 # --- README's settings table ------------------------------------------------------
 
 README_BEGIN = "<!-- settings: generated from fleet/settings.py OPTIONS by `python -m fleet.settings --readme README.md` -->"

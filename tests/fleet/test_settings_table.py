@@ -1,6 +1,6 @@
-"""The settings table (issue 20, step 5): `OPTIONS` is the one place each
-option's facts live. `Settings`' defaults, `validate()`'s bounds, the CLI's
-help and README's table are derived from it, and each is checked here
+"""The settings table: `Settings`' fields are the one place each option's
+facts live (read as `OPTIONS`). `validate()`'s bounds, the CLI's help and
+README's table are derived from it, and each is checked here
 against the table, as applied (parsing raw strings, the argparse help, the
 committed README)."""
 
