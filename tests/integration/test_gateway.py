@@ -36,10 +36,9 @@ from typing import ClassVar
 import pytest
 
 from fleet.store import keys
+from fleet.testing.http import Quiet
+from fleet.testing.procs import die_with_parent, free_port, stop_group, wait_for
 from providers.base import Deadline
-from tests.fakes.http import Quiet
-from tests.integration.conftest import free_port, wait_for
-from tests.procs import die_with_parent, stop_group
 from tests.providers.local.conftest import make_provider, port_window, request, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
