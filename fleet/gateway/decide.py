@@ -130,6 +130,9 @@ class Head:
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", re.ASCII)
+# A control character a field value may not hold (RFC 9110 5.5: VCHAR, obs-text, SP and HTAB only); CR and LF are
+# the line ends. `Transfer-Encoding: chunked\x0b` must not be read as chunked by one parser and not by another.
+_CTL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def parse_head(raw: bytes, max_headers: int = 100) -> Head:
@@ -143,6 +146,8 @@ def parse_head(raw: bytes, max_headers: int = 100) -> Head:
         lines.pop()
     if not lines:
         raise Refused(400, "bad-request", "an empty request")
+    if _CTL.search(text):
+        raise Refused(400, "bad-request", "a control character in the request head")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not parts[1]:
         raise Refused(400, "bad-request", "not an HTTP/1.1 request line")
@@ -389,7 +394,7 @@ def interim(status: int) -> bool:
 def request_framing(head: Head, max_body: int) -> Framing:
     """How a request's body ends (RFC 9112 6.3 for requests): Content-Length n, chunked, or none. Refused: both
     framings at once or several lengths (400: a proxy that picks one reading can be smuggled past), chunked not
-    the last coding (400), another coding (501), a length over `max_body` (413)."""
+    the last coding or named twice (400), another coding (501), a length over `max_body` (413)."""
     te = [t.strip().lower() for v in head.get("transfer-encoding") for t in v.split(",") if t.strip()]
     lengths = {v.strip() for v in head.get("content-length")}
     if head.get("transfer-encoding"):
@@ -397,6 +402,8 @@ def request_framing(head: Head, max_body: int) -> Framing:
             raise Refused(400, "bad-request", "both Transfer-Encoding and Content-Length")
         if not te or te[-1] != "chunked":
             raise Refused(400, "bad-request", "a request's Transfer-Encoding must end in chunked")
+        if te.count("chunked") > 1:  # RFC 9112 6.1: chunked at most once
+            raise Refused(400, "bad-request", "a request's Transfer-Encoding names chunked more than once")
         if te != ["chunked"]:
             raise Refused(501, "unsupported-transfer-coding", "only the chunked transfer coding is relayed")
         return Framing("chunked")
