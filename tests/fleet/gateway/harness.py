@@ -137,12 +137,12 @@ class Running:
         self.port = server.sockets[0].getsockname()[1]
 
     @classmethod
-    async def start(cls, leases: FakeLeases, config: GatewayConfig | None = None) -> Running:
+    async def start(cls, leases: FakeLeases, config: GatewayConfig | None = None, dialer: Any = None) -> Running:
         config = config or GatewayConfig(max_attempts=3, connect_timeout=2.0, header_timeout=2.0, body_timeout=2.0,
                                          idle_timeout=5.0, response_timeout=5.0)
         guard = httpguard.Guard(httpguard.Limits(header_timeout=config.header_timeout,
                                                  idle_timeout=config.idle_timeout))
-        gw = Gateway(leases, FakeClients(), config, guard)  # type: ignore[arg-type]
+        gw = Gateway(leases, FakeClients(), config, guard, dialer=dialer)
         server = await asyncio.start_server(gw.handle, "127.0.0.1", 0, limit=config.max_header_bytes)
         return cls(gw, server)
 
