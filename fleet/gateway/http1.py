@@ -18,6 +18,14 @@ request: `Proxy-Authorization: Basic` → `Core.admit`, the request target → `
 
 The crawler sees the gateway's own answer (`X-Fleet-Reason`) when a check refuses the request or the core gave
 up: 502 when every attempt failed, 504 when every one timed out, 503 when no proxy could be leased.
+
+The framing is the gateway's own (`decide.parse_head`, `request_framing`, `chunk_size`, the readers below), not
+llhttp's (httptools) or h11's: llhttp refuses the request-smuggling cases too (tests/fleet/gateway/test_smuggling.py)
+and parses a head faster, but it refuses what crawlers send and the gateway relays (raw UTF-8 in a request
+target, extension methods), accepts request lines the gateway refuses (`HTTP/2.0`, two spaces), and, callback-
+driven with no offset of where a message ended, cannot give the pull-model bounds here (a body kept or streamed
+under its deadline, a response relayed byte for byte past a 64 KiB window); h11 accepts five of the ten cases
+(both framings, a Content-Length list, obs-fold, a chunk size past 64 bits, a bare LF) and is slower.
 """
 
 from __future__ import annotations
