@@ -184,7 +184,7 @@ class Tunnel:
             w.close()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Attempt:
     """One proxy leased and dialed for a request: the `number`th try."""
 
@@ -209,7 +209,7 @@ class Clients(Protocol):
     def check(self, name: str, password: str) -> Client | None: ...
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class Attempts:
     """The tries of one request (`Core.attempts`): `next` leases a proxy not tried yet and dials it, a failed dial
     reported and the next proxy tried within `max_attempts`; the front-end reports what went wrong after the dial
@@ -286,6 +286,9 @@ class Attempts:
 # -- the core -----------------------------------------------------------------------------------------------------
 
 class Core:
+    """One per process, shared by its front-ends: the lease store, the clients, the dialer, the metrics and the
+    open tunnels (their count per client is a limit)."""
+
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, dialer: Dialer,
                  clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random) -> None:
         self.leases = leases

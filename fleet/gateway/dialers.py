@@ -21,7 +21,7 @@ from fleet.gateway import decide
 from fleet.gateway.decide import Target
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Upstream:
     """A leased proxy: its key (namespace/name) and where it listens."""
 
@@ -30,7 +30,7 @@ class Upstream:
     port: int
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Channel:
     """An open connection through an upstream. `absolute_form`: a plain HTTP request on it names the absolute URI
     (the upstream is an HTTP proxy that forwards it); False: the channel reaches the target itself (a tunnel)."""
@@ -43,7 +43,7 @@ class Channel:
         self.writer.close()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DialError:
     """Why a dial failed: decide.REFUSED, decide.TIMEOUT or decide.CONNECT_ERROR (the retries metric's reason)."""
 
@@ -68,7 +68,7 @@ class HttpProxyDialer:
         self.connect_timeout = connect_timeout
         self.limit = limit
 
-    async def _open(self, upstream: Upstream) -> Channel | DialError:
+    async def forward(self, upstream: Upstream, target: Target) -> Channel | DialError:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(upstream.ip, upstream.port,
                                                                             limit=self.limit), self.connect_timeout)
@@ -78,11 +78,8 @@ class HttpProxyDialer:
             return DialError(decide.REFUSED)
         return Channel(reader, writer, absolute_form=True)
 
-    async def forward(self, upstream: Upstream, target: Target) -> Channel | DialError:
-        return await self._open(upstream)
-
     async def tunnel(self, upstream: Upstream, target: Target) -> Channel | DialError:
-        opened = await self._open(upstream)
+        opened = await self.forward(upstream, target)  # the TCP connection to the proxy
         if isinstance(opened, DialError):
             return opened
         hostport = target.authority
