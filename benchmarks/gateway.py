@@ -10,6 +10,8 @@ Measured, each through the gateway and directly to a Squid:
 - added latency per CONNECT: time from connecting to the tunnel's 200, p50/p99 over `--connects`
   sequential tunnels (each then makes one GET);
 - requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each);
+- plain HTTP requests/s (absolute URI, as a crawler's http_proxy sends them) on `--plain` keep-alive connections
+  for `--seconds`: the gateway parses each head and opens a connection to a Squid per request;
 - 1 MiB bodies through one tunnel, `--bodies` times: MB/s, and CPU seconds per MB of the gateway process
   (directly: of the Squid);
 - the gateway's RSS with `--open` tunnels open at once.
@@ -171,6 +173,32 @@ async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | Non
         for _, w, _ in conns:
             w.close()
         await asyncio.sleep(0.5)
+    # 2b. plain HTTP (absolute URI) requests/s through `--plain` keep-alive connections: the gateway parses each
+    # request head and opens a connection to a Squid per request (Connection: close upstream)
+    if args.plain:
+        for name, pick, auth in cols:
+            conns = [await asyncio.open_connection(*pick(i), limit=1 << 20) for i in range(args.plain)]
+            count = 0
+            end = time.perf_counter() + args.seconds
+            line = (f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nUser-Agent: bench\r\nAccept: */*\r\n"
+                    + (f"Proxy-Authorization: {AUTH}\r\n" if auth else "") + "\r\n").encode()
+
+            async def plain_loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end,
+                                 line: bytes = line) -> None:
+                nonlocal count
+                while time.perf_counter() < end:
+                    w.write(line)
+                    head = await r.readuntil(b"\r\n\r\n")
+                    n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    await r.readexactly(n)
+                    count += 1
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(plain_loop(r, w) for r, w in conns))
+            out[f"plain_{name}"] = count / (time.perf_counter() - t0)
+            for _, w in conns:
+                w.close()
+            await asyncio.sleep(0.5)
     # 3. 1 MiB bodies
     for name, pick, auth in cols:
         pid = pids[name]
@@ -238,6 +266,8 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--bodies", type=int, default=100)
     p.add_argument("--open", type=int, default=1000)
+    p.add_argument("--plain", type=int, default=20, help="keep-alive connections sending plain (absolute-URI) "
+                                                           "requests for --seconds (0: not measured)")
     p.add_argument("--proxypy", action=argparse.BooleanOptionalAction,
                    default=importlib.util.find_spec("proxy") is not None,
                    help="a third column: proxy.py chaining to the same Squids (default: when it is installed, "
@@ -334,6 +364,10 @@ def main() -> int:
     print(f"req/s, {args.tunnels} tunnels     " + " | ".join(
         f"{n} {res[f'rps_{n}']:.0f}" + ("" if n == "direct" else f" ({res[f'rps_{n}'] / res['rps_direct']:.2f}x)")
         for n in names))
+    if args.plain:
+        print(f"plain req/s, {args.plain} conns  " + " | ".join(
+            f"{n} {res[f'plain_{n}']:.0f}" + ("" if n == "direct" else f" ({res[f'plain_{n}'] / res['plain_direct']:.2f}x)")
+            for n in names))
     dm = res["body_direct"][0]
     print("1 MiB bodies MB/s       " + " | ".join(
         f"{n} {res[f'body_{n}'][0]:.0f}" + ("" if n == "direct" else f" ({res[f'body_{n}'][0] / dm:.2f}x)")
