@@ -28,11 +28,7 @@ API_URL_ENV = "FLEET_API_URL"
 def cmd_api(args: argparse.Namespace) -> int:
     from fleet.leases import process
 
-    settings = common.settings_from(args)
-    try:
-        return process.main(settings)
-    except process.TokenError as exc:
-        raise common.BadInput(str(exc)) from None
+    return common.run_process(args, process.main, process.TokenError)
 
 
 def api_url(args: argparse.Namespace, bind_address: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleet.durations import parse_duration
@@ -87,6 +87,16 @@ def settings_from(args: argparse.Namespace) -> Settings:
     try:
         return Settings.from_sources(flags, os.environ)
     except SettingsError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def run_process(args: argparse.Namespace, main: Callable[[Settings], int], refusal: type[Exception]) -> int:
+    """A process of its own (api, gateway, prober): its settings, then its `main` until it stops; what `main`
+    refuses at start (`refusal`: a missing file, a bad token or target) is bad input, exit 2."""
+    settings = settings_from(args)
+    try:
+        return main(settings)
+    except refusal as exc:
         raise BadInput(str(exc)) from None
 
 

@@ -11,11 +11,7 @@ from fleet.cli import common
 def cmd_gateway(args: argparse.Namespace) -> int:
     from fleet.gateway import process
 
-    settings = common.settings_from(args)
-    try:
-        return process.main(settings)
-    except process.GatewayError as exc:
-        raise common.BadInput(str(exc)) from None
+    return common.run_process(args, process.main, process.GatewayError)
 
 
 def add_parser(sub: Any) -> None:

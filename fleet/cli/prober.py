@@ -14,11 +14,7 @@ from fleet.prober.target import TargetError
 def cmd_prober(args: argparse.Namespace) -> int:
     from fleet.prober import process
 
-    settings = common.settings_from(args)
-    try:
-        return process.main(settings)
-    except TargetError as exc:
-        raise common.BadInput(str(exc)) from None
+    return common.run_process(args, process.main, TargetError)
 
 
 def add_parser(sub: Any) -> None:
