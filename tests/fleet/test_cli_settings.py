@@ -181,3 +181,9 @@ def test_the_api_config_and_limits_get_every_setting():
         grace=19, replica_wait=2)
     assert api_process.limits_of(s) == httpguard.Limits(header_timeout=3, idle_timeout=4, body_timeout=6,
                                                         max_connections=100, max_connections_per_client=9)
+
+
+def test_the_feature_configs_own_defaults_are_the_settings_defaults():
+    """A config built in a test (`GatewayConfig()`) behaves as the process with no flags: the two defaults agree."""
+    assert gateway_process.config_of(Settings()) == GatewayConfig()
+    assert api_process.config_of(Settings(), None) == ApiConfig(token=None)
