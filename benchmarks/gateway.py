@@ -1,5 +1,6 @@
 """`fleet gateway` against connecting to the same Squids directly, and against proxy.py chaining to them, side by
-side in one run (issue 23).
+side in one run; with `--against DIR`, also the gateway of another checkout (an A/B between commits, the same
+Squids and client in the same run).
 
 Set-up: a real redis-server, `--squids` real Squid processes (the local provider) written into Redis as
 Running proxies, one `fleet gateway` process, and an origin (an asyncio HTTP/1.1 server in its own process:
@@ -24,6 +25,7 @@ retries or ban detection: the floor of a plugin-based proxy, not a like-for-like
 
     python benchmarks/gateway.py                          # 4 squids, 200 tunnels, 1000 open
     python benchmarks/gateway.py --tunnels 50 --open 300 --seconds 5
+    git worktree add /tmp/old HEAD~10 && python benchmarks/gateway.py --against /tmp/old --no-proxypy
 """
 
 from __future__ import annotations
@@ -273,6 +275,8 @@ def main() -> int:
                    help="a third column: proxy.py chaining to the same Squids (default: when it is installed, "
                         "pip install -e '.[bench]')")
     p.add_argument("--proxypy-acceptors", type=int, default=1, help="proxy.py's --num-acceptors (its default: cores)")
+    p.add_argument("--against", type=Path, help="a checkout of another commit (git worktree add DIR REV): its "
+                                                 "`fleet gateway` measured too, as a column of the same run")
     args = p.parse_args()
     binary = shutil.which("redis-server")
     if not binary:
@@ -326,13 +330,21 @@ def main() -> int:
                "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{gport}", "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{mport}",
                "FLEET_GATEWAY_CLIENTS_FILE": str(clients), "FLEET_MAX_LEASES_PER_PROXY": "10000",
                "FLEET_GATEWAY_MAX_CONNECTIONS_PER_CLIENT": "100000", "FLEET_LOG_LEVEL": "warning"}
-        with open(work / "gateway.log", "ab") as log:
-            gw = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(gw)
-        wait_port(gport, "fleet gateway", work / "gateway.log")
-        proxies: dict[str, tuple[str, int] | None] = {"gateway": ("127.0.0.1", gport)}
-        pids = {"direct": squid_pids[0], "gateway": gw.pid}
+        proxies: dict[str, tuple[str, int] | None] = {}
+        pids = {"direct": squid_pids[0]}
+        for name, code in (("gateway", ROOT), ("against", args.against)):
+            if code is None:
+                continue
+            port = gport if name == "gateway" else free_port()
+            genv = {**env, "PYTHONPATH": str(code.resolve()), "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{port}",
+                    "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port() if name == 'against' else mport}"}
+            with open(work / f"{name}.log", "ab") as log:
+                gw = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=genv, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=code)
+            procs.append(gw)
+            wait_port(port, f"fleet gateway ({code})", work / f"{name}.log")
+            proxies[name] = ("127.0.0.1", port)
+            pids[name] = gw.pid
         if args.proxypy:
             pp = start_proxypy(pport, squids, work, args.proxypy_acceptors)
             procs.append(pp)
