@@ -72,9 +72,9 @@ def main() -> None:
     ap.add_argument("--hetzner", action="store_true")
     args = ap.parse_args()
     if args.hetzner:
+        from fleet.testing.hcloud import TOKEN, FakeHcloud, Server
         from providers.hetzner.config import HetznerConfig
         from providers.hetzner.provider import HetznerProvider
-        from tests.providers.hetzner.fakehcloud import TOKEN, FakeHcloud, Server
 
         fake = FakeHcloud()
         token = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-hcloud-token-{os.getpid()}"
@@ -87,9 +87,9 @@ def main() -> None:
         finally:
             token.unlink()
         return
+    from fleet.testing.motoserver import AWS_ENV, UNSET, MotoServer
     from providers.aws.config import AwsConfig
     from providers.aws.provider import AwsProvider
-    from tests.providers.aws.motoserver import AWS_ENV, UNSET, MotoServer
 
     for var in UNSET:
         os.environ.pop(var, None)

@@ -1,5 +1,6 @@
 """`fleet gateway` against connecting to the same Squids directly, and against proxy.py chaining to them, side by
-side in one run (issue 23).
+side in one run; with `--against DIR`, also the gateway of another checkout (an A/B between commits, the same
+Squids and client in the same run).
 
 Set-up: a real redis-server, `--squids` real Squid processes (the local provider) written into Redis as
 Running proxies, one `fleet gateway` process, and an origin (an asyncio HTTP/1.1 server in its own process:
@@ -10,6 +11,8 @@ Measured, each through the gateway and directly to a Squid:
 - added latency per CONNECT: time from connecting to the tunnel's 200, p50/p99 over `--connects`
   sequential tunnels (each then makes one GET);
 - requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each);
+- plain HTTP requests/s (absolute URI, as a crawler's http_proxy sends them) on `--plain` keep-alive connections
+  for `--seconds`: the gateway parses each head and opens a connection to a Squid per request;
 - 1 MiB bodies through one tunnel, `--bodies` times: MB/s, and CPU seconds per MB of the gateway process
   (directly: of the Squid);
 - the gateway's RSS with `--open` tunnels open at once.
@@ -22,6 +25,7 @@ retries or ban detection: the floor of a plugin-based proxy, not a like-for-like
 
     python benchmarks/gateway.py                          # 4 squids, 200 tunnels, 1000 open
     python benchmarks/gateway.py --tunnels 50 --open 300 --seconds 5
+    git worktree add /tmp/old HEAD~10 && python benchmarks/gateway.py --against /tmp/old --no-proxypy
 """
 
 from __future__ import annotations
@@ -171,6 +175,32 @@ async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | Non
         for _, w, _ in conns:
             w.close()
         await asyncio.sleep(0.5)
+    # 2b. plain HTTP (absolute URI) requests/s through `--plain` keep-alive connections: the gateway parses each
+    # request head and opens a connection to a Squid per request (Connection: close upstream)
+    if args.plain:
+        for name, pick, auth in cols:
+            conns = [await asyncio.open_connection(*pick(i), limit=1 << 20) for i in range(args.plain)]
+            count = 0
+            end = time.perf_counter() + args.seconds
+            line = (f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nUser-Agent: bench\r\nAccept: */*\r\n"
+                    + (f"Proxy-Authorization: {AUTH}\r\n" if auth else "") + "\r\n").encode()
+
+            async def plain_loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end,
+                                 line: bytes = line) -> None:
+                nonlocal count
+                while time.perf_counter() < end:
+                    w.write(line)
+                    head = await r.readuntil(b"\r\n\r\n")
+                    n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    await r.readexactly(n)
+                    count += 1
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(plain_loop(r, w) for r, w in conns))
+            out[f"plain_{name}"] = count / (time.perf_counter() - t0)
+            for _, w in conns:
+                w.close()
+            await asyncio.sleep(0.5)
     # 3. 1 MiB bodies
     for name, pick, auth in cols:
         pid = pids[name]
@@ -238,11 +268,15 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--bodies", type=int, default=100)
     p.add_argument("--open", type=int, default=1000)
+    p.add_argument("--plain", type=int, default=20, help="keep-alive connections sending plain (absolute-URI) "
+                                                           "requests for --seconds (0: not measured)")
     p.add_argument("--proxypy", action=argparse.BooleanOptionalAction,
                    default=importlib.util.find_spec("proxy") is not None,
                    help="a third column: proxy.py chaining to the same Squids (default: when it is installed, "
                         "pip install -e '.[bench]')")
     p.add_argument("--proxypy-acceptors", type=int, default=1, help="proxy.py's --num-acceptors (its default: cores)")
+    p.add_argument("--against", type=Path, help="a checkout of another commit (git worktree add DIR REV): its "
+                                                 "`fleet gateway` measured too, as a column of the same run")
     args = p.parse_args()
     binary = shutil.which("redis-server")
     if not binary:
@@ -296,13 +330,21 @@ def main() -> int:
                "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{gport}", "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{mport}",
                "FLEET_GATEWAY_CLIENTS_FILE": str(clients), "FLEET_MAX_LEASES_PER_PROXY": "10000",
                "FLEET_GATEWAY_MAX_CONNECTIONS_PER_CLIENT": "100000", "FLEET_LOG_LEVEL": "warning"}
-        with open(work / "gateway.log", "ab") as log:
-            gw = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(gw)
-        wait_port(gport, "fleet gateway", work / "gateway.log")
-        proxies: dict[str, tuple[str, int] | None] = {"gateway": ("127.0.0.1", gport)}
-        pids = {"direct": squid_pids[0], "gateway": gw.pid}
+        proxies: dict[str, tuple[str, int] | None] = {}
+        pids = {"direct": squid_pids[0]}
+        for name, code in (("gateway", ROOT), ("against", args.against)):
+            if code is None:
+                continue
+            port = gport if name == "gateway" else free_port()
+            genv = {**env, "PYTHONPATH": str(code.resolve()), "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{port}",
+                    "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port() if name == 'against' else mport}"}
+            with open(work / f"{name}.log", "ab") as log:
+                gw = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=genv, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=code)
+            procs.append(gw)
+            wait_port(port, f"fleet gateway ({code})", work / f"{name}.log")
+            proxies[name] = ("127.0.0.1", port)
+            pids[name] = gw.pid
         if args.proxypy:
             pp = start_proxypy(pport, squids, work, args.proxypy_acceptors)
             procs.append(pp)
@@ -334,6 +376,10 @@ def main() -> int:
     print(f"req/s, {args.tunnels} tunnels     " + " | ".join(
         f"{n} {res[f'rps_{n}']:.0f}" + ("" if n == "direct" else f" ({res[f'rps_{n}'] / res['rps_direct']:.2f}x)")
         for n in names))
+    if args.plain:
+        print(f"plain req/s, {args.plain} conns  " + " | ".join(
+            f"{n} {res[f'plain_{n}']:.0f}" + ("" if n == "direct" else f" ({res[f'plain_{n}'] / res['plain_direct']:.2f}x)")
+            for n in names))
     dm = res["body_direct"][0]
     print("1 MiB bodies MB/s       " + " | ".join(
         f"{n} {res[f'body_{n}'][0]:.0f}" + ("" if n == "direct" else f" ({res[f'body_{n}'][0] / dm:.2f}x)")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fleet.testing.kvmlab import TEST_POOL, TEST_URI, running_lab
 from providers.base import Deadline
 from providers.kvm.config import KvmConfig
 from providers.kvm.provider import new
-from tests.providers.kvm.lab import TEST_POOL, TEST_URI, running_lab
 
 
 def pct(values: list[float], p: float) -> float:

@@ -1,6 +1,6 @@
 """Leases that survive a master change (issue 21, item 6), measured on real
 processes: a redis-server master, its replica and three sentinels on
-loopback (tests/integration/sentinel.py) and `fleet api` processes on the
+loopback (fleet/testing/sentinel.py) and `fleet api` processes on the
 Sentinel URL.
 
 1. Grant throughput with and without the replica WAIT, side by side in one
@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 from fleet.store import keys  # noqa: E402
-from tests.integration.sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, SentinelSet  # noqa: E402
-from tests.integration.test_leases import TOKEN, ApiProc  # noqa: E402
+from fleet.testing.api import TOKEN, ApiProc  # noqa: E402
+from fleet.testing.sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, SentinelSet  # noqa: E402
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 

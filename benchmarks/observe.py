@@ -7,7 +7,7 @@ anything else:
   `<time.time()> <key>` to OUT when Redis announces a SET: the moment Redis
   applied the write (plus the notification's delivery on loopback).
 - `kubeapi --port-file F --log OUT [--api-latency-ms 8.7] [--api-burn]`: serves
-  tests.fakes.kubeapi.FakeKubeAPI on 127.0.0.1, delaying every request by
+  fleet.testing.kubeapi.FakeKubeAPI on 127.0.0.1, delaying every request by
   `--api-latency-ms` (a sleep: the API server and etcd are another machine's
   CPU; `--api-burn` spins this process's CPU instead), and appends
   `<time.time()> <METHOD> <code> <name> <status|object> <body bytes> <keys>` to OUT
@@ -48,7 +48,7 @@ def keyspace(url: str, out: str, patterns: list[str]) -> None:
 
 
 def kubeapi(port_file: str, log: str, latency_ms: float, burn: bool) -> None:
-    from tests.fakes.kubeapi import FakeKubeAPI, Request, Server
+    from fleet.testing.kubeapi import FakeKubeAPI, Request, Server
 
     f = open(log, "a", buffering=1)  # noqa: SIM115 - open for the life of the process
 

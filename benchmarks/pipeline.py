@@ -84,9 +84,10 @@ from celery import Celery, signature  # noqa: E402
 
 from fleet.celery import routing  # noqa: E402
 from fleet.health.dispatch import send_check  # noqa: E402
+from fleet.testing.procs import die_with_parent, wait_for  # noqa: E402
+from fleet.testing.redis import RedisServer  # noqa: E402
+from fleet.testing.stack import Stack  # noqa: E402
 from providers.fake import FakeConfig, Plan, plan  # noqa: E402
-from tests.integration.conftest import RedisServer, Stack, wait_for  # noqa: E402
-from tests.procs import die_with_parent  # noqa: E402
 
 PY = sys.executable
 CLK = os.sysconf("SC_CLK_TCK")
@@ -771,7 +772,7 @@ def report(args: argparse.Namespace, run_: dict[str, Any]) -> None:
 
 def footer(args: argparse.Namespace) -> None:
     if not args.kubeconfig:
-        print(f"\nThe fake API (tests/fakes/kubeapi.py behind benchmarks/observe.py) adds {args.api_latency_ms} ms per request "
+        print(f"\nThe fake API (fleet/testing/kubeapi.py behind benchmarks/observe.py) adds {args.api_latency_ms} ms per request "
               f"({'CPU burnt on this machine' if args.api_burn else 'a sleep: no CPU of this machine'}), standing for the "
               "apiserver + etcd work of a real cluster, and leaves out: etcd and its fsync, authentication, authorization, "
               "admission and webhooks, schema validation of the CRD, managedFields bookkeeping of a real server, watch fan-out, "
@@ -800,7 +801,7 @@ def main() -> None:
     ap.add_argument("--api-latency-ms", type=float, default=8.7, help="the fake API's delay per request (issue 11: ≈ 8.7 ms)")
     ap.add_argument("--api-burn", action="store_true", help="burn the fake API's delay as CPU on this machine instead of sleeping")
     ap.add_argument("--kubeconfig", help="write to this API server (the ProviderHealth CRD installed) instead of the fake")
-    ap.add_argument("--apiserver", help="start this kube-apiserver (with etcd from PATH, as tests/kubeserver.py) and write to it; "
+    ap.add_argument("--apiserver", help="start this kube-apiserver (with etcd from PATH, as fleet/testing/kubeserver.py) and write to it; "
                                         "its CPU and etcd's are reported")
     ap.add_argument("--apiserver-pid", type=int, help="with --kubeconfig: the API server's pid, to report its CPU per write")
     ap.add_argument("--etcd-pid", type=int, help="with --kubeconfig: etcd's pid, to report its CPU per write")
@@ -832,7 +833,7 @@ def main() -> None:
     server = None
     api_pids: dict[str, int] = {}
     if args.apiserver:
-        from tests.kubeserver import KubeServer
+        from fleet.testing.kubeserver import KubeServer
 
         server = KubeServer(args.apiserver).start()
         args.kubeconfig = server.kubeconfig

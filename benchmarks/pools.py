@@ -1,9 +1,9 @@
 """ProxyPools at scale (issue 22): a 1,000-member pool on the fake API
-server (tests/fakes/kubeapi.py over loopback HTTP, the real `kubernetes`
+server (fleet/testing/kubeapi.py over loopback HTTP, the real `kubernetes`
 client in between, the shipped CRDs' validation and defaulting), the pool
 controller (`fleet.pools.cluster.PoolController.run_once`, one pass per
-step of a fake clock) and an instant Proxy controller (tests/fleet/pools/
-test_cluster.py's `Kubelet`: a new member is Running and Ready at the next
+step of a fake clock) and an instant Proxy controller (fleet/testing/
+pools.py's `Kubelet`: a new member is Running and Ready at the next
 settle, written into the fake directly, not counted as the controller's).
 
 Measured, each against a floor measured in the same run on the same fake:
@@ -41,9 +41,9 @@ from kubernetes import client
 from fleet import kube
 from fleet.pools.cluster import InCluster, PoolController
 from fleet.pools.decide import Demand
+from fleet.testing.kubeapi import FakeKubeAPI, Server
+from fleet.testing.pools import NS, Clock, Kubelet, members
 from providers.kubernetes.client import load_configuration
-from tests.fakes.kubeapi import FakeKubeAPI, Server
-from tests.fleet.pools.test_cluster import NS, Clock, Kubelet, members
 
 
 def pool_body(name: str, replicas: int, **spec: object) -> dict:

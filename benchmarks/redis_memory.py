@@ -29,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleet.celery import routing
 from fleet.cli import commands
 from fleet.health.dispatch import send_check
-from tests.integration.conftest import RedisServer, Stack, wait_for
+from fleet.testing.procs import wait_for
+from fleet.testing.redis import RedisServer
+from fleet.testing.stack import Stack
 
 
 def mib(n: float) -> str:

@@ -27,8 +27,10 @@ from fleet.celery import routing
 from fleet.cli import commands
 from fleet.health.stored import StoredResults
 from fleet.store import Store
-from tests.fakes.kubeapi import FakeKubeAPI, Server
-from tests.integration.conftest import RedisServer, Stack, wait_for
+from fleet.testing.kubeapi import FakeKubeAPI, Server
+from fleet.testing.procs import wait_for
+from fleet.testing.redis import RedisServer
+from fleet.testing.stack import Stack
 
 
 def pct(values: list[float], p: float) -> float:

@@ -1,14 +1,16 @@
-"""Process settings: one table of flags (`OPTIONS`), each also `FLEET_<FLAG>`
-in the environment (flags win), and the seed's schedule validation.
+"""Process settings: one table (`Settings`, a field per option), each option a
+flag and `FLEET_<FLAG>` in the environment (a flag wins, an empty one too),
+and the seed's schedule validation.
 
-Each option's entry holds all its facts: group, type (str, duration, int,
-bool), default, bounds, choices and named check. `Settings`' field defaults,
-`Settings.validate`, the CLI's flags and help ("Default …") and README's
-settings table (`python -m fleet.settings --readme README.md`) are derived
-from it.
+Each field's `_option(...)` holds all its option's facts: group, type (str,
+duration, int, bool), default, bounds, choices and named check. `OPTIONS`
+is read from the fields; `Settings.validate`, the CLI's flags and help
+("Default …", each command's settings groups) and README's settings table
+(`python -m fleet.settings --readme README.md`) are derived from it, and a
+feature's own config from its fields by name (`pick`).
 
 The CLI turns this table into flags and exports the parsed values to the
-Celery processes it starts, which read them back with `Settings.from_env`.
+processes it starts, which read them back with `Settings.from_env`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from fleet.durations import MAX_DURATION, format_duration, parse_duration
@@ -33,6 +35,7 @@ DEFAULT_INSTALLATION = "default"
 DEFAULT_NAMESPACE = "default"  # the installation's namespace outside a cluster (no pod namespace)
 ALL_NAMESPACES = "*"  # --proxy-namespaces: every namespace (the widest grant)
 MAX_PROXY_NAMESPACES = 100
+_Config = TypeVar("_Config")
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -143,19 +146,35 @@ class SettingsError(ValueError):
     """A process setting is invalid; the message names the flag and value."""
 
 
-GROUPS = ("process", "health", "proxies", "gc", "prober", "api", "gateway")  # README's table lists them in this order
+
+GROUPS: dict[str, str] = {  # README's table and each command's --help list them in this order
+    "process": "every command",
+    "store": "Redis, where everything meets",
+    "providers": "the providers file and the calls to them",
+    "cluster": "the Kubernetes API",
+    "metrics": "the Celery processes' /metrics",
+    "health": "provider health checks (controller, beat)",
+    "proxies": "where the Proxies are declared",
+    "reconciler": "the Proxy reconciler (controller)",
+    "gc": "orphan GC",
+    "prober": "the proxy prober (`fleet prober`)",
+    "leases": "leasing proxies (`fleet api`, `fleet gateway`, the pool controller)",
+    "api": "the discovery and lease API (`fleet api`)",
+    "gateway": "the crawlers' forward proxy (`fleet gateway`)",
+}
 KINDS = ("str", "duration", "int", "bool")
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
 MAX_PATH = 4096
+_SPEC = "fleet.settings.option"  # the key of each Settings field's metadata holding its Option's facts
 
 
 @dataclass(frozen=True)
 class Option:
-    """One setting: every fact about it, from which `Settings`' defaults,
-    `Settings.validate`, the CLI's flags and help and README's table come."""
+    """One setting: every fact about it, read from its `Settings` field; `Settings.validate`, the CLI's
+    flags and help and README's table come from it."""
 
     flag: str  # without the leading --
-    group: str  # one of GROUPS
+    group: str  # a key of GROUPS
     help: str  # what it is and does; its default and bounds are added from the fields below
     kind: str = "str"  # one of KINDS: str as given, duration in seconds, int, bool
     default: Any = None  # the typed value (seconds for a duration); None: unset
@@ -230,239 +249,260 @@ def _either(items: tuple[str, ...]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-def _bind(flag: str, group: str, help: str, default: str) -> Option:
-    return Option(flag, group, help + "; 0 turns it off.", default=default, check="bind")
+
+def _option(group: str, help: str, kind: str = "str", default: Any = None, low: float | None = None,
+            high: float | None = None, **facts: Any) -> Any:
+    """A `Settings` field: its default, and every other fact of its `Option` (the flag is the field's name)."""
+    spec = {"group": group, "help": help, "kind": kind, "default": default, "low": low, "high": high, **facts}
+    return field(default=default, metadata={_SPEC: spec})
 
 
-def _path(flag: str, group: str, help: str, shown_default: str | None = None, short: str | None = None) -> Option:
-    return Option(flag, group, help, shown_default=shown_default, check="path", short=short)
+def _bind(group: str, help: str, default: str) -> Any:
+    return _option(group, help + "; 0 or empty turns it off.", default=default, check="bind")
 
 
-OPTIONS: tuple[Option, ...] = (
-    _path("providers-config", "process", "Path of the providers YAML file.", short="c"),
-    Option("broker", "process", "Redis URL of the Celery broker, result backend and latest state (password and TLS "
-                                "via the URL: rediss://:pw@host:6380/0; Sentinel: "
-                                "sentinel://h1:26379;h2:26379/0?master_name=NAME).",
-           default=DEFAULT_BROKER, check="broker", env_var="FLEET_BROKER_URL"),
-    Option("provider-check-interval", "health", "Interval between provider health checks; 0 turns them off (and the "
-                                                "controller deletes its objects).",
-           "duration", 60.0, shown_bounds=f"0 (off) or at least {short_duration(MIN_INTERVAL)}"),
-    Option("provider-check-timeout", "health", "Time limit of one provider check.", "duration", 0.0,
-           shown_default="15s, or the interval when that is shorter", shown_bounds="if set, at most the interval"),
-    Option("status-heartbeat", "health", "How often a ProviderHealth status is written when nothing but its "
-                                         "lastCheckTime and latency jitter (under max(10ms, 20%)) moved; a change of "
-                                         "a verdict, reason, message, detail or condition is written at once.",
-           "duration", 300.0, 10.0, 3600.0, zero="every round"),
-    _bind("metrics-bind-address", "process", "host:port of the controller's /metrics", ":8080"),
-    _bind("worker-metrics-bind-address", "process",
-          "host:port of a provider worker's /metrics (its provider-call counters), e.g. :9090", "0"),
-    _path("kubeconfig", "process", "Kubeconfig for the controller's writes.",
-          "in-cluster, $KUBECONFIG, ~/.kube/config, else standalone"),
-    _path("kube-context", "process", "Context in that kubeconfig.", "its current context"),
-    Option("installation", "process", "This fleet's identity, a DNS-1123 label carried as a label on everything it "
-                                      "creates, so fleets sharing a cluster, project or hypervisor never touch each "
-                                      "other's.",
-           shown_default="the pod's namespace, else 'default'", check="label"),
-    _path("proxies", "proxies", "Standalone mode (no cluster): a Proxy manifest file or directory of them, re-read on "
-                                "change; their status lives in Redis (`fleet get px`). Without it, the controller "
-                                "watches Proxy objects when it has a cluster."),
-    Option("proxy-namespaces", "proxies", "Cluster mode: the namespaces whose Proxies this installation lists, "
-                                          "watches, reconciles and garbage-collects, a comma list of DNS-1123 labels; "
-                                          "'*' for every namespace (the widest grant: a cluster-wide Secret read).",
-           shown_default="the installation's own namespace (the pod's; 'default' outside a cluster)",
-           shown_bounds=f"at most {MAX_PROXY_NAMESPACES} namespaces", check="namespaces"),
-    _path("secrets-dir", "proxies", "Standalone mode: where cloudInit.secretRef is read, as "
-                                    "DIR/NAMESPACE/NAME/KEY (the layout of mounted Secrets).",
-          "none (secretRef Proxies wait)"),
-    Option("max-provider-calls", "proxies", "Provider calls in flight at once per provider, from the Proxy "
-                                            "reconciler.", "int", 3, 1, 1000),
-    Option("proxy-poll-interval", "proxies", "How often a provisioning, replacing or deleting Proxy's instance is "
-                                             "polled.", "duration", 10.0, 1.0, 3600.0),
-    Option("proxy-resync-interval", "proxies", "How often each provider's instances are listed, so a Running "
-                                               "Proxy whose instance vanished or stopped is seen (one list per "
-                                               "provider, no write).", "duration", 60.0, 1.0, 86400.0),
-    Option("provider-call-timeout", "proxies", "Time limit of one provider call (create, get, delete).", "duration",
-           60.0, 1.0, 600.0),
-    Option("gc-interval", "gc", "How often beat schedules an orphan GC sweep; 0 turns GC off.", "duration", 600.0,
-           60.0, 86400.0, zero="off"),
-    Option("gc-min-age", "gc", "An orphan younger than this is never collected (unknown age counts as very old).",
-           "duration", 600.0, 0.0, 86400.0),
-    Option("probe-target", "prober", "What the prober reaches through every Running proxy: host:port (a CONNECT), or "
-                                     "http://host:port/path (a CONNECT, then a GET in the tunnel; a body holding an "
-                                     "IP is the proxy's egress address).",
-           shown_default="none (the prober idles and says so)", check="probe-target"),
-    Option("probe-interval", "prober", "How often each Running proxy is probed.", "duration", 1.0, 0.1, 3600.0),
-    Option("probe-timeout", "prober", "Time limit of one probe.", "duration", 0.0, 0.05, 60.0, zero="derived",
-           shown_default="5s, or 5 x --probe-interval when that is shorter"),
-    Option("probe-failure-threshold", "prober", "Failed probes in a row before a proxy is Healthy=False.", "int",
-           3, 1, 100),
-    Option("probe-success-threshold", "prober", "Good probes in a row before an unhealthy proxy is Healthy=True "
-                                                "again.", "int", 1, 1, 100),
-    Option("trace-health-probes", "prober", "true: a span per probe (off by default: one per proxy per second).",
-           "bool", False),
-    _bind("prober-metrics-bind-address", "prober", "host:port of the prober's /metrics", ":8081"),
-    Option("api-bind-address", "api", "host:port the discovery and lease API (`fleet api`) listens on.",
-           default=":8090", check="bind"),
-    _path("api-token-file", "api", "A file holding the API's bearer token (a mounted Secret); FLEET_API_TOKEN gives "
-                                   "it directly."),
-    Option("insecure-no-auth", "api", "true: serve the API without a token (it warns at start and on /healthz).",
-           "bool", False),
-    Option("max-leases-per-proxy", "api", "Leases one proxy may hold at once.", "int", 1, 1, 10_000),
-    Option("lease-max-ttl", "api", "The longest lease a client may ask for.", "duration", 3600.0, 1.0, 86400.0),
-    Option("lease-grace", "api", "After the API sees that Redis lost lease data, how long it grants nothing new "
-                                 "(renewals re-create lost leases meanwhile): at least the longest time a crawler "
-                                 "goes without renewing.",
-           "duration", 0.0, 1.0, 86400.0, zero="--lease-max-ttl", shown_default="--lease-max-ttl"),
-    Option("lease-replica-wait", "api", "How long a grant or renewal waits for a replica to have it (Redis WAIT) when "
-                                        "one is connected; then it is answered anyway and counted.",
-           "duration", 0.1, 0.0, 5.0, zero="never"),
-    Option("cooldown-blocked", "api", "How long a proxy is not leased for a target after a `blocked` report.",
-           "duration", 600.0, 0.0, 86400.0),
-    Option("cooldown-errors", "api", "Error reports in a row that put a proxy in a global cooldown.", "int", 3, 1, 1000),
-    Option("cooldown-global", "api", "How long that global cooldown lasts.", "duration", 300.0, 0.0, 86400.0),
-    Option("api-header-timeout", "api", "Time from a request's first byte to the end of its headers (slow clients: "
-                                        "408).", "duration", 10.0, 0.1, 600.0),
-    Option("api-idle-timeout", "api", "How long a connection may hold no request in progress, before its first and "
-                                      "between requests.", "duration", 30.0, 0.1, 3600.0),
-    Option("api-body-timeout", "api", "Time from a request's headers to the end of its body.", "duration", 30.0, 0.1,
-           600.0),
-    Option("api-max-connections", "api", "Connections one API process holds; at the limit the longest-idle one makes "
-                                         "room (the process raises its open-file limit to fit).",
-           "int", 16_384, 16, 1_000_000),
-    Option("api-max-connections-per-client", "api", "Connections one client address may hold.", "int", 1024, 1,
-           shown_bounds="from 1 to --api-max-connections", check="per-client"),
-    Option("gateway-bind-address", "gateway", "host:port the crawlers' forward proxy (`fleet gateway`) listens on.",
-           default=":8888", check="bind"),
-    _path("gateway-clients-file", "gateway", "The gateway's clients (YAML: clients: {NAME: {token, namespaces, ports, "
-                                             "maxTunnels}}; a mounted Secret), re-read when it changes; required."),
-    _bind("gateway-metrics-bind-address", "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
-          ":8083"),
-    Option("gateway-max-attempts", "gateway", "Proxies one request tries before the crawler sees an error.", "int", 3,
-           1, 20),
-    Option("gateway-connect-timeout", "gateway", "Time limit of connecting to a proxy and of its CONNECT answer.",
-           "duration", 5.0, 0.05, 120.0),
-    Option("gateway-response-timeout", "gateway", "Time limit of a plain HTTP response's head, after the request.",
-           "duration", 30.0, 0.1, 600.0),
-    Option("gateway-header-timeout", "gateway", "Time from a request's first byte to the end of its headers (slow "
-                                                "clients: 408).", "duration", 10.0, 0.1, 600.0),
-    Option("gateway-idle-timeout", "gateway", "How long a connection may wait for a request, and a tunnel may carry "
-                                              "no byte either way.", "duration", 60.0, 0.1, 86400.0),
-    Option("gateway-tunnel-max-duration", "gateway", "The longest a tunnel stays open.", "duration", 3600.0, 1.0,
-           86400.0),
-    Option("gateway-max-tunnels", "gateway", "Tunnels one gateway process holds at once (then 503 tunnel-limit).",
-           "int", 10_000, 1, 1_000_000),
-    Option("gateway-max-tunnels-per-client", "gateway", "Tunnels one client holds at once, unless its maxTunnels "
-                                                        "says otherwise (then 503 client-tunnel-limit).",
-           "int", 1000, 1, 1_000_000),
-    Option("gateway-max-connections", "gateway", "Connections one gateway process holds; at the limit the "
-                                                 "longest-idle one makes room.", "int", 20_000, 16, 1_000_000),
-    Option("gateway-max-connections-per-client", "gateway", "Connections one client address may hold.", "int", 4096,
-           1, 1_000_000),
-    Option("gateway-ban-statuses", "gateway", "Plain HTTP statuses that mean the origin banned the proxy: reported "
-                                              "blocked, and an idempotent request is retried on another proxy "
-                                              "(comma-separated; empty: none).", default="403,429,503",
-           check="statuses"),
-    Option("gateway-ban-pattern", "gateway", "A regular expression (Python's) that marks a plain HTTP response as a ban "
-                                             "at any status when found in the first 64 KiB of its body (gzip and "
-                                             "deflate decoded); every response's start is read before it is "
-                                             "relayed then. Empty: status codes only.", default="", check="regex"),
-    Option("gateway-max-body", "gateway", "The largest request body (bytes) the gateway relays, Content-Length or "
-                                          "chunked (then 413).", "int", 10 * 1024 * 1024, 0, 1 << 30),
-    Option("gateway-body-timeout", "gateway", "Time from a request's headers to the end of its body (then 408).",
-           "duration", 30.0, 0.1, 600.0),
-    Option("gateway-lease-ttl", "gateway", "The TTL of the lease a tunnel or request holds (a tunnel renews it at "
-                                           "half).", "duration", 60.0, 2.0, 3600.0),
-    Option("gateway-session-ttl", "gateway", "How long a session (the username's -session-ID) keeps its proxy "
-                                             "after its last use.", "duration", 600.0, 1.0, 86400.0),
-    Option("log-format", "process", "How log lines are written: text is key=value.", default="text", choices=("text", "json")),
-    Option("log-level", "process", "How much is logged.", default="info",
-           choices=("debug", "info", "warning", "error"), any_case=True),
-)
-OPTION = {o.flag: o for o in OPTIONS}
-# Digits an int setting may have: enough for the largest bound (before the table, 6, and
-# --api-max-connections' documented 1000000 could not be written).
-INT_DIGITS = len(str(max(int(o.high or 0) for o in OPTIONS if o.kind == "int")))
-_DEFAULTS = {o.attr: o.default for o in OPTIONS}
-
-
-def _default(attr: str) -> Any:
-    return _DEFAULTS[attr]
+def _path(group: str, help: str, shown_default: str | None = None, short: str | None = None) -> Any:
+    return _option(group, help, shown_default=shown_default, check="path", short=short)
 
 
 def parse_bool(raw: str, flag: str) -> bool:
     text = raw.strip().lower()
     if text in TRUE or text in FALSE:
         return text in TRUE
-    raise SettingsError(f"--{flag} must be true or false, got {show(raw)}")
+    raise SettingsError(f"{flag} must be true or false, got {show(raw)}")
+
+
+_UNSET: Any = object()  # an empty value of an option that has no empty value: its default
+
+
+def _parse(opt: Option, raw: str, name: str) -> Any:
+    """One raw value as typed; `name` (the flag, or the variable it came from) heads any error.
+    Empty is empty: '' for a string (None where the default is none); the default where no empty value exists."""
+    if opt.kind == "str" and not opt.choices:
+        return None if raw == "" and opt.default is None else raw
+    if not raw.strip():
+        return _UNSET
+    if opt.kind == "duration":
+        try:
+            return parse_duration(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{name}: {exc}") from None
+    if opt.kind == "int":
+        if not re.fullmatch(f"[0-9]{{1,{INT_DIGITS}}}", raw.strip()):
+            raise SettingsError(f"{name} must be a whole number, got {show(raw)}")
+        return int(raw)
+    if opt.kind == "bool":
+        return parse_bool(raw, name)
+    return raw
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The parsed settings; each field's default is its OPTIONS entry's
-    (`tests/fleet/test_settings.py` holds the two in step)."""
+    """The parsed settings: the table itself. Each field is one option, and its `_option(...)` holds every
+    fact of it (group, help, kind, default, bounds, check); `OPTIONS` is read from these fields."""
 
-    providers_config: str | None = _default("providers_config")
-    broker: str = _default("broker")
-    provider_check_interval: float = _default("provider_check_interval")
-    provider_check_timeout: float = _default("provider_check_timeout")  # 0: derived, see `check_timeout`
-    status_heartbeat: float = _default("status_heartbeat")  # 0: every round
-    metrics_bind_address: str = _default("metrics_bind_address")
-    worker_metrics_bind_address: str = _default("worker_metrics_bind_address")
-    kubeconfig: str | None = _default("kubeconfig")
-    kube_context: str | None = _default("kube_context")
-    installation: str | None = _default("installation")
-    proxies: str | None = _default("proxies")
-    proxy_namespaces: str | None = _default("proxy_namespaces")
-    secrets_dir: str | None = _default("secrets_dir")
-    max_provider_calls: int = _default("max_provider_calls")
-    proxy_poll_interval: float = _default("proxy_poll_interval")
-    proxy_resync_interval: float = _default("proxy_resync_interval")
-    provider_call_timeout: float = _default("provider_call_timeout")
-    gc_interval: float = _default("gc_interval")
-    gc_min_age: float = _default("gc_min_age")
-    probe_target: str | None = _default("probe_target")
-    probe_interval: float = _default("probe_interval")
-    probe_timeout: float = _default("probe_timeout")  # 0: derived, see `probe_time_limit`
-    probe_failure_threshold: int = _default("probe_failure_threshold")
-    probe_success_threshold: int = _default("probe_success_threshold")
-    trace_health_probes: bool = _default("trace_health_probes")
-    prober_metrics_bind_address: str = _default("prober_metrics_bind_address")
-    api_bind_address: str = _default("api_bind_address")
-    api_token_file: str | None = _default("api_token_file")
-    insecure_no_auth: bool = _default("insecure_no_auth")
-    max_leases_per_proxy: int = _default("max_leases_per_proxy")
-    lease_max_ttl: float = _default("lease_max_ttl")
-    lease_grace: float = _default("lease_grace")  # 0: lease_max_ttl
-    lease_replica_wait: float = _default("lease_replica_wait")
-    cooldown_blocked: float = _default("cooldown_blocked")
-    cooldown_errors: int = _default("cooldown_errors")
-    cooldown_global: float = _default("cooldown_global")
-    api_header_timeout: float = _default("api_header_timeout")
-    api_idle_timeout: float = _default("api_idle_timeout")
-    api_body_timeout: float = _default("api_body_timeout")
-    api_max_connections: int = _default("api_max_connections")
-    api_max_connections_per_client: int = _default("api_max_connections_per_client")
-    gateway_bind_address: str = _default("gateway_bind_address")
-    gateway_clients_file: str | None = _default("gateway_clients_file")
-    gateway_metrics_bind_address: str = _default("gateway_metrics_bind_address")
-    gateway_max_attempts: int = _default("gateway_max_attempts")
-    gateway_connect_timeout: float = _default("gateway_connect_timeout")
-    gateway_response_timeout: float = _default("gateway_response_timeout")
-    gateway_header_timeout: float = _default("gateway_header_timeout")
-    gateway_idle_timeout: float = _default("gateway_idle_timeout")
-    gateway_tunnel_max_duration: float = _default("gateway_tunnel_max_duration")
-    gateway_max_tunnels: int = _default("gateway_max_tunnels")
-    gateway_max_tunnels_per_client: int = _default("gateway_max_tunnels_per_client")
-    gateway_max_connections: int = _default("gateway_max_connections")
-    gateway_max_connections_per_client: int = _default("gateway_max_connections_per_client")
-    gateway_ban_statuses: str = _default("gateway_ban_statuses")
-    gateway_ban_pattern: str = _default("gateway_ban_pattern")
-    gateway_max_body: int = _default("gateway_max_body")
-    gateway_body_timeout: float = _default("gateway_body_timeout")
-    gateway_lease_ttl: float = _default("gateway_lease_ttl")
-    gateway_session_ttl: float = _default("gateway_session_ttl")
-    log_format: str = _default("log_format")
-    log_level: str = _default("log_level")
+    providers_config: str | None = _path(
+        "providers", "Path of the providers YAML file.",
+        short="c")
+    broker: str = _option(
+        "store", "Redis URL of the Celery broker, result backend and latest state (password and TLS via the URL: "
+        "rediss://:pw@host:6380/0; Sentinel: sentinel://h1:26379;h2:26379/0?master_name=NAME).",
+        default=DEFAULT_BROKER, check="broker", env_var="FLEET_BROKER_URL")
+    provider_check_interval: float = _option(
+        "health", "Interval between provider health checks; 0 turns them off (and the controller deletes its objects).",
+        "duration", 60.0, shown_bounds=f"0 (off) or at least {short_duration(MIN_INTERVAL)}")
+    provider_check_timeout: float = _option(
+        "health", "Time limit of one provider check.",
+        "duration", 0.0, shown_default="15s, or the interval when that is shorter", shown_bounds="if set, at most the interval")
+    status_heartbeat: float = _option(
+        "health", "How often a ProviderHealth status is written when nothing but its lastCheckTime and latency jitter "
+        "(under max(10ms, 20%)) moved; a change of a verdict, reason, message, detail or condition is written at "
+        "once.",
+        "duration", 300.0, 10.0, 3600.0, zero="every round")
+    metrics_bind_address: str = _bind(
+        "metrics", "host:port of the controller's /metrics",
+        ":8080")
+    worker_metrics_bind_address: str = _bind(
+        "metrics", "host:port of a provider worker's /metrics (its provider-call counters), e.g. :9090",
+        "0")
+    kubeconfig: str | None = _path(
+        "cluster", "Kubeconfig for the controller's writes.",
+        "in-cluster, $KUBECONFIG, ~/.kube/config, else standalone")
+    kube_context: str | None = _path(
+        "cluster", "Context in that kubeconfig.",
+        "its current context")
+    installation: str | None = _option(
+        "process", "This fleet's identity, a DNS-1123 label carried as a label on everything it creates, so fleets sharing a"
+        " cluster, project or hypervisor never touch each other's.",
+        shown_default="the pod's namespace, else 'default'", check="label")
+    proxies: str | None = _path(
+        "proxies", "Standalone mode (no cluster): a Proxy manifest file or directory of them, re-read on change; their "
+        "status lives in Redis (`fleet get px`). Without it, the controller watches Proxy objects when it has a "
+        "cluster.")
+    proxy_namespaces: str | None = _option(
+        "proxies", "Cluster mode: the namespaces whose Proxies this installation lists, watches, reconciles and "
+        "garbage-collects, a comma list of DNS-1123 labels; '*' for every namespace (the widest grant: a "
+        "cluster-wide Secret read).",
+        shown_default="the installation's own namespace (the pod's; 'default' outside a cluster)",
+        shown_bounds=f"at most {MAX_PROXY_NAMESPACES} namespaces", check="namespaces")
+    secrets_dir: str | None = _path(
+        "reconciler", "Standalone mode: where cloudInit.secretRef is read, as DIR/NAMESPACE/NAME/KEY (the layout of mounted "
+        "Secrets).",
+        "none (secretRef Proxies wait)")
+    max_provider_calls: int = _option(
+        "reconciler", "Provider calls in flight at once per provider, from the Proxy reconciler.",
+        "int", 3, 1, 1000)
+    proxy_poll_interval: float = _option(
+        "reconciler", "How often a provisioning, replacing or deleting Proxy's instance is polled.",
+        "duration", 10.0, 1.0, 3600.0)
+    proxy_resync_interval: float = _option(
+        "reconciler", "How often each provider's instances are listed, so a Running Proxy whose instance vanished or stopped is"
+        " seen (one list per provider, no write).",
+        "duration", 60.0, 1.0, 86400.0)
+    provider_call_timeout: float = _option(
+        "providers", "Time limit of one provider call (create, get, delete).",
+        "duration", 60.0, 1.0, 600.0)
+    gc_interval: float = _option(
+        "gc", "How often beat schedules an orphan GC sweep; 0 turns GC off.",
+        "duration", 600.0, 60.0, 86400.0, zero="off")
+    gc_min_age: float = _option(
+        "gc", "An orphan younger than this is never collected (unknown age counts as very old).",
+        "duration", 600.0, 0.0, 86400.0)
+    probe_target: str | None = _option(
+        "prober", "What the prober reaches through every Running proxy: host:port (a CONNECT), or http://host:port/path (a "
+        "CONNECT, then a GET in the tunnel; a body holding an IP is the proxy's egress address).",
+        shown_default="none (the prober idles and says so)", check="probe-target")
+    probe_interval: float = _option(
+        "prober", "How often each Running proxy is probed.",
+        "duration", 1.0, 0.1, 3600.0)
+    probe_timeout: float = _option(
+        "prober", "Time limit of one probe.",
+        "duration", 0.0, 0.05, 60.0, zero="derived", shown_default="5s, or 5 x --probe-interval when that is shorter")
+    probe_failure_threshold: int = _option(
+        "prober", "Failed probes in a row before a proxy is Healthy=False.",
+        "int", 3, 1, 100)
+    probe_success_threshold: int = _option(
+        "prober", "Good probes in a row before an unhealthy proxy is Healthy=True again.",
+        "int", 1, 1, 100)
+    trace_health_probes: bool = _option(
+        "prober", "A span per probe (off by default: one per proxy per second).",
+        "bool", False)
+    prober_metrics_bind_address: str = _bind(
+        "prober", "host:port of the prober's /metrics",
+        ":8081")
+    api_bind_address: str = _option(
+        "api", "host:port the discovery and lease API (`fleet api`) listens on.",
+        default=":8090", check="bind")
+    api_token_file: str | None = _path(
+        "api", "A file holding the API's bearer token (a mounted Secret); FLEET_API_TOKEN gives it directly.")
+    insecure_no_auth: bool = _option(
+        "api", "Serve the API without a token (it warns at start and on /healthz).",
+        "bool", False)
+    max_leases_per_proxy: int = _option(
+        "leases", "Leases one proxy may hold at once.",
+        "int", 1, 1, 10_000)
+    lease_max_ttl: float = _option(
+        "api", "The longest lease a client may ask for.",
+        "duration", 3600.0, 1.0, 86400.0)
+    lease_grace: float = _option(
+        "api", "After the API sees that Redis lost lease data, how long it grants nothing new (renewals re-create lost "
+        "leases meanwhile): at least the longest time a crawler goes without renewing.",
+        "duration", 0.0, 1.0, 86400.0, zero="--lease-max-ttl", shown_default="--lease-max-ttl")
+    lease_replica_wait: float = _option(
+        "api", "How long a grant or renewal waits for a replica to have it (Redis WAIT) when one is connected; then it "
+        "is answered anyway and counted.",
+        "duration", 0.1, 0.0, 5.0, zero="never")
+    cooldown_blocked: float = _option(
+        "leases", "How long a proxy is not leased for a target after a `blocked` report.",
+        "duration", 600.0, 0.0, 86400.0)
+    cooldown_errors: int = _option(
+        "leases", "Error reports in a row that put a proxy in a global cooldown.",
+        "int", 3, 1, 1000)
+    cooldown_global: float = _option(
+        "leases", "How long that global cooldown lasts.",
+        "duration", 300.0, 0.0, 86400.0)
+    api_header_timeout: float = _option(
+        "api", "Time from a request's first byte to the end of its headers (slow clients: 408).",
+        "duration", 10.0, 0.1, 600.0)
+    api_idle_timeout: float = _option(
+        "api", "How long a connection may hold no request in progress, before its first and between requests.",
+        "duration", 30.0, 0.1, 3600.0)
+    api_body_timeout: float = _option(
+        "api", "Time from a request's headers to the end of its body.",
+        "duration", 30.0, 0.1, 600.0)
+    api_max_connections: int = _option(
+        "api", "Connections one API process holds; at the limit the longest-idle one makes room (the process raises its "
+        "open-file limit to fit).",
+        "int", 16_384, 16, 1_000_000)
+    api_max_connections_per_client: int = _option(
+        "api", "Connections one client address may hold.",
+        "int", 1024, 1, shown_bounds="from 1 to --api-max-connections", check="per-client")
+    gateway_bind_address: str = _option(
+        "gateway", "host:port the crawlers' forward proxy (`fleet gateway`) listens on.",
+        default=":8888", check="bind")
+    gateway_clients_file: str | None = _path(
+        "gateway", "The gateway's clients (YAML: clients: {NAME: {token, namespaces, ports, maxTunnels}}; a mounted Secret),"
+        " re-read when it changes; required.")
+    gateway_metrics_bind_address: str = _bind(
+        "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
+        ":8083")
+    gateway_max_attempts: int = _option(
+        "gateway", "Proxies one request tries before the crawler sees an error.",
+        "int", 3, 1, 20)
+    gateway_connect_timeout: float = _option(
+        "gateway", "Time limit of connecting to a proxy and of its CONNECT answer.",
+        "duration", 5.0, 0.05, 120.0)
+    gateway_response_timeout: float = _option(
+        "gateway", "Time limit of a plain HTTP response's head, after the request.",
+        "duration", 30.0, 0.1, 600.0)
+    gateway_header_timeout: float = _option(
+        "gateway", "Time from a request's first byte to the end of its headers (slow clients: 408).",
+        "duration", 10.0, 0.1, 600.0)
+    gateway_idle_timeout: float = _option(
+        "gateway", "How long a connection may wait for a request, and a tunnel may carry no byte either way.",
+        "duration", 60.0, 0.1, 86400.0)
+    gateway_tunnel_max_duration: float = _option(
+        "gateway", "The longest a tunnel stays open.",
+        "duration", 3600.0, 1.0, 86400.0)
+    gateway_max_tunnels: int = _option(
+        "gateway", "Tunnels one gateway process holds at once (then 503 tunnel-limit).",
+        "int", 10_000, 1, 1_000_000)
+    gateway_max_tunnels_per_client: int = _option(
+        "gateway", "Tunnels one client holds at once, unless its maxTunnels says otherwise (then 503 client-tunnel-limit).",
+        "int", 1000, 1, 1_000_000)
+    gateway_max_connections: int = _option(
+        "gateway", "Connections one gateway process holds; at the limit the longest-idle one makes room.",
+        "int", 20_000, 16, 1_000_000)
+    gateway_max_connections_per_client: int = _option(
+        "gateway", "Connections one client address may hold.",
+        "int", 4096, 1, 1_000_000)
+    gateway_ban_statuses: str = _option(
+        "gateway", "Plain HTTP statuses that mean the origin banned the proxy: reported blocked, and an idempotent request "
+        "is retried on another proxy (comma-separated; empty: none).",
+        default="403,429,503", check="statuses")
+    gateway_ban_pattern: str = _option(
+        "gateway", "A regular expression (Python's) that marks a plain HTTP response as a ban at any status when found in "
+        "the first 64 KiB of its body (gzip and deflate decoded); every response's start is read before it is "
+        "relayed then. Empty: status codes only.",
+        default="", check="regex")
+    gateway_max_body: int = _option(
+        "gateway", "The largest request body (bytes) the gateway relays, Content-Length or chunked (then 413).",
+        "int", 10 * 1024 * 1024, 0, 1 << 30)
+    gateway_body_timeout: float = _option(
+        "gateway", "Time from a request's headers to the end of its body (then 408).",
+        "duration", 30.0, 0.1, 600.0)
+    gateway_lease_ttl: float = _option(
+        "gateway", "The TTL of the lease a tunnel or request holds (a tunnel renews it at half).",
+        "duration", 60.0, 2.0, 3600.0)
+    gateway_session_ttl: float = _option(
+        "gateway", "How long a session (the username's -session-ID) keeps its proxy after its last use.",
+        "duration", 600.0, 1.0, 86400.0)
+    log_format: str = _option(
+        "process", "How log lines are written: text is key=value.",
+        default="text", choices=("text", "json"))
+    log_level: str = _option(
+        "process", "How much is logged.",
+        default="info", choices=("debug", "info", "warning", "error"), any_case=True)
 
     @property
     def check_timeout(self) -> float:
@@ -508,56 +548,74 @@ class Settings:
         return 2 * self.provider_check_interval + self.check_timeout
 
     @classmethod
-    def from_values(cls, values: Mapping[str, str | None]) -> Settings:
-        """Build from raw strings keyed by attribute name; validates."""
-        kw: dict[str, object] = {}
+    def from_sources(cls, flags: Mapping[str, str | None], environ: Mapping[str, str]) -> Settings:
+        """Each option from its flag when one is given (an empty one too: it beats the environment), else from
+        its variable; validates. A problem names where its value came from (`--probe-interval`, or
+        `FLEET_PROBE_INTERVAL` when the environment gave it)."""
+        kw: dict[str, Any] = {}
+        names: dict[str, str] = {}
         for opt in OPTIONS:
-            raw = values.get(opt.attr)
-            if raw is None or raw == "":
-                continue
-            if opt.kind == "duration":
-                try:
-                    kw[opt.attr] = parse_duration(raw)
-                except ValueError as exc:
-                    raise SettingsError(f"--{opt.flag}: {exc}") from None
-            elif opt.kind == "int":
-                if not re.fullmatch(f"[0-9]{{1,{INT_DIGITS}}}", raw.strip()):
-                    raise SettingsError(f"--{opt.flag} must be a whole number, got {show(raw)}")
-                kw[opt.attr] = int(raw)
-            elif opt.kind == "bool":
-                kw[opt.attr] = parse_bool(raw, opt.flag)
-            else:
-                kw[opt.attr] = raw
-        s = cls(**kw)  # type: ignore[arg-type]
-        s.validate()
+            raw, name = flags.get(opt.attr), f"--{opt.flag}"
+            if raw is None and opt.env in environ:
+                raw, name = environ[opt.env], opt.env
+                names[opt.attr] = name
+            if raw is not None and (value := _parse(opt, raw, name)) is not _UNSET:
+                kw[opt.attr] = value
+        s = cls(**kw)
+        s.validate(names)
         return s
 
     @classmethod
+    def from_values(cls, values: Mapping[str, str | None]) -> Settings:
+        """Build from raw strings keyed by attribute name, as flags; validates."""
+        return cls.from_sources(values, {})
+
+    @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if environ is None else environ
-        return cls.from_values({o.attr: env.get(o.env) for o in OPTIONS})
+        return cls.from_sources({}, os.environ if environ is None else environ)
 
     def to_env(self) -> dict[str, str]:
-        """The FLEET_* variables that reproduce these settings in a child process."""
+        """The FLEET_* variables that reproduce these settings in a child process: every option, an unset one
+        as empty, so a variable of the parent's environment that a flag overrode does not come back."""
         out = {}
         for opt in OPTIONS:
             v = getattr(self, opt.attr)
-            if v is None:
-                continue
-            out[opt.env] = format_duration(v) if opt.kind == "duration" else opt.shown(v)
+            out[opt.env] = "" if v is None else format_duration(v) if opt.kind == "duration" else opt.shown(v)
         return out
 
-    def validate(self) -> None:
-        """Each option's type, bounds, choices and named check, in the table's order; the messages name the flag."""
+    def validate(self, names: Mapping[str, str] | None = None) -> None:
+        """Each option's type, bounds, choices and named check, in the table's order; the messages name the
+        flag, or the variable `names` says the value came from."""
         validate_schedule(self.provider_check_interval, self.provider_check_timeout)
         for opt in OPTIONS:
             value = getattr(self, opt.attr)
             if value is not None:
-                _check(opt, value, self)
+                _check(opt, value, self, (names or {}).get(opt.attr, f"--{opt.flag}"))
 
 
-def _check(opt: Option, value: Any, settings: Settings) -> None:
-    flag = f"--{opt.flag}"
+OPTIONS: tuple[Option, ...] = tuple(Option(flag=f.name.replace("_", "-"), **f.metadata[_SPEC]) for f in fields(Settings))
+OPTION = {o.flag: o for o in OPTIONS}
+# Digits an int setting may have: enough for the largest bound (before the table, 6, and
+# --api-max-connections' documented 1000000 could not be written).
+INT_DIGITS = len(str(max(int(o.high or 0) for o in OPTIONS if o.kind == "int")))
+
+
+def pick(settings: Settings, config: type[_Config], prefix: str = "", **given: Any) -> _Config:
+    """A feature's config (a dataclass) from `settings` by name, so its fields are not listed again: each
+    field not `given` takes the setting `prefix + name`, else the setting `name`; one no setting names keeps
+    its own default. `given`: what is computed (a parsed pattern) or named otherwise."""
+    kw = dict(given)
+    for f in fields(config):  # type: ignore[arg-type]  # a dataclass, as the callers pass
+        for attr in (prefix + f.name, f.name):
+            if f.name not in kw and attr in _ATTRS:
+                kw[f.name] = getattr(settings, attr)
+    return config(**kw)
+
+
+_ATTRS = frozenset(o.attr for o in OPTIONS)
+
+
+def _check(opt: Option, value: Any, settings: Settings, flag: str) -> None:
     if opt.kind == "bool" and not isinstance(value, bool):
         raise SettingsError(f"{flag} must be true or false, got {show(value)}")
     if opt.choices and (value.lower() if opt.any_case else value) not in opt.choices:
@@ -683,10 +741,6 @@ def validate_schedule(interval: float, timeout: float) -> None:
             f"--provider-check-timeout must be at most the interval ({format_duration(interval)}), "
             f"got {format_duration(timeout)}"
         )
-
-
-def field_names() -> list[str]:
-    return [f.name for f in fields(Settings)]
 
 
 # --- README's settings table ------------------------------------------------------

@@ -2,7 +2,8 @@
 send them with keyword arguments (`provider`, the op's own, optionally
 `timeout` and `attempt`) and `link` the task that reads the outcome.
 
-`fleet.create_instance` carries a reference to cloud-init, never the text:
+`fleet.create_instance` carries a CreateRequest as `fleet.celery.calls.request_dict`
+writes it, and a reference to cloud-init, never the text:
 the controller stages the text in Redis under a random token for the call's
 timeout (`fleet.proxies.reconciler`); the worker takes it here (read and
 deleted at once, GETDEL) and hands it to the provider, so it never sits in a
@@ -14,6 +15,7 @@ only ever creates for its own installation, whose GC alone may collect it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -23,7 +25,7 @@ from fleet import runtime
 from fleet.celery import calls, compression, roles, routing
 from fleet.celery.app import app
 from fleet.celery.calls import ProviderCallTask, instance_dict
-from providers.base import CreateRequest, Deadline, Permanent, Placement, Provider, Transient, wrap
+from providers.base import Deadline, Permanent, Provider, Transient, wrap
 
 log = logging.getLogger("fleet.calls")
 
@@ -33,20 +35,22 @@ TASKS = (CREATE_INSTANCE, GET_INSTANCE, DELETE_INSTANCE, LIST_INSTANCES)
 
 
 @app.task(name=CREATE_INSTANCE, base=ProviderCallTask, op="create")
-def create_instance(p: Provider, deadline: Deadline, name: str, uid: str, namespace: str, proxy_name: str, port: str,
-                    cloud_init_ref: str, region: str = "", zone: str = "", machine_type: str = "", image: str = "") -> str:
-    """The provider id of the instance named `name` (idempotent by name)."""
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise wrap(Permanent, "create", p_name(p), name, f"port must be from 1 to 65535, got {port[:20]!r}")
+def create_instance(p: Provider, deadline: Deadline, **message: Any) -> str:
+    """The provider id of the instance named in `message` (idempotent by
+    name). The message is `calls.request_dict`'s; one that does not read
+    (`calls.request_from_dict`) is Permanent, naming the argument at fault."""
+    try:
+        request, cloud_init_ref = calls.request_from_dict(message)
+    except calls.RequestError as exc:
+        name = message.get("name")
+        raise wrap(Permanent, "create", p_name(p), name[:80] if isinstance(name, str) else "", str(exc)) from None
     text = runtime.store().proxies.take_cloud_init(cloud_init_ref) if cloud_init_ref else b""
     if text is None:  # read by an earlier delivery of this message, or lapsed before it ran: a new create restages it
-        raise wrap(Transient, "create", p_name(p), name,
+        raise wrap(Transient, "create", p_name(p), request.name,
                    "the staged cloud-init is gone (read once by an earlier delivery of this create, or expired "
                    "before it ran); the next create stages it again")
-    request = CreateRequest(name=name, uid=uid, namespace=namespace, proxy_name=proxy_name,
-                            placement=Placement(region=region, zone=zone, machine_type=machine_type, image=image),
-                            cloud_init=text.decode() if isinstance(text, bytes) else text, port=int(port),
-                            installation=runtime.settings().installation_id)
+    request = dataclasses.replace(request, cloud_init=text.decode() if isinstance(text, bytes) else text,
+                                  installation=runtime.settings().installation_id)
     return p.create(request, deadline)
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from tests import kubeserver
-from tests.fakes.kubeapi import FakeKubeAPI, Server
+from fleet.testing import kubeserver
+from fleet.testing.kubeapi import FakeKubeAPI, Server
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def kubeapi(tmp_path):
 @pytest.fixture(scope="session")
 def kube_server():
     """A real kube-apiserver + etcd on loopback for the whole session
-    (tests/kubeserver.py), the shipped CRDs installed; skipped, saying why,
+    (fleet/testing/kubeserver.py), the shipped CRDs installed; skipped, saying why,
     unless FLEET_TEST_KUBE_APISERVER names the binary."""
     path, why = kubeserver.configured()
     if path is None:

@@ -36,9 +36,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.fakes.http import LoopbackServer, Quiet  # noqa: E402
-from tests.integration.conftest import RedisServer, free_port  # noqa: E402
-from tests.providers.kvm.lab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
+from fleet.testing.http import LoopbackServer, Quiet  # noqa: E402
+from fleet.testing.kvmlab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
+from fleet.testing.procs import free_port  # noqa: E402
+from fleet.testing.redis import RedisServer  # noqa: E402
 
 EGRESS_RANGE = "127.0.1.0/24"  # each Squid its own outgoing address (docs/local-provider.md)
 

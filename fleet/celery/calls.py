@@ -36,7 +36,8 @@ base, in this order:
   `instance_dict(Instance)`, a list's a list of them. Whoever receives an
   outcome reads it back with `CallOutcome.from_message` (and an instance with
   `instance_from_dict`): it comes from a queue, so it is input, checked at
-  that boundary, never a promise. The caller
+  that boundary, never a promise. A create's own arguments are likewise
+  `request_dict(CreateRequest)`, read back with `request_from_dict`. The caller
   (a `link`ed controller task) applies it, keeping due times in Redis: no
   `self.retry(countdown=…)`, whose message would wait in the broker for up
   to 5 minutes and be lost or doubled by a restart or the visibility
@@ -65,7 +66,7 @@ from fleet import reload, runtime, serving, tracing
 from fleet.celery import routing
 from fleet.settings import parse_bind_address
 from providers import base
-from providers.base import OPS, Deadline, ErrorClass, Instance, Provider, State
+from providers.base import OPS, CreateRequest, Deadline, ErrorClass, Instance, Placement, Provider, State
 from providers.retry import BACKOFF_MAX, QUOTA_RETRY, Gone, Latch, Retry, Step, next_step
 from providers.text import clip
 
@@ -287,6 +288,65 @@ def instance_from_dict(raw: Any) -> Instance:
     return Instance(id=pid, state=state, ip=text["ip"], uid=text["uid"],
                     created_at=created_from_iso(created_raw) if created_raw is not None else None,
                     installation=text["installation"], namespace=text["namespace"])
+
+
+# --- a create's request (pure) ---------------------------------------------------------
+#
+# `fleet.create_instance`'s keyword arguments are a CreateRequest without its
+# cloud-init (staged in Redis, referenced by `cloud_init_ref`) and without its
+# installation (the worker's own): `request_dict` writes them on the
+# controller, `request_from_dict` reads them on the worker, and nothing else
+# spells them. The shape is the one every version has sent (all strings, the
+# port too), so a message queued by either side of a rolling deploy reads on
+# the other.
+
+REQUEST_REQUIRED = ("name", "uid", "namespace", "proxy_name", "port", "cloud_init_ref")
+REQUEST_OPTIONAL = ("region", "zone", "machine_type", "image")  # "" when absent
+
+
+class RequestError(ValueError):
+    """A create message that does not read as a request; `field` names the argument at fault."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(why)
+        self.field = field
+
+
+def request_dict(request: CreateRequest, *, cloud_init_ref: str) -> dict[str, str]:
+    """`request`'s message arguments: never its cloud-init text nor its
+    installation (module notes); `request_from_dict` reads them back."""
+    pl = request.placement
+    return {"name": request.name, "uid": request.uid, "namespace": request.namespace,
+            "proxy_name": request.proxy_name, "region": pl.region, "zone": pl.zone,
+            "machine_type": pl.machine_type, "image": pl.image, "port": str(request.port),
+            "cloud_init_ref": cloud_init_ref}
+
+
+def request_from_dict(raw: Mapping[str, Any]) -> tuple[CreateRequest, str]:
+    """`request_dict`'s inverse: the request (cloud-init and installation
+    empty: the worker fills both) and the cloud-init reference. Each argument
+    is checked and bounded; RequestError names the first at fault."""
+    for key in raw:
+        if key not in REQUEST_REQUIRED and key not in REQUEST_OPTIONAL:
+            raise RequestError(str(key)[:60], f"{cut(str(key), 60)!r} is no argument of a create")
+    text: dict[str, str] = {}
+    for key in (*REQUEST_REQUIRED, *REQUEST_OPTIONAL):
+        if key not in raw and key in REQUEST_REQUIRED:
+            raise RequestError(key, f"{key} is missing")
+        value = raw.get(key, "")
+        if not isinstance(value, str) or len(value) > MAX_ARG:
+            raise RequestError(key, f"{key} must be a string of at most {MAX_ARG} characters")
+        text[key] = value
+    for key in ("name", "uid"):
+        if not text[key]:
+            raise RequestError(key, f"{key} must not be empty")
+    port = text["port"]
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise RequestError("port", f"port must be from 1 to 65535, got {port[:20]!r}")
+    placement = Placement(region=text["region"], zone=text["zone"], machine_type=text["machine_type"],
+                          image=text["image"])
+    return CreateRequest(name=text["name"], uid=text["uid"], namespace=text["namespace"],
+                         proxy_name=text["proxy_name"], placement=placement, port=int(port)), text["cloud_init_ref"]
 
 
 def created_from_iso(text: str) -> datetime | None:

@@ -1,6 +1,7 @@
 """The `fleet` command (console script `fleet = "fleet.cli:main"`, and
-`python -m fleet.cli`): `subcommands` has the parser and the subcommands, `tables`
-prints results, `supervise` runs `fleet up`, `render` writes the manifests,
+`python -m fleet.cli`): `subcommands` has the parser and the subcommands (the
+registry: it imports the command modules `gc`, `api`, `gateway`, `prober`,
+`pools`, which share `common` and never import it), `tables` prints results, `supervise` runs `fleet up`, `render` writes the manifests,
 `probe` is the exec probe, `commands` holds each role's command line.
 
 `subcommands` is imported on call, so `fleet.cli.probe` (run in every pod's probe)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from fleet.cli import subcommands as cli
+from fleet.cli import common as cli
 
 if TYPE_CHECKING:
     from fleet.config import ProviderConfig
@@ -37,9 +37,10 @@ MAX_LIST_TIMEOUT = 600.0
 HEAD = ("PROVIDER", "INSTANCE", "UID", "AGE", "VERDICT", "WHY")
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("gc", parents=[common],
-                       help="orphan GC: --dry-run prints what a sweep would delete; without it, asks the controller to sweep now")
+def add_parser(sub: Any) -> None:
+    s = cli.command(sub, "gc", help="orphan GC: --dry-run prints what a sweep would delete; without it, asks the controller to sweep now",
+                    example="fleet gc --dry-run -c providers.yaml --proxies proxies/",
+                    groups=("process", "store", "providers", "cluster", "proxies", "gc"))
     s.add_argument("--dry-run", action="store_true", help="decide in-process and print the table; delete nothing")
     s.add_argument("-p", "--provider", action="append", help="--dry-run: only this provider (repeatable)")
     s.add_argument("-o", "--output", choices=("table", "json"), default="table")
@@ -57,7 +58,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from fleet.store import Store
 
     timeout = settings.provider_call_timeout if args.timeout is None else \
-        cli._positive_duration(args.timeout, "--timeout", MAX_LIST_TIMEOUT)
+        cli.positive_duration(args.timeout, "--timeout", MAX_LIST_TIMEOUT)
     chosen = config.providers
     if args.provider:
         try:

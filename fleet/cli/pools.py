@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from fleet import kube
-from fleet.cli import subcommands
+from fleet.cli import common
 from fleet.durations import age
 from fleet.pools.schema import MAX_REPLICAS
 from providers.text import show
@@ -36,30 +36,30 @@ DEFAULT_NAMESPACE = "default"  # as kubectl: a pool named without -n is looked f
 
 
 def _client(args: argparse.Namespace) -> Any:
-    settings = subcommands.settings_from(args)
+    settings = common.settings_from(args)
     api, _mode = kube.api_client(settings)
     if api is None:
-        raise subcommands.BadInput("ProxyPools need a cluster (no --kubeconfig, no in-cluster service account, no "
+        raise common.BadInput("ProxyPools need a cluster (no --kubeconfig, no in-cluster service account, no "
                                    "~/.kube/config) and no --proxies manifests (standalone mode)")
     return api
 
 
-def _unreachable(exc: kube.KubeError) -> subcommands.Unreachable:
-    return subcommands.Unreachable(f"{type(exc).__name__}: {show(str(exc), 300)}")
+def _unreachable(exc: kube.KubeError) -> common.Unreachable:
+    return common.Unreachable(f"{type(exc).__name__}: {show(str(exc), 300)}")
 
 
 def _name(name: str | None) -> None:
     from fleet.config import validate_name
 
     if name is not None and validate_name(name):
-        raise subcommands.BadInput(f"NAME {validate_name(name)} (got {show(name)})")
+        raise common.BadInput(f"NAME {validate_name(name)} (got {show(name)})")
 
 
 def _standalone(args: argparse.Namespace) -> tuple[Any, Any] | None:
     """(settings, the store) in standalone mode (`--proxies` set), else None."""
     from fleet.store import Store
 
-    settings = subcommands.settings_from(args)
+    settings = common.settings_from(args)
     if not settings.proxies:
         return None
     return settings, Store.from_url(settings.broker)
@@ -75,7 +75,7 @@ def _standalone_pools(args: argparse.Namespace, settings: Any, store: Any) -> li
     try:
         items, m = where.pools()
     except StoreError as exc:
-        raise subcommands.Unreachable(f"cannot read ProxyPools from Redis: {show(str(exc), 200)}") from None
+        raise common.Unreachable(f"cannot read ProxyPools from Redis: {show(str(exc), 200)}") from None
     for e in m.errors:
         print(f"warning: {e}", file=sys.stderr)
     return [o for o in items if not args.namespace or o["metadata"]["namespace"] == args.namespace]
@@ -95,7 +95,7 @@ def get_pools(args: argparse.Namespace) -> int:
             items = [o for o in items if o["metadata"]["name"] == args.name and o["metadata"]["namespace"] == ns]
             if not items:
                 print(f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}", file=sys.stderr)
-                return subcommands.EXIT_NOT_READY
+                return common.EXIT_NOT_READY
         return _show(args, items)
     api = _client(args)
     try:
@@ -107,7 +107,7 @@ def get_pools(args: argparse.Namespace) -> int:
             items = [i for i in listed.get("items") or [] if isinstance(i, dict)]
     except kube.NotFound:
         print(f"proxypool {args.name!r} not found in namespace {args.namespace or DEFAULT_NAMESPACE!r}", file=sys.stderr)
-        return subcommands.EXIT_NOT_READY
+        return common.EXIT_NOT_READY
     except kube.KubeError as exc:
         raise _unreachable(exc) from None
     return _show(args, items)
@@ -127,7 +127,7 @@ def _show(args: argparse.Namespace, items: list[dict[str, Any]]) -> int:
         print(f"No ProxyPools in {where}", file=sys.stderr)
     else:
         print(tables.grid(*table(items, time.time(), all_namespaces=not args.namespace and args.name is None)))
-    return subcommands.EXIT_OK
+    return common.EXIT_OK
 
 
 def table(items: list[dict[str, Any]], now: float, all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
@@ -155,9 +155,9 @@ def replicas_of(text: str) -> int:
     try:
         n = int(text, 10)
     except ValueError:
-        raise subcommands.BadInput(f"--replicas must be a whole number, got {show(text)}") from None
+        raise common.BadInput(f"--replicas must be a whole number, got {show(text)}") from None
     if not 0 <= n <= MAX_REPLICAS:
-        raise subcommands.BadInput(f"--replicas must be between 0 and {MAX_REPLICAS}, got {n}")
+        raise common.BadInput(f"--replicas must be between 0 and {MAX_REPLICAS}, got {n}")
     return n
 
 
@@ -176,7 +176,7 @@ def within_autoscale(spec: dict[str, Any], n: int) -> str | None:
 
 def cmd_scale(args: argparse.Namespace) -> int:
     if args.resource not in POOL_NAMES:
-        raise subcommands.BadInput(f"unknown resource {show(args.resource)}: fleet scale knows pool (proxypool)")
+        raise common.BadInput(f"unknown resource {show(args.resource)}: fleet scale knows pool (proxypool)")
     n = replicas_of(args.replicas)
     _name(args.name)
     ns = args.namespace or DEFAULT_NAMESPACE
@@ -188,17 +188,17 @@ def cmd_scale(args: argparse.Namespace) -> int:
         pool = _get(api, ns, args.name)
         why = within_autoscale(pool.get("spec") or {}, n)
         if why:
-            raise subcommands.BadInput(f"proxypool {ns}/{args.name}: {why}")
+            raise common.BadInput(f"proxypool {ns}/{args.name}: {why}")
         got = kube.scale(api, kube.PROXY_POOL, ns, args.name, n)
     except kube.NotFound:
         print(f"proxypool {args.name!r} not found in namespace {ns!r}", file=sys.stderr)
-        return subcommands.EXIT_NOT_READY
+        return common.EXIT_NOT_READY
     except kube.Rejected as exc:
-        raise subcommands.BadInput(f"proxypool {ns}/{args.name}: the API server refused {n}: {show(str(exc), 300)}") from None
+        raise common.BadInput(f"proxypool {ns}/{args.name}: the API server refused {n}: {show(str(exc), 300)}") from None
     except kube.KubeError as exc:
         raise _unreachable(exc) from None
     print(f"proxypool.crawl.example.com/{args.name} scaled to {(got.get('spec') or {}).get('replicas', n)}")
-    return subcommands.EXIT_OK
+    return common.EXIT_OK
 
 
 def _scale_standalone(args: argparse.Namespace, ns: str, n: int, settings: Any, store: Any) -> int:
@@ -209,24 +209,25 @@ def _scale_standalone(args: argparse.Namespace, ns: str, n: int, settings: Any, 
         d = next((d for d in declared_pools(settings.proxies).pools if d.key == f"{ns}/{args.name}"), None)
         if d is None:
             print(f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}", file=sys.stderr)
-            return subcommands.EXIT_NOT_READY
+            return common.EXIT_NOT_READY
         why = within_autoscale(d.obj["spec"], n)
         if why:
-            raise subcommands.BadInput(f"proxypool {ns}/{args.name}: {why}")
+            raise common.BadInput(f"proxypool {ns}/{args.name}: {why}")
         set_replicas(store.pools, settings.proxies, ns, args.name, n)
     except StoreError as exc:
-        raise subcommands.Unreachable(f"cannot write the scale to Redis: {show(str(exc), 200)}") from None
+        raise common.Unreachable(f"cannot write the scale to Redis: {show(str(exc), 200)}") from None
     finally:
         store.close()
     print(f"proxypool.crawl.example.com/{args.name} scaled to {n} (standalone: until the manifest's replicas "
           f"changes from {d.replicas if d.replicas is not None else 'unset'})")
-    return subcommands.EXIT_OK
+    return common.EXIT_OK
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("scale", parents=[common], help=(
+def add_parser(sub: Any) -> None:
+    s = common.command(sub, "scale", help=(
         "set a ProxyPool's replicas: its scale subresource, as kubectl scale; standalone (--proxies), an override "
-        "in Redis that holds until the manifest's own replicas changes"))
+        "in Redis that holds until the manifest's own replicas changes"),
+        example="fleet scale pool crawl --replicas 5 -n crawlers", groups=("process", "store", "cluster", "proxies"))
     s.add_argument("resource", help="pool (proxypool)")
     s.add_argument("name")
     s.add_argument("--replicas", required=True, help=f"the new replicas, 0 to {MAX_REPLICAS}")

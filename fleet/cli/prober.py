@@ -7,21 +7,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fleet.cli import subcommands
+from fleet.cli import common
 from fleet.prober.target import TargetError
 
 
 def cmd_prober(args: argparse.Namespace) -> int:
     from fleet.prober import process
 
-    settings = subcommands.settings_from(args)
-    try:
-        return process.main(settings)
-    except TargetError as exc:
-        raise subcommands.BadInput(str(exc)) from None
+    return common.run_process(args, process.main, TargetError)
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("prober", parents=[common],
-                       help="probe every Running proxy through a real CONNECT (--probe-target); needs only Redis")
+def add_parser(sub: Any) -> None:
+    s = common.command(sub, "prober",
+                       help="probe every Running proxy through a real CONNECT (--probe-target); needs only Redis",
+                       example="fleet prober --probe-target http://ifconfig.example:80/ip",
+                       groups=("process", "store", "prober"))
     s.set_defaults(fn=cmd_prober)

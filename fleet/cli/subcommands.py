@@ -1,7 +1,11 @@
-"""`fleet`: validate, check, get ph, and start the processes.
+"""`fleet`: the registry of commands (`parser`, `main`), and the commands
+that need no module of their own: validate, check, get, and starting the
+Celery processes. It imports the command modules (`gc`, `api`, `gateway`,
+`prober`, `pools`) and `common`, which they share; they never import it.
 
-Every flag is also FLEET_<FLAG> in the environment; flags win. Every flag
-and the providers file are validated before anything starts or connects.
+Every setting is a flag (of the commands that use it) and FLEET_<FLAG> in
+the environment; flags win, an empty one too. Every setting and the
+providers file are validated before anything starts or connects.
 
 Exit codes:
 
@@ -29,8 +33,28 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from fleet import logs
-from fleet.durations import format_duration, parse_duration
-from fleet.settings import OPTION, OPTIONS, Settings, SettingsError, parse_namespaces, redact_url
+from fleet.cli import api as api_cli
+from fleet.cli import gateway as gateway_cli
+from fleet.cli import gc as gc_cli
+from fleet.cli import pools as pools_cli
+from fleet.cli import prober as prober_cli
+from fleet.cli.common import (
+    ALL_GROUPS,
+    CELERY_GROUPS,
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_READY,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    BadInput,
+    Unreachable,
+    command,
+    config_from,
+    positive_duration,
+    settings_from,
+)
+from fleet.durations import format_duration
+from fleet.settings import OPTION, Settings, parse_namespaces, redact_url
 from providers import names
 from providers.text import show
 
@@ -43,8 +67,6 @@ if TYPE_CHECKING:
     from fleet.config import ProviderConfig, ProvidersConfig
     from fleet.health.results import CheckResult
 
-EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
 MAX_CHECK_TIMEOUT = 3600.0  # `fleet check --timeout`
 MAX_PROBE_TIMEOUT = 300.0  # `fleet probe --timeout`
 MAX_CONCURRENCY = 1000
@@ -54,14 +76,6 @@ LOCAL_ADDRESS = "127.0.0.1"
 # `fleet up` restarts a child that exits: after 1s, doubling to 30s; a child
 # that stayed up 60s starts again from 1s.
 RESTART_MIN, RESTART_MAX, RESTART_RESET_AFTER = 1.0, 30.0, 60.0
-
-
-class BadInput(Exception):
-    pass
-
-
-class Unreachable(Exception):
-    """A backend fleet needs (Redis) does not answer: exit 3."""
 
 
 # --- strict flag types (argparse: a bad value is a usage error, exit 2) ----------------
@@ -86,59 +100,6 @@ def _host(text: str) -> str:
 
 _port = _int_in(1, 65535)
 _concurrency = _int_in(1, MAX_CONCURRENCY)
-
-
-# --- settings -----------------------------------------------------------------
-
-
-def _settings_parent() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    for opt in OPTIONS:
-        names = [f"--{opt.flag}"] + ([f"-{opt.short}"] if opt.short else [])
-        text = f"{opt.help_text} [{opt.env}]".replace("%", "%%")  # argparse %-formats help
-        p.add_argument(*names, dest=opt.attr, default=None, help=text)
-    return p
-
-
-_SETTING_DESTS = frozenset(o.attr for o in OPTIONS)
-
-
-class _OwnUsage(argparse.HelpFormatter):
-    """A usage line with the command's own arguments and `[settings]` for the shared ones: the whole table
-    (~60 flags, every command takes them) made each usage error a screenful; `--help` still lists them all."""
-
-    def _format_usage(self, usage: str | None, actions: Any, groups: Any, prefix: str | None) -> str:
-        own = [a for a in actions if a.dest not in _SETTING_DESTS]
-        text = super()._format_usage(usage, own, groups, prefix)
-        return text.replace(self._prog, self._prog + " [settings]", 1) if len(own) < len(actions) else text
-
-
-def settings_from(args: argparse.Namespace) -> Settings:
-    values = {o.attr: getattr(args, o.attr, None) or os.environ.get(o.env) for o in OPTIONS}
-    try:
-        return Settings.from_values(values)
-    except SettingsError as exc:
-        raise BadInput(str(exc)) from None
-
-
-def config_from(settings: Settings, required: bool = True) -> ProvidersConfig | None:
-    from fleet.config import ConfigError, load
-
-    if not settings.providers_config:
-        if required:
-            raise BadInput("--providers-config (-c) or FLEET_PROVIDERS_CONFIG is required")
-        return None
-    try:
-        return load(settings.providers_config)
-    except ConfigError as exc:
-        raise BadInput(exc.report()) from None
-
-
-def _positive_duration(text: str, flag: str, maximum: float) -> float:
-    seconds = _duration(text, flag, maximum)
-    if seconds <= 0:
-        raise BadInput(f"{flag} must be positive, got {show(text)}")
-    return seconds
 
 
 # --- subcommands ----------------------------------------------------------------
@@ -212,7 +173,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     config = config_from(settings)
     assert config is not None
-    timeout = settings.check_timeout if args.timeout is None else _positive_duration(args.timeout, "--timeout", MAX_CHECK_TIMEOUT)
+    timeout = settings.check_timeout if args.timeout is None else positive_duration(args.timeout, "--timeout", MAX_CHECK_TIMEOUT)
     chosen = config.providers
     if args.provider:
         try:
@@ -235,14 +196,12 @@ PH_NAMES = ("ph", "providerhealth", "providerhealths")
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    from fleet.cli import pools
-
     if args.resource in PROXY_NAMES:
         return get_proxies(args)
     if args.selector is not None:
         raise BadInput("-l/--selector: only fleet get px has one")
-    if args.resource in pools.POOL_NAMES:
-        return pools.get_pools(args)
+    if args.resource in pools_cli.POOL_NAMES:
+        return pools_cli.get_pools(args)
     if args.resource not in PH_NAMES:
         raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth), px (proxies) "
                        "and pools (proxypools)")
@@ -353,13 +312,6 @@ def effective_schedule(published: dict[str, Any] | None, settings: Settings) -> 
     )
 
 
-def _duration(text: str, flag: str, maximum: float | None = None) -> float:
-    try:
-        return parse_duration(text) if maximum is None else parse_duration(text, maximum)
-    except ValueError as exc:
-        raise BadInput(f"{flag}: {exc}") from None
-
-
 def _prepare(args: argparse.Namespace, need_config: bool = True) -> dict[str, str]:
     """Validate everything before starting; the env for the Celery process."""
     settings = settings_from(args)
@@ -418,7 +370,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise BadInput("probe live needs -p/--provider NAME")
     if args.provider is not None and validate_name(args.provider):
         raise BadInput(f"-p/--provider {validate_name(args.provider)} (got {show(args.provider)})")
-    timeout = _positive_duration(args.timeout, "--timeout", MAX_PROBE_TIMEOUT)
+    timeout = positive_duration(args.timeout, "--timeout", MAX_PROBE_TIMEOUT)
     return probe.run(args.mode, settings_from(args).broker, args.provider, timeout)
 
 
@@ -454,7 +406,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     config = config_from(settings)
     assert config is not None
-    if not (args.metrics_bind_address or os.environ.get(OPTION["metrics-bind-address"].env)):
+    if args.metrics_bind_address is None and OPTION["metrics-bind-address"].env not in os.environ:
         env["FLEET_METRICS_BIND_ADDRESS"] = LOCAL_METRICS_BIND
     # Flower's credentials go to Flower only.
     base_env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
@@ -483,25 +435,29 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    common = _settings_parent()
+    """The `fleet` parser: each command with its own arguments and the settings groups it reads (said here,
+    or in its module's `add_parser`, once)."""
     p = argparse.ArgumentParser(prog="fleet", description="Egress-proxy fleet manager on Celery.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("validate", parents=[common],
-                       help="validate the providers file, the settings and the Proxy manifests (--proxies), exit 2 on any problem")
+    s = command(sub, "validate",
+                help="validate the providers file, the settings and the Proxy manifests (--proxies), exit 2 on any problem",
+                example="fleet validate -c providers.yaml --proxies proxies/", groups=ALL_GROUPS)
     s.set_defaults(fn=cmd_validate)
 
-    s = sub.add_parser("check", parents=[common], help="check providers once, in-process (no broker)")
+    s = command(sub, "check", help="check providers once, in-process (no broker)",
+                example="fleet check -c providers.yaml -p hetzner-fsn", groups=("process", "providers", "health"))
     s.add_argument("-p", "--provider", action="append", help="only this provider (repeatable)")
     s.add_argument("-o", "--output", choices=("table", "json"), default="table")
     s.add_argument("--timeout", help="time limit of each check (default: the check timeout)")
     s.set_defaults(fn=cmd_check)
 
-    from fleet.cli import gc  # `fleet gc [--dry-run]`: orphan GC
-    gc.add_parser(sub, common)
+    gc_cli.add_parser(sub)
 
-    s = sub.add_parser("get", parents=[common],
-                       help="show provider health, standalone Proxies from Redis, or ProxyPools (cluster or standalone)")
+    s = command(sub, "get",
+                help="show provider health, standalone Proxies from Redis, or ProxyPools (cluster or standalone)",
+                example="fleet get ph -c providers.yaml; fleet get px -l pool=crawl",
+                groups=("process", "store", "providers", "cluster", "health", "proxies"))
     s.add_argument("resource", help=("ph (providerhealth), px (proxies) or pools (proxypools: the cluster's, or with "
                                      "--proxies the manifests' with their status from Redis)"))
     s.add_argument("name", nargs="?")
@@ -510,61 +466,53 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     s.set_defaults(fn=cmd_get)
 
-    s = sub.add_parser("worker", parents=[common], help="run the worker of one provider")
+    s = command(sub, "worker", help="run the worker of one provider",
+                example="fleet worker -p hetzner-fsn -c providers.yaml", groups=CELERY_GROUPS)
     s.add_argument("-p", "--provider", required=True)
     s.add_argument("--concurrency", type=_concurrency, default=4)
     s.set_defaults(fn=cmd_worker)
 
-    s = sub.add_parser("controller", parents=[common], help="run the controller")
+    s = command(sub, "controller", help="run the controller", example="fleet controller -c providers.yaml",
+                groups=CELERY_GROUPS)
     s.add_argument("--concurrency", type=_concurrency, default=4)
     s.set_defaults(fn=cmd_controller)
 
-    s = sub.add_parser("beat", parents=[common], help="run the scheduler (exactly one)")
+    s = command(sub, "beat", help="run the scheduler (exactly one)", example="fleet beat -c providers.yaml",
+                groups=CELERY_GROUPS)
     s.set_defaults(fn=cmd_beat)
 
-    s = sub.add_parser("flower", parents=[common], help="run Flower, only with FLOWER_BASIC_AUTH or FLOWER_AUTH set")
+    s = command(sub, "flower", help="run Flower, only with FLOWER_BASIC_AUTH or FLOWER_AUTH set",
+                example="FLOWER_BASIC_AUTH=admin:secret fleet flower --port 5555",
+                groups=("process", "store", "providers"))
     s.add_argument("--port", type=_port, default=5555)
     s.add_argument("--address", type=_host, default="0.0.0.0")
     s.set_defaults(fn=cmd_flower)
 
-    s = sub.add_parser("probe", parents=[common], help="exec probe: ready (broker answers) or live (heartbeat fresh)")
+    s = command(sub, "probe", help="exec probe: ready (broker answers) or live (heartbeat fresh)",
+                example="fleet probe live -p hetzner-fsn", groups=("process", "store"))
     s.add_argument("mode", choices=("ready", "live"))
     s.add_argument("-p", "--provider", help="live: the provider this worker serves")
     s.add_argument("--timeout", default="3s", help="broker timeout (default 3s, at most 5m)")
     s.set_defaults(fn=cmd_probe)
 
-    s = sub.add_parser("render", parents=[common], help="print the worker Deployments of the providers file")
+    s = command(sub, "render", help="print the worker Deployments of the providers file",
+                example="fleet render -c providers.yaml --image ghcr.io/example/fleet:1.0 | kubectl apply -f -",
+                groups=("process", "providers", "proxies"))
     s.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     s.add_argument("--image", default=None, help="container image of the workers")
     s.add_argument("--namespace", default=None, help="namespace of the workers (default fleet-system)")
     s.set_defaults(fn=cmd_render)
 
-    s = sub.add_parser("up", parents=[common], help="run the whole stack in the foreground, on 127.0.0.1; restarts what exits")
+    s = command(sub, "up", help="run the whole stack in the foreground, on 127.0.0.1; restarts what exits",
+                example="fleet up -c providers.yaml --proxies proxies/", groups=ALL_GROUPS)
     s.add_argument("--no-flower", dest="flower", action="store_false")
     s.add_argument("--flower-port", type=_port, default=5555)
     s.set_defaults(fn=cmd_up)
 
-    # The proxy health engine (issue 13): `fleet prober`, fleet/cli/prober.py.
-    from fleet.cli import prober as prober_cli
-
-    prober_cli.add_parser(sub, common)
-
-    # The discovery and lease API (issue 14): `fleet api` and `fleet lease`, fleet/cli/api.py.
-    from fleet.cli import api as api_cli
-
-    api_cli.add_parsers(sub, common)
-
-    # The crawlers' forward proxy (issue 23): `fleet gateway`, fleet/cli/gateway.py.
-    from fleet.cli import gateway as gateway_cli
-
-    gateway_cli.add_parser(sub, common)
-
-    # ProxyPools (issue 22): `fleet scale pool`, fleet/cli/pools.py (`fleet get pools` is under get).
-    from fleet.cli import pools as pools_cli
-
-    pools_cli.add_parser(sub, common)
-    for command in sub.choices.values():
-        command.formatter_class = _OwnUsage
+    prober_cli.add_parser(sub)  # `fleet prober`: the proxy health engine
+    api_cli.add_parsers(sub)  # `fleet api` and `fleet lease`: the discovery and lease API
+    gateway_cli.add_parser(sub)  # `fleet gateway`: the crawlers' forward proxy
+    pools_cli.add_parser(sub)  # `fleet scale pool` (`fleet get pools` is under get)
     return p
 
 

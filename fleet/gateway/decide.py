@@ -1,7 +1,6 @@
 """What the gateway decides without I/O (pure, table-tested in tests/fleet/gateway/test_decide.py):
 the proxy username's options, the client's credentials, a request's head, target and body framing,
-the ban signature (statuses, a body pattern), when to try another proxy, and the status and reason a
-crawler sees when none works.
+the ban signature (statuses, a body pattern), when to try another proxy.
 
 **The username grammar.** `CLIENT` then any of `-session-ID`, `-pool-NAME`, `-provider-P`,
 `-region-R`, `-zone-Z`, each at most once and in this order. CLIENT is a client of the clients file
@@ -54,11 +53,15 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 class Refused(Exception):
-    """An answer to the crawler before any proxy is tried: status, reason (the X-Fleet-Reason header), message."""
+    """The gateway's own answer to the crawler (the HTTP/1.1 front-end's): status, reason (the X-Fleet-Reason
+    header), message; `retry_after` (seconds, a Retry-After header) and `label` (the requests metric's outcome;
+    '' is bad_request) when it translates one of the core's outcomes."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, retry_after: int | None = None,
+                 label: str = "") -> None:
         super().__init__(message)
         self.status, self.reason, self.message = status, reason, message
+        self.retry_after, self.label = retry_after, label
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,9 @@ class Head:
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", re.ASCII)
+# A control character a field value may not hold (RFC 9110 5.5: VCHAR, obs-text, SP and HTAB only); CR and LF are
+# the line ends. `Transfer-Encoding: chunked\x0b` must not be read as chunked by one parser and not by another.
+_CTL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def parse_head(raw: bytes, max_headers: int = 100) -> Head:
@@ -143,6 +149,8 @@ def parse_head(raw: bytes, max_headers: int = 100) -> Head:
         lines.pop()
     if not lines:
         raise Refused(400, "bad-request", "an empty request")
+    if _CTL.search(text):
+        raise Refused(400, "bad-request", "a control character in the request head")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not parts[1]:
         raise Refused(400, "bad-request", "not an HTTP/1.1 request line")
@@ -302,22 +310,6 @@ def retry(failure: str, attempt: int, max_attempts: int, resendable: bool) -> bo
     return resendable
 
 
-def give_up(failures: list[str], lease_answer: str) -> tuple[int, str, str]:
-    """(status, reason, message) the crawler sees when no attempt worked. `lease_answer`: what the last lease
-    request said when it granted nothing ('none', 'busy', 'grace', 'unavailable'; '' when one was granted)."""
-    if failures:
-        if all(f == TIMEOUT for f in failures):
-            return 504, "upstream-timeout", f"{len(failures)} proxies did not answer in time"
-        return 502, "upstream-failed", f"{len(failures)} proxies failed ({', '.join(sorted(set(failures)))})"
-    if lease_answer == "busy":
-        return 503, "proxies-busy", "every matching proxy is in use to capacity or cooling down for this host"
-    if lease_answer == "grace":
-        return 503, "recovering", "Redis lost lease data: no new leases until the grace period ends"
-    if lease_answer == "unavailable":
-        return 503, "store-unavailable", "the gateway cannot reach Redis"
-    return 503, "no-proxy", "no Running, healthy proxy matches"
-
-
 @dataclass(frozen=True)
 class Framing:
     """How a response's body ends: `length` bytes, chunked, at the connection's close, or no body at all."""
@@ -341,14 +333,16 @@ def response_framing(method: str, status: int, headers: list[tuple[str, str]]) -
     return Framing("close")
 
 
-def upstream_head(head: Head, target: Target, body: Framing | None = None) -> bytes:
-    """The request as sent to a Squid: absolute URI, hop-by-hop headers (and every one Connection names) dropped,
-    `Connection: close` (one exchange per upstream connection); the body's framing as the gateway sends it
+def upstream_head(head: Head, target: Target, body: Framing | None = None, absolute: bool = True) -> bytes:
+    """The request as sent to a Squid: absolute URI (origin-form when not `absolute`: on a tunnel to the origin),
+    hop-by-hop headers (and every one Connection names) dropped, `Connection: close` (one exchange per upstream
+    connection); the body's framing as the gateway sends it
     (`body`: Content-Length n, chunked, or none) in place of the crawler's; no Expect (the gateway met it: the body
     is sent with the head, and no 100 is asked of the proxy)."""
     named = {t.strip().lower() for v in head.get("connection") + head.get("proxy-connection") for t in v.split(",")}
     framing = {"content-length", "transfer-encoding", "expect"}  # expect: answered by the gateway
-    lines = [f"{head.method} http://{target.authority}{target.path} {head.version}"]
+    uri = f"http://{target.authority}{target.path}" if absolute else target.path
+    lines = [f"{head.method} {uri} {head.version}"]
     lines += [f"{k}: {v}" for k, v in head.headers
               if k.lower() not in HOP_BY_HOP and k.lower() not in named and k.lower() not in framing]
     if body is not None and body.kind == "length":
@@ -389,7 +383,7 @@ def interim(status: int) -> bool:
 def request_framing(head: Head, max_body: int) -> Framing:
     """How a request's body ends (RFC 9112 6.3 for requests): Content-Length n, chunked, or none. Refused: both
     framings at once or several lengths (400: a proxy that picks one reading can be smuggled past), chunked not
-    the last coding (400), another coding (501), a length over `max_body` (413)."""
+    the last coding or named twice (400), another coding (501), a length over `max_body` (413)."""
     te = [t.strip().lower() for v in head.get("transfer-encoding") for t in v.split(",") if t.strip()]
     lengths = {v.strip() for v in head.get("content-length")}
     if head.get("transfer-encoding"):
@@ -397,6 +391,8 @@ def request_framing(head: Head, max_body: int) -> Framing:
             raise Refused(400, "bad-request", "both Transfer-Encoding and Content-Length")
         if not te or te[-1] != "chunked":
             raise Refused(400, "bad-request", "a request's Transfer-Encoding must end in chunked")
+        if te.count("chunked") > 1:  # RFC 9112 6.1: chunked at most once
+            raise Refused(400, "bad-request", "a request's Transfer-Encoding names chunked more than once")
         if te != ["chunked"]:
             raise Refused(501, "unsupported-transfer-coding", "only the chunked transfer coding is relayed")
         return Framing("chunked")

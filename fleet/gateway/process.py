@@ -15,7 +15,7 @@ from fleet.gateway.clients import ClientsError, ClientsFile
 from fleet.gateway.server import Gateway, GatewayConfig, sweep
 from fleet.logs import kv
 from fleet.serving import registry_of, serve_metrics
-from fleet.settings import Settings, parse_bind_address
+from fleet.settings import Settings, parse_bind_address, pick
 from fleet.store import Store, target
 from fleet.store.leases import AsyncLeases
 from fleet.untrusted import raise_open_files_limit
@@ -38,16 +38,9 @@ def config_of(settings: Settings) -> GatewayConfig:
         pattern = decide.compile_ban_pattern(settings.gateway_ban_pattern)
     except ValueError as exc:
         raise GatewayError(f"--gateway-ban-pattern: {exc}") from None
-    return GatewayConfig(
-        max_per_proxy=settings.max_leases_per_proxy, lease_ttl=settings.gateway_lease_ttl,
-        session_ttl=settings.gateway_session_ttl, max_attempts=settings.gateway_max_attempts,
-        connect_timeout=settings.gateway_connect_timeout, response_timeout=settings.gateway_response_timeout,
-        header_timeout=settings.gateway_header_timeout, idle_timeout=settings.gateway_idle_timeout,
-        tunnel_max_duration=settings.gateway_tunnel_max_duration, max_tunnels=settings.gateway_max_tunnels,
-        max_tunnels_per_client=settings.gateway_max_tunnels_per_client, ban_statuses=bans, ban_pattern=pattern,
-        max_body=settings.gateway_max_body, body_timeout=settings.gateway_body_timeout,
-        cooldown_blocked=settings.cooldown_blocked, cooldown_errors=settings.cooldown_errors,
-        cooldown_global=settings.cooldown_global)
+    # The rest by name: GatewayConfig's `lease_ttl` is --gateway-lease-ttl, its `cooldown_blocked` --cooldown-blocked.
+    return pick(settings, GatewayConfig, "gateway_", max_per_proxy=settings.max_leases_per_proxy, ban_statuses=bans,
+                ban_pattern=pattern)
 
 
 def limits_of(settings: Settings) -> httpguard.Limits:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from fleet import httpguard, runtime, tracing
 from fleet.leases.app import INSECURE_WARNING, Api, ApiConfig
 from fleet.logs import kv
-from fleet.settings import Settings, parse_bind_address
+from fleet.settings import Settings, parse_bind_address, pick
 from fleet.store import Store, target
 from fleet.store.leases import AsyncLeases
 from fleet.untrusted import FileProblem, raise_open_files_limit, read_bounded
@@ -67,16 +67,13 @@ def load_token(settings: Settings, environ: Mapping[str, str] | None = None) -> 
 
 
 def config_of(settings: Settings, token: bytes | None) -> ApiConfig:
-    return ApiConfig(token=token, max_ttl=settings.lease_max_ttl, max_per_proxy=settings.max_leases_per_proxy,
-                     cooldown_blocked=settings.cooldown_blocked, cooldown_errors=settings.cooldown_errors,
-                     cooldown_global=settings.cooldown_global, grace=settings.lease_grace,
-                     replica_wait=settings.lease_replica_wait)
+    """By name: ApiConfig's `max_ttl` is --lease-max-ttl, its `cooldown_blocked` --cooldown-blocked."""
+    return pick(settings, ApiConfig, "lease_", token=token, max_per_proxy=settings.max_leases_per_proxy)
 
 
 def limits_of(settings: Settings) -> httpguard.Limits:
-    return httpguard.Limits(header_timeout=settings.api_header_timeout, idle_timeout=settings.api_idle_timeout,
-                            body_timeout=settings.api_body_timeout, max_connections=settings.api_max_connections,
-                            max_connections_per_client=settings.api_max_connections_per_client)
+    """By name: Limits' `header_timeout` is --api-header-timeout."""
+    return pick(settings, httpguard.Limits, "api_")
 
 
 def main(settings: Settings) -> int:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fleet.celery import routing
-from fleet.celery.calls import LATCH_TOO_LARGE, CallOutcome, OutcomeError, instance_from_dict
+from fleet.celery.calls import LATCH_TOO_LARGE, CallOutcome, OutcomeError, instance_from_dict, request_dict
 from fleet.config import ProvidersConfig
 from fleet.proxies import decide as rules
 from fleet.proxies.decide import Call, Env, Outcome, Probe, RunningProxy, Step
@@ -63,7 +63,7 @@ from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus
 from fleet.store import Proxies as ProxyStore
 from fleet.store.proxies import StepRead, Tail, failures_of
 from providers import registry
-from providers.base import ErrorClass, Instance, name_from_uid
+from providers.base import CreateRequest, ErrorClass, Instance, name_from_uid
 from providers.retry import Latch, Retry, backoff
 
 log = logging.getLogger("fleet.proxies")
@@ -288,11 +288,8 @@ class Reconciler:
         if state != "ok":
             return state
         kwargs: dict[str, Any] = {"provider": provider, "timeout": timeout, "attempt": env.failures + 1}
-        if call.op == rules.CREATE:
-            pl = p.spec.placement
-            kwargs.update(name=name_from_uid(p.uid), uid=p.uid, namespace=p.namespace, proxy_name=p.name,
-                          region=pl.region, zone=pl.zone, machine_type=pl.machine_type, image=pl.image,
-                          port=str(p.spec.port), cloud_init_ref=token)
+        if call.op == rules.CREATE:  # its text is staged under `token`, never in the request
+            kwargs.update(request_dict(create_request(p), cloud_init_ref=token))
         else:
             kwargs["provider_id"] = call.provider_id
         try:
@@ -453,6 +450,13 @@ class Reconciler:
                 wait = 1.0
             if self.wake.wait(wait):
                 self.wake.clear()
+
+
+def create_request(p: Proxy) -> CreateRequest:
+    """The create `p` asks for, as it travels (`fleet.celery.calls.request_dict`):
+    no cloud-init (staged apart) and no installation (the worker's own)."""
+    return CreateRequest(name=name_from_uid(p.uid), uid=p.uid, namespace=p.namespace, proxy_name=p.name,
+                         placement=p.spec.placement, port=p.spec.port)
 
 
 def outcome_of(raw: Mapping[str, Any], spec_hash: str = "", release_on_success: bool = False) -> Outcome:

@@ -1,4 +1,4 @@
-"""The fake API (tests/fakes/kubeapi.py) treats writes as the API server
+"""The fake API (fleet/testing/kubeapi.py) treats writes as the API server
 does with the CRDs in deploy/crd/: unknown fields and nulls pruned, defaults
 filled, a value the schema refuses answered 422 Invalid -- so a write the
 real server would change or refuse is caught in tests."""
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.crdschema import admit, served_schemas
-from tests.fakes.kubeapi import FakeKubeAPI, Request
+from fleet.testing.crdschema import admit, served_schemas
+from fleet.testing.kubeapi import FakeKubeAPI, Request
 
 BASE = "/apis/crawl.example.com/v1alpha1"
 MERGE = "application/merge-patch+json"

@@ -15,13 +15,13 @@ import pytest
 
 from fleet.cli.render import INSTALLATION_LABEL, render
 from fleet.config import load
+from fleet.testing.kubeapi import status_body
 from providers import base
 from providers.base import CreateRequest, Deadline
 from providers.kubernetes.config import KubernetesConfig
 from providers.kubernetes.provider import KubernetesProvider, new
 from tests.deploy import cluster
 from tests.deploy.test_manifests import validate
-from tests.fakes.kubeapi import status_body
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace", "CustomResourceDefinition"}
 KUBE = """\

@@ -16,7 +16,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fakes.http import LoopbackServer
+from fleet.testing.http import LoopbackServer
 
 
 class DripServer(LoopbackServer):

@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.fakes.http import LoopbackServer
+from fleet.testing.http import LoopbackServer
 
 
 @dataclass

@@ -161,7 +161,70 @@ def test_create_marks_the_workers_own_installation(configured, monkeypatch):
     listed = t.list_instances.apply(kwargs={"provider": "edge"}).get()
     assert [(i["id"], i["installation"]) for i in listed["result"]] == [("fake/proxy-b", "blue")]
     smuggled = t.create_instance.apply(kwargs={**msg, "installation": "green"}).get()
-    assert smuggled["error_class"] == "invalid" and "do not match" in smuggled["message"]
+    assert smuggled["error_class"] == "permanent" and "'installation' is no argument of a create" in smuggled["message"]
+    bad_port = t.create_instance.apply(kwargs={**msg, "port": "0"}).get()
+    assert bad_port["error_class"] == "permanent" and "port must be from 1 to 65535, got '0'" in bad_port["message"]
+    assert t.create_instance.apply(kwargs={**msg, "port": 3128}).get()["error_class"] == "invalid"  # the base's: not a string
+
+
+# --- a create's request: fleet.celery.calls.request_dict / request_from_dict ---------------
+
+REQUEST = base.CreateRequest(name="proxy-u1", uid="u1", namespace="crawl", proxy_name="a",
+                             placement=base.Placement(region="eu", zone="eu-a", machine_type="small", image="img"),
+                             port=8080)
+# The message every version has sent (reconciler `_send` before the codec): same keys, every value a string.
+WIRE = {"name": "proxy-u1", "uid": "u1", "namespace": "crawl", "proxy_name": "a", "region": "eu", "zone": "eu-a",
+        "machine_type": "small", "image": "img", "port": "8080", "cloud_init_ref": "tok"}
+
+
+def test_a_request_round_trips_in_the_shape_every_version_sent():
+    wire = calls.request_dict(REQUEST, cloud_init_ref="tok")
+    assert wire == WIRE and json.loads(json.dumps(wire)) == wire
+    assert calls.request_from_dict(wire) == (REQUEST, "tok")
+    # the text and the installation never travel, even when the request holds them
+    full = calls.request_dict(base.CreateRequest(**{**REQUEST.__dict__, "cloud_init": SENTINEL, "installation": "b"}),
+                              cloud_init_ref="tok")
+    assert full == WIRE and SENTINEL not in json.dumps(full)
+
+
+def test_an_older_message_without_placement_reads_with_an_empty_one():
+    old = {k: v for k, v in WIRE.items() if k not in ("region", "zone", "machine_type", "image")}
+    req, ref = calls.request_from_dict(old)
+    assert req.placement == base.Placement() and req.port == 8080 and ref == "tok"
+
+
+@pytest.mark.parametrize(("change", "field", "why"), [
+    ({"name": ""}, "name", "name must not be empty"),
+    ({"uid": ""}, "uid", "uid must not be empty"),
+    ({"name": None}, "name", "name must be a string of at most 1024 characters"),
+    ({"uid": "u" * 1025}, "uid", "uid must be a string of at most 1024 characters"),
+    ({"namespace": 7}, "namespace", "namespace must be a string"),
+    ({"proxy_name": ["a"]}, "proxy_name", "proxy_name must be a string"),
+    ({"region": "r" * 1025}, "region", "region must be a string"),
+    ({"zone": 1}, "zone", "zone must be a string"),
+    ({"machine_type": b"x"}, "machine_type", "machine_type must be a string"),
+    ({"image": None}, "image", "image must be a string"),
+    ({"cloud_init_ref": 5}, "cloud_init_ref", "cloud_init_ref must be a string"),
+    ({"port": "0"}, "port", "port must be from 1 to 65535, got '0'"),
+    ({"port": "65536"}, "port", "port must be from 1 to 65535, got '65536'"),
+    ({"port": "-1"}, "port", "port must be from 1 to 65535"),
+    ({"port": "²"}, "port", "port must be from 1 to 65535"),  # isdigit, yet no int
+    ({"port": ""}, "port", "port must be from 1 to 65535"),
+    ({"port": 8080}, "port", "port must be a string"),
+    ({"cloud_init": SENTINEL}, "cloud_init", "'cloud_init' is no argument of a create"),
+    ({"installation": "green"}, "installation", "'installation' is no argument of a create"),
+])
+def test_each_bad_argument_is_refused_by_name(change, field, why):
+    with pytest.raises(calls.RequestError, match=why) as err:
+        calls.request_from_dict({**WIRE, **change})
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("missing", ["name", "uid", "namespace", "proxy_name", "port", "cloud_init_ref"])
+def test_a_missing_argument_is_named(missing):
+    with pytest.raises(calls.RequestError, match=f"{missing} is missing") as err:
+        calls.request_from_dict({k: v for k, v in WIRE.items() if k != missing})
+    assert err.value.field == missing
 
 
 def test_refused_messages_call_nothing(configured, spans):

@@ -185,7 +185,7 @@ def test_bombs_in_a_process_with_256_mib_of_address_space(tmp_path, case):
 
 GOOD = {"providers": [{"name": "a", "type": "fake", "fake": {"targets": [{"name": "t"}]}}]}
 
-# (argv, environment, expected text). Each needs a valid file (-c is added).
+# (argv, environment, expected text). Each needs a valid file (-c is added; `fleet probe` reads none and takes no -c).
 FLAGS: list[tuple[list[str], dict[str, str], str]] = [
     (["validate", "--provider-check-interval", "9999999h"], {}, "--provider-check-interval: duration '9999999h' is too long"),
     (["validate", "--provider-check-interval", "9" * 400 + "s"], {}, "--provider-check-interval: invalid duration '999"),
@@ -193,7 +193,7 @@ FLAGS: list[tuple[list[str], dict[str, str], str]] = [
     (["validate", "--provider-check-interval", "\u0661\u0660s"], {}, "--provider-check-interval: invalid duration '\u0661\u0660s'"),
     (["validate", "--provider-check-interval", "1e9s"], {}, "--provider-check-interval: invalid duration '1e9s'"),
     (["validate", "--provider-check-interval", "nan"], {}, "--provider-check-interval: invalid duration 'nan'"),
-    (["validate"], {"FLEET_PROVIDER_CHECK_TIMEOUT": "\u0663s"}, "--provider-check-timeout: invalid duration"),
+    (["validate"], {"FLEET_PROVIDER_CHECK_TIMEOUT": "\u0663s"}, "FLEET_PROVIDER_CHECK_TIMEOUT: invalid duration"),
     (["beat", "--provider-check-interval", "9999999h"], {}, "--provider-check-interval: duration '9999999h' is too long"),
     (["check", "--timeout", "99999h"], {}, "--timeout: duration '99999h' is too long"),
     (["check", "--timeout", "9" * 400 + "h"], {}, "--timeout: invalid duration"),
@@ -203,7 +203,7 @@ FLAGS: list[tuple[list[str], dict[str, str], str]] = [
     (["probe", "live", "-p", "Bad Name"], {}, "-p/--provider must be a DNS-1123 label"),
     (["validate", "--broker", "redis://[bad"], {}, "--broker cannot be parsed"),
     (["get", "ph", "--broker", "redis://[bad"], {}, "--broker cannot be parsed"),
-    (["get", "ph"], {"FLEET_BROKER_URL": "redis://h:99999/0"}, "--broker the port must be a number from 1 to 65535"),
+    (["get", "ph"], {"FLEET_BROKER_URL": "redis://h:99999/0"}, "FLEET_BROKER_URL the port must be a number from 1 to 65535"),
     (["validate", "--broker", "redis://h/abc"], {}, "--broker the path must be a database number"),
     (["validate", "--broker", "redis:///0"], {}, "--broker needs a host"),
     (["validate", "--broker", "rediss://h/0?ssl_cert_reqs=maybe"], {}, "ssl_cert_reqs must be none, optional or required"),
@@ -240,7 +240,7 @@ def test_hostile_flag_exits_2_before_anything_starts(capsys, tmp_path, monkeypat
     cfg.write_text(yaml.safe_dump(GOOD))
     tracemalloc.start()
     try:
-        code, text, took = run(capsys, [*argv, "-c", str(cfg)])
+        code, text, took = run(capsys, [*argv] if argv[0] == "probe" else [*argv, "-c", str(cfg)])  # probe reads no file
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

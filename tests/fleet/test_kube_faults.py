@@ -1,6 +1,6 @@
 """Fault conformance of `fleet.kube`, in the style of the providers'
 `FaultConformance` (tests/providers/conformance.py): each operation of the
-package runs against the HTTP-level fake API (tests/fakes/kubeapi.py) behind
+package runs against the HTTP-level fake API (fleet/testing/kubeapi.py) behind
 the fault-injecting proxy (tests/providers/faults.py), with the fault at its
 first request, then at its second, and so on until it gets through
 untouched. Whatever the fault, the operation succeeds (a 409 the writer
@@ -21,8 +21,8 @@ from kubernetes import client
 
 from fleet import kube
 from fleet.proxies.model import FINALIZER
+from fleet.testing.kubeapi import status_body
 from providers.kubernetes.client import load_configuration
-from tests.fakes.kubeapi import status_body
 from tests.providers import faults
 from tests.providers.faults import FaultProxy
 

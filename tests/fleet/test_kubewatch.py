@@ -17,8 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from fleet import kube
 from fleet.kube import PROXY, Backoff, Watcher, Writer
 from fleet.proxies.model import FINALIZER
+from fleet.testing.kubeapi import FakeKubeAPI, Server, Stream, status_body
 from providers.kubernetes.client import load_configuration
-from tests.fakes.kubeapi import FakeKubeAPI, Server, Stream, status_body
 
 GROUP, VERSION, PLURAL = PROXY.group, PROXY.version, PROXY.plural
 FAST = Backoff(initial=0.02, maximum=0.1, jitter=0.1)

@@ -76,13 +76,15 @@ def test_from_env_and_round_trip():
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"FLEET_PROVIDER_CHECK_INTERVAL": "soon"}, "--provider-check-interval: invalid duration 'soon'"),
+        # A value from the environment is named by its variable, which is where the user must fix it.
+        ({"FLEET_PROVIDER_CHECK_INTERVAL": "soon"}, "FLEET_PROVIDER_CHECK_INTERVAL: invalid duration 'soon'"),
         ({"FLEET_PROVIDER_CHECK_INTERVAL": "5s"}, "at least 10s, got 5s"),
-        ({"FLEET_LOG_FORMAT": "xml"}, "--log-format must be text or json, got 'xml'"),
-        ({"FLEET_BROKER_URL": "amqp://x"}, "--broker must be a redis://, rediss://, unix:// or sentinel:// URL, got 'amqp://x'"),
+        ({"FLEET_LOG_FORMAT": "xml"}, "FLEET_LOG_FORMAT must be text or json, got 'xml'"),
+        ({"FLEET_BROKER_URL": "amqp://x"}, "FLEET_BROKER_URL must be a redis://, rediss://, unix:// or sentinel:// URL, got 'amqp://x'"),
+        ({"FLEET_GC_INTERVAL": "30s"}, "FLEET_GC_INTERVAL must be 0 (off) or from 1m to 24h, got 30s"),
     ],
 )
-def test_bad_settings_name_flag_and_value(env, message):
+def test_bad_settings_name_the_variable_and_value(env, message):
     with pytest.raises(SettingsError) as err:
         Settings.from_env(env)
     assert message in str(err.value)

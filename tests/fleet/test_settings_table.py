@@ -1,6 +1,6 @@
-"""The settings table (issue 20, step 5): `OPTIONS` is the one place each
-option's facts live. `Settings`' defaults, `validate()`'s bounds, the CLI's
-help and README's table are derived from it, and each is checked here
+"""The settings table: `Settings`' fields are the one place each option's
+facts live (read as `OPTIONS`). `validate()`'s bounds, the CLI's help and
+README's table are derived from it, and each is checked here
 against the table, as applied (parsing raw strings, the argparse help, the
 committed README)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleet import settings as module
-from fleet.cli.subcommands import _settings_parent
+from fleet.cli.subcommands import parser
 from fleet.durations import format_duration
 from fleet.settings import GROUPS, OPTIONS, README_BEGIN, README_END, Settings, SettingsError
 
@@ -141,7 +141,8 @@ def test_a_string_where_a_boolean_belongs_is_refused():
 
 
 def test_the_help_of_each_flag_states_its_default_bounds_and_variable():
-    actions = {a.dest: a for a in _settings_parent()._actions if a.dest != "help"}
+    validate = parser()._subparsers._group_actions[0].choices["validate"]  # every group: it validates them all
+    actions = {a.dest: a for a in validate._actions if a.dest in {o.attr for o in OPTIONS}}
     assert set(actions) == {o.attr for o in OPTIONS}
     for o in OPTIONS:
         help_ = actions[o.attr].help or ""

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from tests.integration.test_leases import TOKEN, apis, running  # noqa: F401  (the fixture)
+from fleet.testing.api import TOKEN
+from tests.integration.test_leases import apis, running  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.integration
 

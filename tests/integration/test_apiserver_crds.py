@@ -1,4 +1,4 @@
-"""The shipped CRDs on a real kube-apiserver (tests/kubeserver.py): accepted
+"""The shipped CRDs on a real kube-apiserver (fleet/testing/kubeserver.py): accepted
 as shipped (structural, Established, names accepted), the CEL rules enforced
 (spec.provider immutable, exactly one cloudInit source), schema validation
 and defaults applied, and the status subresource split: a status write does
@@ -117,7 +117,7 @@ ADMISSION_CASES = [
 def test_the_fake_api_admits_a_create_as_the_real_server_does(kube_server, kube_ns, spec):
     import json
 
-    from tests.fakes.kubeapi import FakeKubeAPI, Request
+    from fleet.testing.kubeapi import FakeKubeAPI, Request
 
     body = proxy("adm", **spec)
     fake_code, fake_out = FakeKubeAPI().handle(Request("POST", proxies(kube_ns), {}, json.loads(json.dumps(body)),

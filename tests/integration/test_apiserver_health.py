@@ -25,7 +25,7 @@ import time
 import pytest
 
 from fleet.health.decide import latency_moved
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 from tests.integration.test_apiserver_proxies import Installations
 
 pytestmark = [pytest.mark.integration, pytest.mark.apiserver]

@@ -1,4 +1,4 @@
-"""The ProxyPool CRD on a real kube-apiserver (tests/kubeserver.py): accepted
+"""The ProxyPool CRD on a real kube-apiserver (fleet/testing/kubeserver.py): accepted
 as generated, defaults filled, the scale subresource answering as
 `kubectl scale` uses it (GET and a merge PATCH of /scale), the status
 subresource apart from the spec, and bad specs refused by the schema and
@@ -13,7 +13,7 @@ import redis
 import yaml
 
 from fleet.store import keys
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 from tests.integration.test_apiserver_proxies import installations, proxies  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.apiserver]

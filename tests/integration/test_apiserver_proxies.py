@@ -1,4 +1,4 @@
-"""Proxies on a real kube-apiserver (tests/kubeserver.py) with real fleet
+"""Proxies on a real kube-apiserver (fleet/testing/kubeserver.py) with real fleet
 processes: a controller and a fake-provider worker per installation (the
 production command lines), real Redis, the RBAC `fleet render` writes.
 
@@ -38,8 +38,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import Stack, wait_for
-from tests.kubeserver import render_installation
+from fleet.testing.kubeserver import render_installation
+from fleet.testing.procs import wait_for
+from fleet.testing.stack import Stack
 from tests.providers.local.conftest import port_window, state_dir  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.apiserver]

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.kubeserver import render_installation
+from fleet.testing.kubeserver import render_installation
 
 pytestmark = [pytest.mark.integration, pytest.mark.apiserver]
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from fleet.store import keys
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 from tests.integration.test_local_proxies import declare, lab, status  # noqa: F401  (the fixture)
 from tests.providers.local.conftest import kill_all, origin, port_window, squid_binary, state_dir  # noqa: F401
 

@@ -18,7 +18,7 @@ from fleet.celery import routing
 from fleet.health.results import rfc3339
 from fleet.health.stored import StoredResults
 from fleet.store import Store, keys
-from tests.integration.conftest import free_port, wait_for
+from fleet.testing.procs import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

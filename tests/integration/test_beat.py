@@ -17,7 +17,7 @@ from fleet.celery import beat, presence, routing
 from fleet.cli import commands
 from fleet.health.stored import StoredResults
 from fleet.store import Store, keys
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -35,10 +35,12 @@ import pytest
 from fleet.cli import commands
 from fleet.health.stored import StoredResults
 from fleet.store import Store, keys
+from fleet.testing.api import ApiProc
+from fleet.testing.procs import wait_for
+from fleet.testing.redis import RedisServer
+from fleet.testing.sentinel import FAILOVER_TIMEOUT_MS
 from tests.fleet.prober.fakeproxy import FakeProxy
-from tests.integration.conftest import RedisServer, wait_for
-from tests.integration.sentinel import FAILOVER_TIMEOUT_MS, sentinels  # noqa: F401  (the fixture)
-from tests.integration.test_leases import ApiProc
+from tests.integration.sentinel import sentinels  # noqa: F401  (the fixture)
 from tests.integration.test_proxies import declare as edge_declare
 from tests.integration.test_proxies import fake
 

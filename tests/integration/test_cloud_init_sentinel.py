@@ -15,7 +15,7 @@ import pytest
 from fleet.gc.live import from_documents
 from fleet.proxies.decide import spec_hash
 from fleet.proxies.manifests import load_manifests
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 
 pytestmark = pytest.mark.integration
 

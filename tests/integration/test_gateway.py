@@ -36,10 +36,9 @@ from typing import ClassVar
 import pytest
 
 from fleet.store import keys
+from fleet.testing.http import Quiet
+from fleet.testing.procs import die_with_parent, free_port, stop_group, wait_for
 from providers.base import Deadline
-from tests.fakes.http import Quiet
-from tests.integration.conftest import free_port, wait_for
-from tests.procs import die_with_parent, stop_group
 from tests.providers.local.conftest import make_provider, port_window, request, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -666,7 +665,7 @@ def test_a_ban_pattern_found_in_a_200_cools_that_proxy_and_the_request_goes_else
     bad = GatewayProc(lab.tmp, lab.redis_server.url, lab.clients, "bad", FLEET_GATEWAY_BAN_PATTERN="(unclosed")
     proc = subprocess.run([sys.executable, "-m", "fleet.cli", "gateway"], env=bad.env, capture_output=True, text=True,
                           timeout=60)
-    assert proc.returncode == 2 and "--gateway-ban-pattern" in proc.stderr and "regular expression" in proc.stderr
+    assert proc.returncode == 2 and "FLEET_GATEWAY_BAN_PATTERN is not" in proc.stderr and "regular expression" in proc.stderr
     bad.env["FLEET_GATEWAY_BAN_PATTERN"] = "a*"
     proc = subprocess.run([sys.executable, "-m", "fleet.cli", "gateway"], env=bad.env, capture_output=True, text=True,
                           timeout=60)

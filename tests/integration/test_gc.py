@@ -19,12 +19,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleet.store import keys
+from fleet.testing.procs import wait_for
 from providers import base
 from providers.base import CreateRequest, Deadline
 from providers.local.config import LocalConfig
 from providers.local.provider import LocalProvider
 from providers.local.state import Store as LocalStore
-from tests.integration.conftest import wait_for
 from tests.integration.test_local_proxies import alive, declare, local_stack, records, status
 from tests.providers.local.conftest import kill_all, port_window, squid_binary, state_dir  # noqa: F401
 

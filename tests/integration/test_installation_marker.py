@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fleet.cli import commands
-from tests.integration.conftest import free_port, wait_for
+from fleet.testing.procs import free_port, wait_for
 from tests.integration.test_proxies import fake
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,10 @@ import pytest
 import redis
 
 from fleet.store import keys
-from tests.integration.conftest import wait_for
+from fleet.testing.api import ApiProc
+from fleet.testing.procs import wait_for
 from tests.integration.sentinel import sentinels  # noqa: F401  (the fixture)
-from tests.integration.test_leases import ApiProc, apis, running  # noqa: F401  (the fixture)
+from tests.integration.test_leases import apis, running  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.integration
 

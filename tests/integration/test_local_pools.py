@@ -22,8 +22,8 @@ import time
 import pytest
 
 from fleet.pools.runtime import INTERVAL
+from fleet.testing.procs import wait_for
 from providers.local.state import Record
-from tests.integration.conftest import wait_for
 from tests.integration.test_local_proxies import alive, fetch, local_stack
 from tests.providers.local.conftest import ORIGIN_BODY, kill_all, origin, port_window, squid_binary, state_dir  # noqa: F401
 

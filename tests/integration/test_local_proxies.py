@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from fleet.testing.procs import wait_for
+from fleet.testing.stack import Stack
 from providers.local.state import Record
-from tests.integration.conftest import Stack, wait_for
 from tests.providers.local.conftest import ORIGIN_BODY, kill_all, origin, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration

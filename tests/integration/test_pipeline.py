@@ -13,7 +13,7 @@ import pytest
 
 from fleet.health.stored import StoredResults
 from fleet.store import Store
-from tests.integration.conftest import free_port, wait_for
+from fleet.testing.procs import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

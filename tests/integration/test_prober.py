@@ -26,8 +26,8 @@ import pytest
 
 from fleet.cli import commands
 from fleet.store import keys
-from tests.fakes.http import LoopbackServer, Quiet
-from tests.integration.conftest import free_port, wait_for
+from fleet.testing.http import LoopbackServer, Quiet
+from fleet.testing.procs import free_port, wait_for
 from tests.integration.test_local_proxies import declare, lab, records, status  # noqa: F401
 from tests.providers.local.conftest import port_window, state_dir  # noqa: F401
 

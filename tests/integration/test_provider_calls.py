@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from celery import Celery
 
-from tests.integration.conftest import free_port, wait_for
+from fleet.testing.procs import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import yaml
 from celery import Celery
 
 from fleet.proxies.reconciler import CLAIM_TTL
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -174,7 +174,7 @@ def test_cloud_init_never_reaches_flower_the_result_backend_or_logs(px_stack, re
     import urllib.request
 
     from fleet.cli import commands
-    from tests.integration.conftest import free_port
+    from fleet.testing.procs import free_port
 
     stack = px_stack
     port = free_port()

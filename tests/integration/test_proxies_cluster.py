@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 
 pytestmark = pytest.mark.integration
 

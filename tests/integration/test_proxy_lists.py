@@ -24,9 +24,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleet.store import keys
+from fleet.testing.procs import free_port, wait_for
 from providers.base import Instance, State
 from providers.fake import Table
-from tests.integration.conftest import free_port, wait_for
 from tests.integration.test_standalone_rules import MANIFEST
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from celery import Celery
 
-from tests.integration.conftest import free_port, wait_for
+from fleet.testing.procs import free_port, wait_for
 from tests.integration.test_proxies import proxies
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from typing import ClassVar
 import pytest
 
 from fleet.store import keys
-from tests.fakes.http import LoopbackServer, Quiet
+from fleet.testing.api import TOKEN, ApiProc
+from fleet.testing.http import LoopbackServer, Quiet
 from tests.integration.test_gateway import Lab
-from tests.integration.test_leases import TOKEN, ApiProc
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration

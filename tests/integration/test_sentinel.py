@@ -14,8 +14,9 @@ import time
 import pytest
 
 from fleet.store import Store
-from tests.integration.conftest import wait_for
-from tests.integration.sentinel import FAILOVER_TIMEOUT_MS, sentinels  # noqa: F401  (the fixture)
+from fleet.testing.procs import wait_for
+from fleet.testing.sentinel import FAILOVER_TIMEOUT_MS
+from tests.integration.sentinel import sentinels  # noqa: F401  (the fixture)
 from tests.integration.test_proxies import declare, fake
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import time
 import pytest
 from celery import Celery
 
-from tests.integration.conftest import wait_for
+from fleet.testing.procs import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ def test_real_processes_export_one_trace_per_round(redis_server, make_stack):
         def record_span():
             return next((s for s in collector.collected.snapshot() if s["name"] == "fleet.record"), None)
 
-        from tests.integration.conftest import wait_for
+        from fleet.testing.procs import wait_for
 
         rec = wait_for(record_span, 40, "the controller's fleet.record span")
 

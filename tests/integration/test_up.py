@@ -20,8 +20,7 @@ import yaml
 
 from fleet.health.stored import StoredResults
 from fleet.store import Store
-from tests.integration.conftest import free_port, wait_for
-from tests.procs import die_with_parent
+from fleet.testing.procs import die_with_parent, free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """A fault-injecting HTTP proxy for the providers' wire-level fakes.
 
-The kubernetes and gcp providers talk to their fake (tests/fakes/kubeapi.py,
+The kubernetes and gcp providers talk to their fake (fleet/testing/kubeapi.py,
 tests/providers/gcp/fakecompute.py) through this proxy on 127.0.0.1. It
 forwards every request unchanged, except the one chosen by `inject` (the
 n-th from now, or every one), which it answers with a fault instead: an HTTP
@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.fakes.http import LoopbackServer
+from fleet.testing.http import LoopbackServer
 from tests.providers import conformance
 
 STATUSES = (400, 401, 403, 404, 409, 429, 500, 503)

@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from fleet.gateway import decide
+from fleet.gateway import core, decide, http1
 from fleet.gateway.clients import ClientsError, ClientsFile, parse_clients
 from fleet.gateway.decide import Options, Refused
 
@@ -277,7 +277,9 @@ def test_resend(method, kept, want):
     ([], "unavailable", (503, "store-unavailable")),
 ])
 def test_what_the_crawler_sees_when_nothing_worked(failures, lease, want):
-    assert decide.give_up(failures, lease)[:2] == want
+    refused = http1.refusal(core.gave_up(failures, lease, retry_after=7))
+    assert (refused.status, refused.reason) == want
+    assert refused.retry_after == (7 if want[1] == "proxies-busy" else None)
 
 
 @pytest.mark.parametrize(("method", "status", "headers", "want"), [
@@ -301,6 +303,9 @@ def test_the_upstream_request_drops_hop_by_hop_headers_and_credentials():
                              b"Connection: keep-alive, X-Drop\r\nX-Drop: 1\r\nKeep-Alive: 5\r\nAccept: */*\r\n\r\n")
     out = decide.upstream_head(head, decide.target_of(head))
     assert out == (b"GET http://a.example:80/x HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+    # on a channel that reaches the origin itself (a tunnel, not an HTTP proxy): origin-form, the same headers
+    out = decide.upstream_head(head, decide.target_of(head), absolute=False)
+    assert out == (b"GET /x HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\nConnection: close\r\n\r\n")
 
 
 @pytest.mark.parametrize(("sent", "want"), [

@@ -1,6 +1,6 @@
 """`fleet get pools`, `fleet scale pool` and `fleet get px -l pool=` as
 applied: the real CLI (`fleet.cli.subcommands.main`) against the fake API
-server (tests/fakes/kubeapi.py: the shipped CRD's validation and its scale
+server (fleet/testing/kubeapi.py: the shipped CRD's validation and its scale
 subresource) through --kubeconfig; the pool controller (test_cluster's
 `Kubelet`) makes the members Ready so the table has something to say."""
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from fleet.cli.subcommands import main
-from tests.fleet.pools.test_cluster import NS, Kubelet, apply_pool, converge, env, members, pool_obj  # noqa: F401
+from fleet.testing.pools import NS, Kubelet, members
+from tests.fleet.pools.test_cluster import apply_pool, converge, env, pool_obj  # noqa: F401
 
 
 def fleet(api, *argv):

@@ -1,9 +1,9 @@
 """fleet.pools.cluster as applied: the pool controller against the fake API
-server (tests/fakes/kubeapi.py, which validates, defaults and prunes against
+server (fleet/testing/kubeapi.py, which validates, defaults and prunes against
 the shipped CRDs and serves the pool's scale subresource), the real
 `kubernetes` client in between.
 
-The Proxy controller is played by `Kubelet` below: it gives each new member
+The Proxy controller is played by `Kubelet` (fleet.testing.pools): it gives each new member
 an instance (providerID, phase Provisioning) and, `ready_after` seconds of
 the test's clock later, Running and Ready, as fleet.proxies would once the
 instance answers. Everything the pool controller reads is in the fake API.
@@ -11,76 +11,18 @@ instance answers. Everything the pool controller reads is in the fake API.
 
 from __future__ import annotations
 
-import copy
 import random
 
 import pytest
 from kubernetes import client
 
-from fleet.durations import rfc3339
 from fleet.kube import Writer
 from fleet.pools.cluster import InCluster, PoolController
 from fleet.proxies.model import LABEL_POOL
+from fleet.testing.pools import NS, Clock, Kubelet, members
 from providers.kubernetes.client import load_configuration
 
-NS = "crawl"
 POOLS = f"/apis/crawl.example.com/v1alpha1/namespaces/{NS}/proxypools"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_750_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def members(api, pool="web"):
-    return {k: o for k, o in api.objects.items()
-            if api.plurals.get(k) == "proxies" and (o["metadata"].get("labels") or {}).get(LABEL_POOL) == pool}
-
-
-class Kubelet:
-    """Plays fleet.proxies: a new member gets an instance now, Ready `ready_after` s later."""
-
-    def __init__(self, api, clock: Clock, ready_after: float = 0.0) -> None:
-        self.api, self.clock, self.ready_after = api, clock, ready_after
-        self.born: dict[str, float] = {}
-
-    def settle(self) -> None:
-        now = self.clock()
-        with self.api._lock:
-            for k, o in list(members(self.api).items()):
-                uid = o["metadata"]["uid"]
-                if uid not in self.born:
-                    self.born[uid] = now
-                    new = copy.deepcopy(o)
-                    new["metadata"]["creationTimestamp"] = rfc3339(now)  # the test's clock, not the wall's
-                    new["status"] = {"phase": "Provisioning", "providerID": f"i-{uid[:8]}"}
-                    self.api.add(new, plural="proxies")
-                elif o.get("status", {}).get("phase") == "Provisioning" and now - self.born[uid] >= self.ready_after:
-                    self.set(k, ready=True)
-
-    def set(self, k, *, ready=True, healthy=True, since=None, provider_id=True):
-        o = copy.deepcopy(self.api.objects[k])
-        when = rfc3339(self.clock() if since is None else since)
-        o["status"] = {"phase": "Running", "ip": "10.0.0.1", "port": 3128,
-                       "conditions": [
-                           {"type": "Provisioned", "status": "True", "reason": "Running", "message": "",
-                            "lastTransitionTime": when},
-                           {"type": "Healthy", "status": "True" if healthy else "False",
-                            "reason": "ProbeSucceeded" if healthy else "ProbeFailed", "message": "", "lastTransitionTime": when},
-                           {"type": "Ready", "status": "True" if ready else "False",
-                            "reason": "Running" if ready else "NotRunning", "message": "", "lastTransitionTime": when}]}
-        if provider_id:
-            o["status"]["providerID"] = f"i-{o['metadata']['uid'][:8]}"
-        else:
-            o["status"]["phase"] = "Pending"
-        self.api.add(o, plural="proxies")
-
-    def available(self) -> int:
-        return sum(1 for o in members(self.api).values()
-                   if any(c["type"] == "Ready" and c["status"] == "True" for c in (o.get("status") or {}).get("conditions", ())))
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from fleet.pools.metrics import PoolSeries
 from fleet.pools.runtime import Inputs, PoolLoop
 from fleet.serving import registry_of
 from fleet.store import Store
-from tests.fleet.pools.test_cluster import NS, Kubelet, apply_pool, converge, env, members  # noqa: F401
+from fleet.testing.pools import NS, Kubelet, members
+from tests.fleet.pools.test_cluster import apply_pool, converge, env  # noqa: F401
 
 
 def scrape(series: PoolSeries) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -21,7 +21,8 @@ from fleet.pools.model import parse_pool
 from fleet.pools.runtime import Inputs, PoolLoop
 from fleet.store import Store, keys
 from fleet.store.leases import Busy, LeaseCall
-from tests.fleet.pools.test_cluster import NS, Clock, Kubelet, apply_pool, env, members, pool_obj  # noqa: F401
+from fleet.testing.pools import NS, Kubelet, members
+from tests.fleet.pools.test_cluster import apply_pool, env, pool_obj  # noqa: F401
 
 
 @pytest.fixture

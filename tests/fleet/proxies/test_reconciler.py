@@ -5,6 +5,7 @@ on a fake provider, so outcomes have the real shape."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -51,9 +52,8 @@ def run_op(p: FakeProvider, op: str, kw: dict[str, Any], deadline: base.Deadline
     """What a provider worker runs for one reconciler call (tasks/provider_calls.py), in-process on a fake;
     `cloud_init(ref)` answers a create's staged text."""
     if op == "create":
-        req = base.CreateRequest(kw["name"], kw["uid"], kw["namespace"], kw["proxy_name"],
-                                 cloud_init=cloud_init(kw["cloud_init_ref"]), port=int(kw["port"]))
-        return p.create(req, deadline)
+        req, ref = calls.request_from_dict({k: v for k, v in kw.items() if k not in ("provider", "timeout", "attempt")})
+        return p.create(dataclasses.replace(req, cloud_init=cloud_init(ref)), deadline)
     if op == "get":
         return provider_calls.get_instance.run(p, deadline, kw["provider_id"])
     if op == "list":

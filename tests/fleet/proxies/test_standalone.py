@@ -82,13 +82,12 @@ class Workers:
 
     def _op(self, p: FakeProvider, deadline: base.Deadline, op: str, kw: dict[str, Any]) -> Any:
         if op == "create":
-            text = self.store.proxies.take_cloud_init(kw["cloud_init_ref"])
+            req, ref = calls.request_from_dict({k: v for k, v in kw.items() if k not in ("provider", "timeout", "attempt")})
+            text = self.store.proxies.take_cloud_init(ref)
             if text is None:
-                raise base.wrap(base.Transient, "create", p.name, kw["name"], "the staged cloud-init is gone")
+                raise base.wrap(base.Transient, "create", p.name, req.name, "the staged cloud-init is gone")
             self.cloud_init.append(text.decode())
-            req = base.CreateRequest(kw["name"], kw["uid"], kw["namespace"], kw["proxy_name"],
-                                     cloud_init=self.cloud_init[-1], port=int(kw["port"]), installation="test")
-            return p.create(req, deadline)
+            return p.create(dataclasses.replace(req, cloud_init=self.cloud_init[-1], installation="test"), deadline)
         if op == "get":
             return calls.instance_dict(p.get(kw["provider_id"], deadline))
         return p.delete(kw["provider_id"], deadline)

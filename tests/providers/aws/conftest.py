@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from fleet.testing.motoserver import AWS_ENV, UNSET, MotoServer
 from providers.aws.config import AwsConfig
 from providers.aws.provider import AwsProvider, new
-from tests.providers.aws.motoserver import AWS_ENV, UNSET, MotoServer
 
 REGION = "eu-west-1"
 NAME = "aws-eu"  # the configured name, deliberately not the type

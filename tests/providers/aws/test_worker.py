@@ -19,13 +19,14 @@ from pathlib import Path
 import boto3
 import pytest
 
+from fleet.testing.motoserver import AWS_ENV
+from fleet.testing.procs import wait_for
 from providers import base
 from providers.aws.config import AwsConfig
 from providers.aws.provider import AwsProvider
 from providers.base import CreateRequest, Deadline, Placement
-from tests.integration.conftest import make_stack, redis_server, wait_for  # noqa: F401
+from tests.integration.conftest import make_stack, redis_server  # noqa: F401
 from tests.providers.aws.conftest import REGION, SOURCES
-from tests.providers.aws.motoserver import AWS_ENV
 
 pytestmark = pytest.mark.integration
 

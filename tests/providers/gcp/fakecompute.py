@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.http import LoopbackServer
+from fleet.testing.http import LoopbackServer
 
 METADATA_SA = r"/computeMetadata/v1/instance/service-accounts/[^/]+"
 MANAGED_FILTER = "labels.proxy-operator-managed = true"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from fleet.testing.hcloud import TOKEN, FakeHcloud, Server
 from providers.hetzner.config import HetznerConfig
 from providers.hetzner.provider import HetznerProvider, new
-from tests.providers.hetzner.fakehcloud import TOKEN, FakeHcloud, Server
 
 NAME = "hz-fsn"
 SOURCES = ("203.0.113.0/24", "198.51.100.7/32")

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from fleet.testing.procs import wait_for
 from providers import base
 from providers.base import CreateRequest, Deadline, Placement
 from providers.hetzner.config import HetznerConfig
 from providers.hetzner.provider import HetznerProvider
-from tests.integration.conftest import make_stack, redis_server, wait_for  # noqa: F401
+from tests.integration.conftest import make_stack, redis_server  # noqa: F401
 from tests.providers.hetzner.conftest import SOURCES
 
 pytestmark = pytest.mark.integration

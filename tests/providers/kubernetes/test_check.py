@@ -5,11 +5,11 @@ import time
 
 import pytest
 
+from fleet.testing.kubeapi import status_body
 from providers import base
 from providers.base import Deadline
 from providers.kubernetes.config import KubernetesConfig
 from providers.kubernetes.provider import new
-from tests.fakes.kubeapi import status_body
 
 
 def provider_for(kubeconfig):
@@ -75,7 +75,7 @@ def test_refused_connection_is_unreachable(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed when the block ends: nothing listens
-    from tests.fakes.kubeapi import FakeKubeAPI, Server
+    from fleet.testing.kubeapi import FakeKubeAPI, Server
 
     srv = Server(FakeKubeAPI())
     srv.url = f"http://127.0.0.1:{port}"

@@ -5,12 +5,12 @@ from http import HTTPStatus
 
 import pytest
 
+from fleet.testing.kubeapi import status_body
 from providers import base
 from providers.base import CreateRequest, Deadline
 from providers.kubernetes.config import KubernetesConfig
 from providers.kubernetes.errors import classify
 from providers.kubernetes.provider import new
-from tests.fakes.kubeapi import status_body
 from tests.providers import conformance, faults
 from tests.providers.conformance import ProviderConformance
 from tests.providers.faults import FaultProxy, ProxiedBackend, closed_port_url

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet.testing.http import LoopbackServer
 from providers.kubernetes.pod import squid_conf
-from tests.fakes.http import LoopbackServer
 
 SQUID = shutil.which("squid") or "/usr/sbin/squid"
 SETPRIV = shutil.which("setpriv")

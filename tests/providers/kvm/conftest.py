@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from tests.providers.kvm import lab as labmod
+from fleet.testing import kvmlab as labmod
 
 # Without the kvm extra (paramiko, libvirt-python) there is nothing to test here.
 if importlib.util.find_spec("libvirt") is None or importlib.util.find_spec("paramiko") is None:

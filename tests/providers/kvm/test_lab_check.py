@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
+from fleet.testing.kvmlab import TEST_POOL, TEST_URI, Lab, keygen
 from providers import base
 from providers.base import Deadline
 from providers.kvm import check
 from providers.kvm.config import KvmConfig
 from providers.kvm.provider import KvmProvider, new
-from tests.providers.kvm.lab import TEST_POOL, TEST_URI, Lab, keygen
 
 pytestmark = pytest.mark.integration
 

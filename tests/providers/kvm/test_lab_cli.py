@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fleet.cli import subcommands as cli
-from tests.providers.kvm.lab import TEST_POOL, TEST_URI
+from fleet.testing.kvmlab import TEST_POOL, TEST_URI
 
 pytestmark = pytest.mark.integration
 

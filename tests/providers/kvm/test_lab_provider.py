@@ -18,13 +18,13 @@ import uuid
 
 import pytest
 
+from fleet.testing.kvmlab import TEST_POOL, TEST_URI, Lab
 from providers import base
 from providers.base import CreateRequest, Deadline, State
 from providers.kvm import domain, seediso
 from providers.kvm.config import KvmConfig
 from providers.kvm.provider import KvmProvider, new
 from tests.providers.conformance import ProviderConformance
-from tests.providers.kvm.lab import TEST_POOL, TEST_URI, Lab
 
 pytestmark = pytest.mark.integration
 

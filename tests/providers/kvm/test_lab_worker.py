@@ -9,8 +9,9 @@ import signal
 import pytest
 
 from fleet.celery import routing
-from tests.integration.conftest import make_stack, redis_server, wait_for  # noqa: F401  (fixtures)
-from tests.providers.kvm.lab import TEST_POOL, TEST_URI
+from fleet.testing.kvmlab import TEST_POOL, TEST_URI
+from fleet.testing.procs import wait_for
+from tests.integration.conftest import make_stack, redis_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration
 

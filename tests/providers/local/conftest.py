@@ -17,12 +17,12 @@ import uuid
 
 import pytest
 
+from fleet.testing.http import LoopbackServer, Quiet
 from providers import base
 from providers.base import CreateRequest, Deadline
 from providers.local import process
 from providers.local.config import FALLBACK_SQUID, LocalConfig
 from providers.local.provider import LocalProvider
-from tests.fakes.http import LoopbackServer, Quiet
 
 WINDOW = 100
 NAME = "local-test"

@@ -41,10 +41,10 @@ from typing import Any
 
 import yaml
 
-from tests.procs import die_with_parent
+from fleet.testing.procs import die_with_parent
 
 ENV = "FLEET_TEST_KUBE_APISERVER"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: deploy/crd is read from it
 CRD_DIR = ROOT / "deploy" / "crd"
 READY_TIMEOUT = 60.0
 
@@ -83,7 +83,8 @@ def _certs(d: Path) -> None:
     now = datetime.datetime.now(datetime.UTC)
 
     def key_pem(key: Any) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        return bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
 
     def name(cn: str, org: str | None = None) -> x509.Name:
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]

@@ -19,10 +19,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.procs import die_with_parent
+from fleet.testing.procs import die_with_parent, free_port
 
 SSHD = "/usr/sbin/sshd"
 LIBVIRTD = "/usr/sbin/libvirtd"
@@ -34,13 +35,7 @@ def missing_binaries() -> list[str]:
     return [b for b in (SSHD, LIBVIRTD, shutil.which("ssh-keygen") or "ssh-keygen") if not os.path.exists(b)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(what: str, ok, proc: subprocess.Popen, log: Path, timeout: float = 15.0) -> None:
+def _wait(what: str, ok: Callable[[], object], proc: subprocess.Popen[bytes], log: Path, timeout: float = 15.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -68,7 +63,7 @@ class Lab:
     root: Path
     user: str = field(default_factory=getpass.getuser)
     port: int = 0
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def key_file(self) -> Path:
@@ -105,7 +100,7 @@ class Lab:
         return self
 
     def _start_sshd(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         keygen(self.root / "host_key", "fleet-lab-host")
         self.authorize(keygen(self.key_file))
         self.known_hosts.write_text(self.known_hosts_line())
@@ -205,7 +200,7 @@ log_outputs = "3:stderr"
 
 
 @contextlib.contextmanager
-def running_lab():
+def running_lab() -> Iterator[Lab]:
     root = Path(tempfile.mkdtemp(prefix="fleet-kvm-lab-"))
     lab = Lab(root)
     try:

@@ -1,5 +1,5 @@
 """What an API server does to a custom object against its CRD's structural
-schema, for the fake API (tests/fakes/kubeapi.py): drop nulls and unknown
+schema, for the fake API (fleet/testing/kubeapi.py): drop nulls and unknown
 fields (pruning), fill defaults, then validate -- types, required, enum,
 minimum/maximum, minLength/maxLength, pattern, minItems/maxItems,
 x-kubernetes-int-or-string and the keys of an

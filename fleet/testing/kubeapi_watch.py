@@ -1,4 +1,4 @@
-"""The watch half of the fake Kubernetes API (tests/fakes/kubeapi.py): the
+"""The watch half of the fake Kubernetes API (fleet/testing/kubeapi.py): the
 event log every write of a custom object appends to, and one watch
 request's stream of events, as the API server sends them.
 
@@ -111,7 +111,7 @@ class EventLog:
                     [{"type": "ADDED", "object": o} for o in current()] if since is None else
                     [{"type": e.type, "object": e.obj} for e in self.events
                      if e.rv > since and e.plural == plural and (namespace is None or e.namespace == namespace)])
-                queue = (plural, namespace, [])
+                queue: tuple[str, str | None, list[Event]] = (plural, namespace, [])
                 self._queues.append(queue)
         if gone is not None:
             yield gone

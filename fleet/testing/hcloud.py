@@ -30,11 +30,12 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.http import LoopbackServer
+from fleet.testing.http import LoopbackServer
 
 TOKEN = "fake-hcloud-token"
 CREATED = "2026-11-29T05:06:45+00:00"
 MAX_PER_PAGE = 50
+Answer = tuple[int, Any]  # (HTTP status, the JSON body or None)
 
 
 @dataclass
@@ -90,7 +91,7 @@ class FakeHcloud:
 
     # -- serving ------------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any, auth: str):
+    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any, auth: str) -> Answer:
         with self.lock:
             self.requests.append(Recorded(method, path, query, body))
             script = next((s for s in self.scripts if s.method == method and re.search(s.path, path)), None)
@@ -109,7 +110,7 @@ class FakeHcloud:
         with self.lock:
             return self._route(method, path[len("/v1/"):], query, body)
 
-    def _route(self, method: str, rest: str, query: dict[str, list[str]], body: Any):
+    def _route(self, method: str, rest: str, query: dict[str, list[str]], body: Any) -> Answer:
         for kind, store in (("servers", self.servers), ("firewalls", self.firewalls)):
             if rest == kind and method == "GET":
                 return self._list(kind, store, query)
@@ -145,7 +146,7 @@ class FakeHcloud:
     def _taken(self, store: dict[int, dict[str, Any]], name: str) -> bool:
         return any(o["name"] == name for o in store.values())
 
-    def _create_firewall(self, body: dict[str, Any]):
+    def _create_firewall(self, body: dict[str, Any]) -> Answer:
         name = body.get("name")
         if not isinstance(name, str) or not name:
             return error(400, "invalid_input", "invalid input in field 'name'", {"fields": [{"name": "name"}]})
@@ -157,12 +158,12 @@ class FakeHcloud:
         self.firewalls[fid] = fw
         return 201, {"firewall": fw, "actions": []}
 
-    def _create_server(self, body: dict[str, Any]):
+    def _create_server(self, body: dict[str, Any]) -> Answer:
         name = body.get("name")
         for key in ("name", "server_type", "image"):
             if not body.get(key):
                 return error(400, "invalid_input", f"invalid input in field '{key}'", {"fields": [{"name": key}]})
-        if self._taken(self.servers, name):
+        if self._taken(self.servers, str(name)):
             return error(409, "uniqueness_error", "server name is already used", {"fields": [{"name": "name"}]})
         if len(self.servers) >= self.server_limit:
             return error(403, "resource_limit_exceeded", "server limit exceeded")
@@ -172,7 +173,7 @@ class FakeHcloud:
                 return error(404, "not_found", f"firewall with ID '{fid}' not found")
         sid = next(self._ids)
         n = sid % 250
-        server = {
+        server: dict[str, Any] = {
             "id": sid, "name": name, "status": "initializing", "created": CREATED,
             "labels": dict(body.get("labels") or {}),
             "public_net": {"ipv4": {"id": sid + 500000, "ip": f"203.0.113.{n}", "blocked": False, "dns_ptr": "x"},
@@ -195,7 +196,7 @@ class FakeHcloud:
         for fw in self.firewalls.values():
             fw["applied_to"] = [a for a in fw["applied_to"] if a.get("server", {}).get("id") != sid]
 
-    def _delete_server(self, sid: int):
+    def _delete_server(self, sid: int) -> Answer:
         server = self.servers.get(sid)
         if server is None:
             return error(404, "not_found", f"server with ID '{sid}' not found")
@@ -205,7 +206,7 @@ class FakeHcloud:
         self._remove_server(sid)
         return 200, {"action": self._action("delete_server", ("server", sid))}
 
-    def _delete_firewall(self, fid: int):
+    def _delete_firewall(self, fid: int) -> Answer:
         fw = self.firewalls.get(fid)
         if fw is None:
             return error(404, "not_found", f"firewall with ID '{fid}' not found")
@@ -214,7 +215,7 @@ class FakeHcloud:
         del self.firewalls[fid]
         return 204, None
 
-    def _list(self, kind: str, store: dict[int, dict[str, Any]], query: dict[str, list[str]]):
+    def _list(self, kind: str, store: dict[int, dict[str, Any]], query: dict[str, list[str]]) -> Answer:
         items = sorted(store.values(), key=lambda o: o["id"])
         if "name" in query:
             items = [o for o in items if o["name"] == query["name"][-1]]

@@ -31,14 +31,14 @@ What a Proxy controller needs, as the API server behaves (issue 12):
 - list with metadata.resourceVersion, paged with limit/continue (a continue
   token older than the event window answers 410 Expired);
 - watch (`?watch=1&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S`):
-  a chunked stream of JSON lines, see tests/fakes/kubeapi_watch.py
+  a chunked stream of JSON lines, see fleet/testing/kubeapi_watch.py
   (`events.window`, `events.bookmark_interval`, `expire_history()`,
   `drop_watches()`);
 - core v1 Secrets: GET by name, data base64-encoded (`add_secret`).
 Objects are keyed by `namespace/name` across plurals, so two kinds cannot
 hold the same key. Writes (create, patch of the object or its status) are
 pruned, defaulted and validated against the CRD schemas in deploy/crd/
-(`schemas`; tests/fakes/crdschema.py, which says what it leaves out): a
+(`schemas`; fleet/testing/crdschema.py, which says what it leaves out): a
 write the real server would refuse answers 422 Invalid, a field it would
 drop is dropped. Not done: PUT, CEL rules, label selectors on watch.
 """
@@ -60,9 +60,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.crdschema import admit, served_scales, served_schemas
-from tests.fakes.http import LoopbackServer
-from tests.fakes.kubeapi_watch import DEFAULT_TIMEOUT, Dropped, EventLog
+from fleet.testing.crdschema import admit, served_scales, served_schemas
+from fleet.testing.http import LoopbackServer
+from fleet.testing.kubeapi_watch import DEFAULT_TIMEOUT, Dropped, EventLog
 
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)$")
@@ -120,7 +120,8 @@ class Request:
 
     @property
     def field_manager(self) -> str | None:
-        return (self.query.get("fieldManager") or [None])[0]
+        got = self.query.get("fieldManager")
+        return got[0] if got else None
 
     @property
     def manager(self) -> str:

@@ -1,0 +1,504 @@
+"""The gateway's core, protocol-neutral: what every front-end (HTTP/1.1 in `fleet.gateway.http1`; SOCKS5 next)
+does per connection, in the front-end's order:
+
+- admit: credentials (a username and a password, however the protocol carried them) → the client of the
+  clients file and the username's options (`fleet.gateway.decide`); `permit`: the target port for that client;
+- choose: a proxy by the lease rules (`fleet.store.leases`: capacity, cooldowns, stickiness, the client's
+  namespaces, the pool, the proxies already tried skipped);
+- dial: through the chosen proxy by the `fleet.gateway.dialers.Dialer`; a dial that fails is reported `error` for
+  that host, released, and the next proxy tried, at most `max_attempts` in all (`Attempts`);
+- relay: a tunnel's bytes both ways with back-pressure, its lease held, renewed by the sweeper, released at its
+  close (`relay_tunnel`); a front-end that reads the exchange itself (plain HTTP) reports a broken or banned
+  exchange back (`Attempts.failed`) and the core decides whether another proxy is tried;
+- release.
+
+Its answers are values, never a protocol's status: `Admitted`, or one of `Unauthorized`, `Forbidden`,
+`TunnelLimit`, `NoProxy`, `UpstreamFailed`, `UpstreamTimeout` (each with `label`, the requests metric's outcome);
+each front-end translates them into its protocol's reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from fleet import httpguard
+from fleet.gateway import decide
+from fleet.gateway.clients import Client
+from fleet.gateway.config import GatewayConfig
+from fleet.gateway.decide import Options, Target
+from fleet.gateway.dialers import Channel, Dialer, DialError, Upstream
+from fleet.gateway.metrics import GatewaySeries
+from fleet.logs import kv
+from fleet.store import StoreError
+from fleet.store.leases import (
+    AsyncLeases,
+    Busy,
+    Grace,
+    Granted,
+    LeaseCall,
+    RenewCall,
+    Renewed,
+    ReportCall,
+)
+from fleet.store.leases import NoProxy as NoneLeasable
+
+log = logging.getLogger("fleet.gateway")
+
+_Unavailable = (StoreError, OSError, asyncio.TimeoutError)
+CHUNK = 64 * 1024
+SWEEP_EVERY = 1.0
+
+
+# -- what the core answers ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Admitted:
+    client: Client
+    options: Options
+
+
+@dataclass(frozen=True)
+class Unauthorized:
+    """No credentials (`missing`), or ones that name no client, a malformed username, a wrong token."""
+
+    missing: bool
+    message: str
+    label = "unauthorized"
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """A target port outside the client's `ports`."""
+
+    port: int
+    label = "forbidden"
+
+
+@dataclass(frozen=True)
+class TunnelLimit:
+    """The client's tunnels (`per_client`) or the gateway's are at their limit."""
+
+    per_client: bool
+    limit: int
+    label = "limited"
+
+
+@dataclass(frozen=True)
+class NoProxy:
+    """No proxy could be leased: `why` is what the lease store said (none, busy, grace) or `unavailable` (Redis did
+    not answer); `retry_after`: seconds until a busy proxy frees up."""
+
+    why: str
+    retry_after: int | None = None
+
+    @property
+    def label(self) -> str:
+        return {"busy": "busy", "unavailable": "unavailable"}.get(self.why, "no_proxy")
+
+
+@dataclass(frozen=True)
+class UpstreamFailed:
+    """Every attempt failed (`failures`: their reasons, decide.REFUSED, CONNECT_ERROR, BROKEN, ...)."""
+
+    failures: tuple[str, ...]
+    label = "upstream_failed"
+
+
+@dataclass(frozen=True)
+class UpstreamTimeout:
+    """Every attempt timed out."""
+
+    tries: int
+    label = "upstream_timeout"
+
+
+Refusal = Unauthorized | Forbidden | TunnelLimit | NoProxy | UpstreamFailed | UpstreamTimeout
+
+
+def gave_up(failures: list[str], lease_answer: str, retry_after: int | None = None) -> Refusal:
+    """What a request comes to when no attempt worked: attempts that failed (all timed out, or not), else what the
+    last lease call said when it granted nothing ('none', 'busy', 'grace', 'unavailable')."""
+    if failures:
+        if all(f == decide.TIMEOUT for f in failures):
+            return UpstreamTimeout(len(failures))
+        return UpstreamFailed(tuple(failures))
+    return NoProxy(lease_answer or "none", retry_after if lease_answer == "busy" else None)
+
+
+# -- a connection, a tunnel, the attempts of one request ------------------------------------------------------
+
+class Conn:
+    """One crawler connection as `httpguard.Guard` counts it; a close with a status sends the front-end's answer
+    (`answer(status, reason, message)`: its protocol's bytes)."""
+
+    def __init__(self, guard: httpguard.Guard, writer: asyncio.StreamWriter,
+                 answer: Callable[[int, str, str], bytes]) -> None:
+        peer = writer.get_extra_info("peername")
+        self.client_host = peer[0] if peer else ""
+        self.counted = False
+        self.guard = guard
+        self.writer = writer
+        self.answer = answer
+        self._closed = False
+
+    def close(self, reason: str, status: int = 0, message: str = "") -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.guard.forget(self)
+        if reason:
+            self.guard.note(reason)
+        if status and not self.writer.is_closing():
+            self.writer.write(self.answer(status, reason.replace("_", "-"), message))
+        self.writer.close()
+
+
+@dataclass(eq=False)
+class Tunnel:
+    client: str
+    proxy: str
+    target: str
+    ip: str
+    port: int
+    lease_id: str
+    started: float
+    renew_at: float
+    last: float
+    writers: tuple[asyncio.StreamWriter, asyncio.StreamWriter]
+    ended: str = ""  # why the gateway ended it (idle, max_duration, revoked)
+
+    def end(self, why: str) -> None:
+        if not self.ended:
+            self.ended = why
+        for w in self.writers:
+            w.close()
+
+
+@dataclass(eq=False, slots=True)
+class Attempt:
+    """One proxy leased and dialed for a request: the `number`th try."""
+
+    number: int
+    lease_id: str
+    upstream: Upstream
+    channel: Channel
+    released: bool = False
+
+
+class Leases(Protocol):
+    """What the core calls of `fleet.store.leases.AsyncLeases`."""
+
+    async def lease(self, call: LeaseCall, now: float, rand: float) -> Any: ...
+    async def release(self, lease_id: str, now: float) -> Any: ...
+    async def report(self, call: ReportCall, now: float, cooldown_blocked: float, cooldown_errors: int,
+                     cooldown_global: float) -> Any: ...
+    async def renew(self, call: RenewCall, now: float) -> Any: ...
+
+
+class Clients(Protocol):
+    def check(self, name: str, password: str) -> Client | None: ...
+
+
+@dataclass(eq=False, slots=True)
+class Attempts:
+    """The tries of one request (`Core.attempts`): `next` leases a proxy not tried yet and dials it, a failed dial
+    reported and the next proxy tried within `max_attempts`; the front-end reports what went wrong after the dial
+    (`failed`) or right (`ok`, `blocked`), releases, and asks `outcome` when `next` has nothing more."""
+
+    core: Core
+    client: Client
+    options: Options
+    target: Target
+    tunnel: bool  # a tunnel (Dialer.tunnel), else one plain request (Dialer.forward)
+    failures: list[str] = field(default_factory=list)
+    skip: list[str] = field(default_factory=list)
+    lease_answer: str = ""  # what the last lease call said when it granted nothing
+    retry_after: int | None = None
+    tries: int = 0
+
+    async def next(self) -> Attempt | None:
+        core = self.core
+        while self.tries < core.config.max_attempts:
+            self.tries += 1
+            got = await core._lease(self)
+            if got is None:
+                return None
+            lease_id, upstream = got
+            dial = core.dialer.tunnel if self.tunnel else core.dialer.forward
+            dialed = await dial(upstream, self.target)
+            if isinstance(dialed, DialError):
+                await self._failed(upstream.proxy, lease_id, dialed.why)
+                if self.may_retry(dialed.why, self.tries, True):
+                    core.series.retry(dialed.why)
+                    continue
+                return None
+            return Attempt(self.tries, lease_id, upstream, dialed)
+        return None
+
+    def may_retry(self, failure: str, number: int, resendable: bool) -> bool:
+        return decide.retry(failure, number, self.core.config.max_attempts, resendable)
+
+    async def failed(self, attempt: Attempt, failure: str, resendable: bool) -> bool:
+        """The exchange on `attempt` failed after the dial (decide.BROKEN, BANNED): its channel closed, reported and
+        released; True when another proxy is to be tried."""
+        attempt.channel.close()
+        attempt.released = True
+        await self._failed(attempt.upstream.proxy, attempt.lease_id, failure)
+        again = self.may_retry(failure, attempt.number, resendable)
+        if again:
+            self.core.series.retry(failure)
+        return again
+
+    async def _failed(self, proxy: str, lease_id: str, failure: str) -> None:
+        """Report and release before the next attempt (a failing path: one round trip more), so the crawler's next
+        request already finds the cooldown."""
+        self.failures.append(failure)
+        self.skip.append(proxy)
+        await asyncio.gather(self.core._report(proxy, self.target.host, decide.REPORT_OF[failure]),
+                             self.core._release(lease_id))
+
+    def ok(self, attempt: Attempt) -> None:
+        self.core._spawn(self.core._report(attempt.upstream.proxy, self.target.host, "ok"))
+
+    async def blocked(self, attempt: Attempt) -> None:
+        """A ban the crawler gets (no other proxy tried): the cooldown is in place before it has the answer."""
+        await self.core._report(attempt.upstream.proxy, self.target.host, "blocked")
+
+    async def release(self, attempt: Attempt) -> None:
+        if not attempt.released:
+            attempt.released = True
+            await self.core._release(attempt.lease_id)
+
+    def outcome(self) -> Refusal:
+        return gave_up(self.failures, self.lease_answer, self.retry_after)
+
+
+# -- the core -----------------------------------------------------------------------------------------------------
+
+class Core:
+    """One per process, shared by its front-ends: the lease store, the clients, the dialer, the metrics and the
+    open tunnels (their count per client is a limit)."""
+
+    def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, dialer: Dialer,
+                 clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random) -> None:
+        self.leases = leases
+        self.clients = clients
+        self.config = config
+        self.dialer = dialer
+        self.clock = clock
+        self.rand = rand
+        self.series = GatewaySeries()
+        self.tunnels: set[Tunnel] = set()
+        self.per_client: dict[str, int] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- admit ----------------------------------------------------------------------------------------------------
+
+    def admit(self, username: str | None, password: str) -> Admitted | Unauthorized:
+        """Who asks, with which options: `username` None when the protocol carried no credentials."""
+        if username is None:
+            return Unauthorized(True, "proxy credentials are required (username CLIENT[-session-ID]..., password: "
+                                      "the client's token)")
+        try:
+            opts = decide.parse_username(username)
+        except ValueError as exc:
+            return Unauthorized(False, str(exc))
+        client = self.clients.check(opts.client, password)
+        if client is None:
+            return Unauthorized(False, "unknown client or wrong token")
+        return Admitted(client, opts)
+
+    def permit(self, client: Client, port: int) -> Forbidden | None:
+        return None if decide.port_allowed(port, client.ports) else Forbidden(port)
+
+    # -- choose, dial ---------------------------------------------------------------------------------------------
+
+    def attempts(self, client: Client, options: Options, target: Target, tunnel: bool) -> Attempts:
+        return Attempts(self, client, options, target, tunnel)
+
+    async def open_tunnel(self, client: Client, options: Options, target: Target) -> Attempt | Refusal:
+        """A proxy leased and a tunnel through it to `target`, or why not (TunnelLimit before any lease when the
+        client or the gateway holds its most tunnels)."""
+        c = self.config
+        most = client.max_tunnels or c.max_tunnels_per_client
+        if self.per_client.get(client.name, 0) >= most:
+            return TunnelLimit(True, most)
+        if len(self.tunnels) >= c.max_tunnels:
+            return TunnelLimit(False, c.max_tunnels)
+        attempts = self.attempts(client, options, target, tunnel=True)
+        attempt = await attempts.next()
+        if attempt is None:
+            return attempts.outcome()
+        attempts.ok(attempt)
+        return attempt
+
+    def _sticky(self, client: Client, opts: Options) -> str:
+        return f"gw/{client.name}/{opts.session}" if opts.session else ""
+
+    async def _lease(self, tried: Attempts) -> tuple[str, Upstream] | None:
+        """(lease id, upstream) of a leasable proxy not tried yet, or None (tried.lease_answer says why)."""
+        c = self.config
+        client, opts, target = tried.client, tried.options, tried.target
+        now = self.clock()
+        lease_id = uuid.uuid4().hex
+        call = LeaseCall(lease_id=lease_id, target=target.host, expires=now + c.lease_ttl, max_per_proxy=c.max_per_proxy,
+                         sticky=self._sticky(client, opts), sticky_ttl=c.session_ttl, provider=opts.provider,
+                         region=opts.region, zone=opts.zone, ttl=c.lease_ttl, namespaces=client.namespaces or (),
+                         skip=tuple(tried.skip), pool=opts.pool)
+        try:
+            got, _, _ = await self.leases.lease(call, now, self.rand())
+        except _Unavailable as exc:
+            log.warning("Redis does not answer", extra=kv(error=type(exc).__name__))
+            tried.lease_answer = "unavailable"
+            return None
+        if isinstance(got, Granted):
+            ep = _decode(got.endpoint)
+            ip, port = ep.get("ip"), ep.get("port")
+            if not isinstance(ip, str) or not isinstance(port, int):
+                tried.skip.append(got.proxy)
+                self._spawn(self._release(lease_id))
+                tried.lease_answer = "none"
+                return None
+            return lease_id, Upstream(got.proxy, ip, port)
+        if isinstance(got, Busy):
+            tried.lease_answer = "busy"
+            tried.retry_after = max(1, int(got.free_at - now + 0.999))
+        elif isinstance(got, Grace):
+            tried.lease_answer = "grace"
+        else:
+            assert isinstance(got, NoneLeasable)
+            tried.lease_answer = "none"
+        return None
+
+    async def _release(self, lease_id: str) -> None:
+        with contextlib.suppress(*_Unavailable):
+            await self.leases.release(lease_id, self.clock())
+
+    async def _report(self, proxy: str, host: str, outcome: str) -> None:
+        c = self.config
+        try:
+            got = await self.leases.report(ReportCall(outcome=outcome, proxy=proxy, target=host), self.clock(),
+                                           c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
+        except _Unavailable:
+            return
+        if got and got[0] == "cooldown":
+            log.info("cooldown", extra=kv(proxy=got[1], target=got[2], scope=got[3]))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- relay, release -------------------------------------------------------------------------------------------
+
+    async def relay_tunnel(self, client: Client, target: Target, attempt: Attempt, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter, reply: bytes) -> None:
+        """The tunnel's life: held as a lease (renewed by the sweeper, ended by it when idle, too long or revoked),
+        `reply` (the front-end's "tunnel open" to the crawler) written, then bytes relayed both ways until either
+        side closes; the lease released at the close."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        up = attempt.upstream
+        tunnel = Tunnel(client.name, up.proxy, target.host, up.ip, up.port, attempt.lease_id, now,
+                        now + self.config.lease_ttl / 2, now, (writer, attempt.channel.writer))
+        self.tunnels.add(tunnel)
+        self.per_client[client.name] = self.per_client.get(client.name, 0) + 1
+        self.series.tunnels_open = len(self.tunnels)
+        try:
+            writer.write(reply)
+            await writer.drain()
+            await asyncio.gather(self._pump(reader, attempt.channel.writer, tunnel, "up"),
+                                 self._pump(attempt.channel.reader, writer, tunnel, "down"))
+        finally:
+            self.tunnels.discard(tunnel)
+            left = self.per_client.get(client.name, 1) - 1
+            if left > 0:
+                self.per_client[client.name] = left
+            else:
+                self.per_client.pop(client.name, None)
+            self.series.tunnels_open = len(self.tunnels)
+            self.series.tunnel_closed(loop.time() - tunnel.started)
+            attempt.channel.close()
+            writer.close()
+            attempt.released = True
+            await self._release(attempt.lease_id)
+            if tunnel.ended:
+                log.debug("tunnel ended by the gateway", extra=kv(client=client.name, proxy=up.proxy, why=tunnel.ended))
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, tunnel: Tunnel, direction: str) -> None:
+        """Read a chunk, write it, wait for the writer to drain: a slow reader stops the other side's reads, so
+        nothing is buffered without bound."""
+        loop = asyncio.get_running_loop()
+        counts = self.series.bytes
+        try:
+            while True:
+                data = await src.read(CHUNK)
+                if not data:
+                    break
+                dst.write(data)
+                counts[direction] += len(data)
+                tunnel.last = loop.time()
+                await dst.drain()
+            if dst.can_write_eof() and not dst.is_closing():
+                dst.write_eof()
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            tunnel.end("broken")
+        except asyncio.CancelledError:
+            tunnel.end("cancelled")
+            raise
+
+    # -- the sweeper: idle and too-long tunnels, renewals ---------------------------------------------------------
+
+    async def sweep(self) -> None:
+        c = self.config
+        loop = asyncio.get_running_loop()
+        every = sweep_every(c.lease_ttl)
+        while True:
+            await asyncio.sleep(every)
+            now = loop.time()
+            for t in list(self.tunnels):
+                if now - t.last > c.idle_timeout:
+                    t.end("idle")
+                elif now - t.started > c.tunnel_max_duration:
+                    t.end("max_duration")
+                elif now >= t.renew_at:
+                    t.renew_at = now + c.lease_ttl / 2
+                    self._spawn(self._renew(t))
+
+    async def _renew(self, t: Tunnel) -> None:
+        c = self.config
+        call = RenewCall(lease_id=t.lease_id, ttl=c.lease_ttl, default_ttl=c.lease_ttl, max_per_proxy=c.max_per_proxy,
+                         proxy=t.proxy, target=t.target, ip=t.ip, port=t.port, sticky_keep=c.session_ttl)
+        try:
+            got, _, _ = await self.leases.renew(call, self.clock())
+        except _Unavailable:
+            t.renew_at = asyncio.get_running_loop().time() + 5  # the lease runs on; again soon
+            return
+        if not isinstance(got, Renewed):
+            log.info("a tunnel's lease is not renewed: the tunnel ends", extra=kv(proxy=t.proxy, kind=got.kind,
+                                                                                  reason=got.reason))
+            t.end("revoked")
+
+
+def sweep_every(lease_ttl: float) -> float:
+    """A renewal falls due at half the TTL and is seen at the next tick: ticks of a quarter TTL or less leave the
+    renewal a quarter TTL to reach Redis before the lease runs out (at a 2 s TTL a 1 s tick saw it at 2 s)."""
+    return min(SWEEP_EVERY, lease_ttl / 4)
+
+
+def _decode(raw: bytes | str) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
