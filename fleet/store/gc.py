@@ -18,55 +18,18 @@ from typing import Any
 
 import redis
 
-from fleet.store import keys
+from fleet.store import keys, scripts
 
 PENDING, ANSWERED, NO_ANSWER = "pending", "answered", "no-answer"
 
-# KEYS: lock. ARGV: id, now, deadline, ttl ms, provider... → {'busy'} or {'ok', providers the replaced sweep never heard from...}
-_BEGIN = """
-local deadline = redis.call('hget', KEYS[1], 'deadline')
-local unanswered = {}
-if deadline then
-  local all = redis.call('hgetall', KEYS[1])
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 2) == 'p:' and all[i + 1] == 'pending' then
-      table.insert(unanswered, string.sub(all[i], 3))
-    end
-  end
-  if #unanswered > 0 and tonumber(deadline) > tonumber(ARGV[2]) then return {'busy'} end
-end
-redis.call('del', KEYS[1])
-redis.call('hset', KEYS[1], 'id', ARGV[1], 'started', ARGV[2], 'deadline', ARGV[3])
-for i = 5, #ARGV do redis.call('hset', KEYS[1], 'p:' .. ARGV[i], 'pending') end
-redis.call('pexpire', KEYS[1], ARGV[4])
-local out = {'ok'}
-for _, p in ipairs(unanswered) do table.insert(out, p) end
-return out
-"""
-
-# KEYS: lock. ARGV: id, field, from state, to state → 1 when moved (the sweep is `id` and the field was `from`)
-_MOVE = """
-if redis.call('hget', KEYS[1], 'id') ~= ARGV[1] then return 0 end
-if redis.call('hget', KEYS[1], ARGV[2]) ~= ARGV[3] then return 0 end
-redis.call('hset', KEYS[1], ARGV[2], ARGV[4])
-return 1
-"""
-
-# KEYS: lock. ARGV: id, now → providers still pending once the deadline passed (now `no-answer`)
-_LAPSE = """
-if redis.call('hget', KEYS[1], 'id') ~= ARGV[1] then return {} end
-local deadline = redis.call('hget', KEYS[1], 'deadline')
-if not deadline or tonumber(deadline) > tonumber(ARGV[2]) then return {} end
-local out = {}
-local all = redis.call('hgetall', KEYS[1])
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 2) == 'p:' and all[i + 1] == 'pending' then
-    redis.call('hset', KEYS[1], all[i], 'no-answer')
-    table.insert(out, string.sub(all[i], 3))
-  end
-end
-return out
-"""
+# Each script's ARGV, in order (fleet/store/lua/gc/*.lua reads them into these names at its top); a name ending
+# in "..." takes the rest of ARGV, a list.
+ARGV: dict[str, tuple[str, ...]] = {
+    "begin": ("id", "now", "deadline_at", "ttl_ms", "providers..."),
+    "move": ("id", "field", "was", "becomes"),
+    "lapse": ("id", "now"),
+}
+LUA = scripts.load(ARGV, folder="gc")  # read once
 
 
 def _texts(got: Any) -> list[str]:
@@ -76,28 +39,31 @@ def _texts(got: Any) -> list[str]:
 class GcState:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
-        self._begin = client.register_script(_BEGIN)
-        self._move = client.register_script(_MOVE)
-        self._lapse = client.register_script(_LAPSE)
+        self._begin = client.register_script(LUA.texts["begin"])
+        self._move = client.register_script(LUA.texts["move"])
+        self._lapse = client.register_script(LUA.texts["lapse"])
 
     def begin(self, sweep: str, providers: list[str], now: float, deadline: float, ttl: float) -> tuple[bool, list[str]]:
         """Start sweep `sweep` over `providers` (all pending) unless one is in
         progress: (started, providers the replaced sweep never heard from)."""
         got = _texts(self._begin(keys=[keys.GC_LOCK],
-                                 args=[sweep, repr(now), repr(deadline), max(1, int(ttl * 1000)), *providers]))
+                                 args=LUA.argv("begin", id=sweep, now=repr(now), deadline_at=repr(deadline),
+                                               ttl_ms=max(1, int(ttl * 1000)), providers=providers)))
         return (bool(got) and got[0] == "ok"), got[1:]
 
     def take(self, sweep: str, provider: str) -> bool:
         """The answer of `provider` in `sweep` is ours to handle (pending → answered): once, across replicas."""
-        return bool(self._move(keys=[keys.GC_LOCK], args=[sweep, "p:" + provider, PENDING, ANSWERED]))
+        return bool(self._move(keys=[keys.GC_LOCK], args=LUA.argv("move", id=sweep, field="p:" + provider, was=PENDING,
+                                                                  becomes=ANSWERED)))
 
     def settle(self, sweep: str, provider: str, state: str) -> bool:
         """What came of an answered provider (`swept` or a skip reason)."""
-        return bool(self._move(keys=[keys.GC_LOCK], args=[sweep, "p:" + provider, ANSWERED, state]))
+        return bool(self._move(keys=[keys.GC_LOCK], args=LUA.argv("move", id=sweep, field="p:" + provider, was=ANSWERED,
+                                                                  becomes=state)))
 
     def lapse(self, sweep: str, now: float) -> list[str]:
         """Providers of `sweep` still pending at its deadline, now `no-answer` (each returned once)."""
-        return _texts(self._lapse(keys=[keys.GC_LOCK], args=[sweep, repr(now)]))
+        return _texts(self._lapse(keys=[keys.GC_LOCK], args=LUA.argv("lapse", id=sweep, now=repr(now))))
 
     def current(self) -> dict[str, str]:
         return {keys.text(k): keys.text(v) for k, v in self._redis.hgetall(keys.GC_LOCK).items()}

@@ -112,8 +112,6 @@ ARGV: dict[str, tuple[str, ...]] = {
 LUA = scripts.load(ARGV, constants=CONSTANTS, shared=("common",))  # fleet/store/lua/<script>.lua, read once
 SCRIPTS, argv = LUA.texts, LUA.argv
 
-LEASE_SCRIPT, RELEASE_SCRIPT, REPORT_SCRIPT = SCRIPTS["lease"], SCRIPTS["release"], SCRIPTS["report"]
-SYNC_SCRIPT, RENEW_SCRIPT, CHECK_SCRIPT = SCRIPTS["sync"], SCRIPTS["renew"], SCRIPTS["check"]
 _KEYS7 = [DOCS, EXPIRY, LOAD, keys.PX_ENDPOINTS, keys.PROBE_VERDICTS, COOL_TARGET, COOL_GLOBAL]
 _REPORT_KEYS = [*_KEYS7, ERRORS]
 _KEYS7_B = [k.encode() for k in _KEYS7]  # the API's hot path: bytes, which redis-py sends as they are
@@ -313,12 +311,8 @@ class Leases:
 
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
-        self._lease = client.register_script(LEASE_SCRIPT)
-        self._release = client.register_script(RELEASE_SCRIPT)
-        self._report = client.register_script(REPORT_SCRIPT)
-        self._sync = client.register_script(SYNC_SCRIPT)
-        self._renew = client.register_script(RENEW_SCRIPT)
-        self._check = client.register_script(CHECK_SCRIPT)
+        self._lease, self._release, self._report, self._sync, self._renew, self._check = LUA.register(
+            client, "lease", "release", "report", "sync", "renew", "check")
 
     def lease(self, call: LeaseCall, now: float, rand: float, guard: GuardCall = GuardCall()) -> LeaseAnswer:
         return self.lease_guarded(call, now, rand, guard)[0]
@@ -405,12 +399,8 @@ class AsyncLeases:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._redis = client
-        self._lease = client.register_script(LEASE_SCRIPT)
-        self._release = client.register_script(RELEASE_SCRIPT)
-        self._report = client.register_script(REPORT_SCRIPT)
-        self._sync = client.register_script(SYNC_SCRIPT)
-        self._renew = client.register_script(RENEW_SCRIPT)
-        self._check = client.register_script(CHECK_SCRIPT)
+        self._lease, self._release, self._report, self._sync, self._renew, self._check = LUA.register(
+            client, "lease", "release", "report", "sync", "renew", "check")
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 5, connect_timeout: float = 5, max_connections: int = 128) -> AsyncLeases:

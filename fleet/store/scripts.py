@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 Constant = str | int | float
+REST = "..."  # a layout's last name ending in it takes the rest of ARGV (a list; in Lua `{unpack(ARGV, n)}`)
 
 
 def read(name: str) -> str:
@@ -54,7 +55,15 @@ class Scripts:
         layout = self.layouts[script]
         if len(values) != len(layout):
             raise TypeError(f"{self.path(script)}: ARGV {sorted(values)} is not {sorted(layout)}")
-        return [values[name] for name in layout]
+        out = [values[name] for name in layout if not name.endswith(REST)]
+        if layout and layout[-1].endswith(REST):  # the rest of ARGV: a list
+            out.extend(values[layout[-1].removesuffix(REST)])
+        return out
+
+    def register(self, client: Any, *names: str) -> list[Any]:
+        """The named scripts on `client` (a redis-py client, synchronous or asyncio), in that order: each runs
+        by EVALSHA, its text sent again only when the server answers NOSCRIPT."""
+        return [client.register_script(self.texts[name]) for name in names]
 
 
 def load(layouts: Mapping[str, Sequence[str]], *, folder: str = "", constants: Mapping[str, Constant] | None = None,

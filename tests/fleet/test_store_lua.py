@@ -12,25 +12,28 @@ from typing import Any
 import fakeredis
 import pytest
 
-from fleet.store import leases, proxies, scripts, statuses
+from fleet.store import gc, leases, proxies, scripts, statuses
+from fleet.store.gc import GcState
 from fleet.store.leases import ARGV, GuardCall, LeaseCall, RenewCall, ReportCall, argv
 from fleet.store.proxies import Proxies, Tail
 from fleet.store.statuses import Statuses
 
-MODULES = {"leases": leases.LUA, "proxies": proxies.LUA, "statuses": statuses.LUA}
+MODULES = {"leases": leases.LUA, "proxies": proxies.LUA, "statuses": statuses.LUA, "gc": gc.LUA}
 SCRIPTS = [(module, name) for module, lua in MODULES.items() for name in lua.layouts]
 SHARED = [(module, name) for module, lua in MODULES.items() for name in lua.shared]
 
 _ARG = re.compile(r"^local (\w+) = (?:tonumber\()?ARGV\[(\d+)\]\)?(?:\s*--.*)?$")
+_REST = re.compile(r"^local (\w+) = \{unpack\(ARGV, (\d+)\)\}(?:\s*--.*)?$")  # the rest of ARGV, a list
 
 
 def read_names(text: str) -> list[str]:
     """The names a script reads ARGV into, in ARGV order; every other mention of ARGV is an error."""
     names: list[tuple[int, str]] = []
     for line in text.splitlines():
-        m = _ARG.match(line)
-        if m:
-            names.append((int(m.group(2)), m.group(1)))
+        m, rest = _ARG.match(line), _REST.match(line)
+        if m or rest:
+            assert not names or not names[-1][1].endswith(scripts.REST), f"ARGV read after the rest: {line.strip()}"
+            names.append((int(m.group(2)), m.group(1)) if m else (int(rest.group(2)), rest.group(1) + scripts.REST))
         elif "ARGV" in line.split("--", 1)[0]:
             raise AssertionError(f"ARGV read outside the named locals: {line.strip()}")
     assert [i for i, _ in names] == list(range(1, len(names) + 1)), names
@@ -103,10 +106,11 @@ class _Recording:
         return run
 
 
-def test_every_proxies_and_statuses_call_sends_its_layout():
-    """Every script is called, each with as many arguments as its layout names (argv checks the names)."""
+def test_every_proxies_statuses_and_gc_call_sends_its_layout():
+    """Every script is called, each with as many arguments as its layout names (argv checks the names; the rest
+    of ARGV, a list, counts as its length)."""
     client = _Recording()
-    p, s = Proxies(client), Statuses(client)  # type: ignore[arg-type]
+    p, s, g = Proxies(client), Statuses(client), GcState(client)  # type: ignore[arg-type]
     p.begin_call("ns/a", "hz", "{}", 30.0, 2, 100.0, ("tok", "#cloud-config", 60.0))
     p.begin_step("ns/a", "me", 30.0, True)
     p.end_step("ns/a", "me", Tail())
@@ -116,13 +120,18 @@ def test_every_proxies_and_statuses_call_sends_its_layout():
     p.begin_list("hz", "l1", 100.0, 600.0)
     p.take_list("hz", "l1")
     s.put("proxies", "ns", "a", "1", "{}", 60.0)
+    g.begin("s1", ["hz", "gcp"], 100.0, 160.0, 60.0)
+    g.take("s1", "hz")
+    g.settle("s1", "hz", "swept")
+    g.lapse("s1", 170.0)
     for module, script in SCRIPTS:
         if module == "leases":
             continue
         lua = MODULES[module]
         sent = client.sent.get(lua.texts[script])
         assert sent, f"{module}/{script} never called"
-        assert all(len(args) == len(lua.layouts[script]) for args in sent)
+        rest = 1 if lua.layouts[script][-1].endswith(scripts.REST) else 0
+        assert all(len(args) == len(lua.layouts[script]) + rest for args in sent), sent
 
 
 def test_a_named_value_reaches_the_local_of_its_name():

@@ -316,12 +316,12 @@ def test_each_operation_is_one_script_call_and_a_grant_that_waits_is_one_round_t
     """Redis's own count of what each operation sends (INFO commandstats): one EVALSHA (and, waiting
     for a replica, one WAIT written with it: no SCRIPT EXISTS first); after SCRIPT FLUSH (a restarted
     Redis) the script is loaded once and the operation still answers."""
-    from fleet.store.leases import LEASE_SCRIPT, RENEW_SCRIPT, REPORT_SCRIPT, AsyncLeases, GuardCall, LeaseCall, RenewCall, ReportCall
+    from fleet.store.leases import SCRIPTS, AsyncLeases, GuardCall, LeaseCall, RenewCall, ReportCall
 
     r = redis_server.client()
     running(r, "crawl/a")
-    for script in (LEASE_SCRIPT, RENEW_SCRIPT, REPORT_SCRIPT):
-        r.script_load(script)
+    for name in ("lease", "renew", "report"):
+        r.script_load(SCRIPTS[name])
 
     def sent() -> dict[str, int]:
         got = {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
