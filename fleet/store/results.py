@@ -14,42 +14,19 @@ from typing import Any
 
 import redis
 
-from fleet.store import keys
+from fleet.store import keys, scripts
 
 Raw = bytes | str | None
 
-# KEYS: result, overdue mark[, a status cache entry to read]. ARGV: new
-# checkedAt, payload, latest and earliest acceptable stored checkedAt, a
-# stored value to replace whatever it holds ("" for none). A stored checkedAt
-# that is not a number in [earliest, latest] (from the future, corrupt, not
-# JSON) counts as absent. Returns {stored (1/0), previous or false, the
-# cache entry or false}; stored is 0 when the stored result is at least as new.
-_SAVE_IF_NEWER = """
-local prev = redis.call('get', KEYS[1])
-local cached = false
-if KEYS[3] then
-  cached = redis.call('get', KEYS[3])
-end
-if prev and prev ~= ARGV[5] then
-  local ok, doc = pcall(cjson.decode, prev)
-  if ok and type(doc) == 'table' then
-    local at = doc['checkedAt']
-    if type(at) == 'number' and at >= tonumber(ARGV[4]) and at <= tonumber(ARGV[3])
-       and at >= tonumber(ARGV[1]) then
-      return {0, prev, cached}
-    end
-  end
-end
-redis.call('set', KEYS[1], ARGV[2])
-redis.call('del', KEYS[2])
-return {1, prev, cached}
-"""
+# The script's ARGV, in order (fleet/store/lua/results/save_if_newer.lua reads them into these names at its top).
+ARGV: dict[str, tuple[str, ...]] = {"save_if_newer": ("checked_at", "payload", "latest", "earliest", "replace")}
+LUA = scripts.load(ARGV, folder="results")  # read once
 
 
 class Results:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
-        self._save_if_newer = client.register_script(_SAVE_IF_NEWER)
+        [self._save_if_newer] = LUA.register(client, "save_if_newer")
 
     def get(self, provider: str) -> Raw:
         return self._redis.get(keys.result(provider))
@@ -76,7 +53,8 @@ class Results:
         status cache entry (`Statuses.get`) in the same round trip.
         Returns (stored, the previous value, the cache entry)."""
         keys_ = [keys.result(provider), keys.overdue(provider)] + ([keys.status(*status)] if status else [])
-        got: Any = self._save_if_newer(keys=keys_, args=[repr(float(checked_at)), payload, repr(float(latest)),
-                                                        repr(float(earliest)), replace or ""])
+        got: Any = self._save_if_newer(keys=keys_, args=LUA.argv(
+            "save_if_newer", checked_at=repr(float(checked_at)), payload=payload, latest=repr(float(latest)),
+            earliest=repr(float(earliest)), replace=replace or ""))
         got = list(got) + [None] * (3 - len(got))  # a Lua false is a nil: redis-py may cut the array there
         return bool(got[0]), (got[1] or None), (got[2] or None)
