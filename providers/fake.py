@@ -59,7 +59,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from providers import base
+from providers import base, marks
 from providers.base import Deadline, Instance, State, TargetStatus
 from providers.blocks import Block
 
@@ -297,7 +297,7 @@ class FakeProvider:
             time.sleep(min(wait, deadline.remaining()))
             if timed_out:
                 raise base.wrap(base.Transient, "create", self.name, pid, "deadline passed")
-        problem = base.installation_problem(request.installation)
+        problem = marks.problem(request)
         if problem:
             raise base.wrap(base.Permanent, "create", self.name, pid, problem)
         with self._table.open() as table:

@@ -14,10 +14,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from providers import base
+from providers import marks
 from providers.aws.config import AwsConfig
 from providers.aws.placement import SUBNET, image_id
 from providers.base import CreateRequest
+from providers.marks import ValueRule
 
 NAME_TAG = "Name"
 # Not contract marks: what a person looking at the console wants to see.
@@ -25,23 +26,18 @@ TAG_PROXY = "proxy-operator-proxy"
 # A group has no creation time of its own: GC needs one (None is "very old").
 TAG_CREATED = "proxy-operator-created-at"
 MAX_TAG_VALUE = 256
-_UID = re.compile(r"^[A-Za-z0-9_.:/=+@-]{1,256}$")
+TAG_VALUE = ValueRule("EC2 tag value", re.compile(r"^[A-Za-z0-9_.:/=+@-]{1,256}$"),
+                      "letters, digits and _.:/=+@-, at most 256")
 
 
 def request_problem(req: CreateRequest) -> str | None:
     """Why the UID or installation can't be a tag value, or None."""
-    if not _UID.match(req.uid):
-        return f"uid is not a valid EC2 tag value (letters, digits and _.:/=+@-, at most 256; got {req.uid[:80]!r})"
-    return base.installation_problem(req.installation)
+    return marks.problem(req, TAG_VALUE)
 
 
-def marks(req: CreateRequest) -> dict[str, str]:
-    """The contract's marks, the name, and the Proxy's namespace and name when known."""
-    tags = {NAME_TAG: req.name, base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid}
-    if req.installation:
-        tags[base.LABEL_INSTALLATION] = req.installation
-    if base.namespace_mark(req):
-        tags[base.LABEL_NAMESPACE] = base.namespace_mark(req)  # the contract's mark (GC's namespace guard)
+def tags(req: CreateRequest) -> dict[str, str]:
+    """The name, the contract's marks, and the Proxy's name when known."""
+    tags = {NAME_TAG: req.name, **marks.of(req)}
     if req.proxy_name:
         tags[TAG_PROXY] = req.proxy_name[:MAX_TAG_VALUE]
     return tags
@@ -110,7 +106,7 @@ def group_params(req: CreateRequest, cfg: AwsConfig, created_at: str) -> dict[st
         "GroupName": req.name,
         "Description": f"fleet egress proxy {req.namespace}/{req.proxy_name}".rstrip("/ ")[:255],
         "TagSpecifications": [
-            {"ResourceType": "security-group", "Tags": tag_list({**marks(req), TAG_CREATED: created_at})}
+            {"ResourceType": "security-group", "Tags": tag_list({**tags(req), TAG_CREATED: created_at})}
         ],
     }
     if cfg.vpcId:
@@ -139,8 +135,8 @@ def run_params(req: CreateRequest, cfg: AwsConfig, group: str, token: str) -> di
         "MaxCount": 1,
         "ClientToken": token,
         "SecurityGroupIds": [*([group] if group else []), *cfg.securityGroupIds],
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list(marks(req))},
-                              {"ResourceType": "volume", "Tags": tag_list(marks(req))}],
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list(tags(req))},
+                              {"ResourceType": "volume", "Tags": tag_list(tags(req))}],
         # IMDSv2 only: the cloud-init may hold secrets; a proxied request must
         # not be able to read them through a v1 GET.
         "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1},

@@ -52,6 +52,7 @@ from providers.aws.ids import SHAPE, Ref, parse_id
 from providers.aws.instances import LIVE_STATES, group_ids, group_instance, state_name, to_instance
 from providers.aws.placement import placement_problem, region_of
 from providers.base import CreateRequest, Deadline, Instance, TargetStatus
+from providers.boundary import Boundary
 from providers.watchdog import guard
 
 log = logging.getLogger("providers.aws")
@@ -71,8 +72,8 @@ class AwsProvider:
         self.ec2 = Ec2(cfg)
         self._names_lock = threading.Lock()
         self._names: dict[str, threading.Lock] = {}
-        self._calls_lock = threading.Lock()
-        self.calls = 0  # requests made (the tests and the benchmark read it)
+        self.boundary = Boundary(provider=name, classify=classify, guard=guard,
+                                 on_error=lambda f: self.log_api_error(f.op, f.id, f.error))
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -83,22 +84,14 @@ class AwsProvider:
         log.info("aws API call failed", extra=self._fields(
             op=op, id=pid, status=http_status(exc), code=error_code(exc), error=f"{type(exc).__name__}: {exc}"))
 
+    @property
+    def calls(self) -> int:
+        """Requests made (the tests and the benchmark read it)."""
+        return self.boundary.calls
+
     def _call(self, op: str, pid: str, region: str, deadline: Deadline, fn: Callable[[Any], T]) -> T:
-        """One EC2 request with what reads its answer, under the deadline;
-        any failure of either is classified here."""
-        if deadline.remaining() <= 0:
-            raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
-        try:
-            client = self.ec2.client(region)
-            with self._calls_lock:
-                self.calls += 1
-            with guard(deadline):
-                return fn(client)
-        except Exception as exc:  # translated at this one boundary
-            cls = classify(exc, op)
-            if cls is not base.NotFound:
-                self.log_api_error(op, pid, exc)
-            raise base.wrap(cls, op, self.name, pid, exc) from exc
+        """One EC2 request with what reads its answer, at the boundary."""
+        return self.boundary.call(op=op, pid=pid, deadline=deadline, fn=lambda _: fn(self.ec2.client(region)))
 
     def _tolerate(self, fn: Callable[[], T], *codes: str) -> Callable[[], T | None]:
         """`fn`, with the given EC2 error codes as None (an answer, not a failure)."""

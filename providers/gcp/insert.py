@@ -12,34 +12,21 @@ import re
 
 from google.cloud import compute_v1
 
-from providers import base
+from providers import marks
 from providers.base import CreateRequest
 from providers.gcp.config import GcpConfig
+from providers.marks import ValueRule
 
 USER_DATA_KEY = "user-data"
 NAT_NAME = "External NAT"
-# GCE label values: lowercase letters, digits, '-' and '_', at most 63.
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{1,63}$")
+# lowercase letters, digits, '-' and '_', at most 63 (the message names no rule)
+LABEL_VALUE = ValueRule("GCE label value", re.compile(r"^[a-z0-9_-]{1,63}$"))
 
 
 def uid_problem(req: CreateRequest) -> str | None:
     """Why the request's UID or installation can't be a label value, or
-    None (placement is judged by `providers.gcp.placement`). An installation
-    id is a DNS-1123 label, which every GCE label value admits."""
-    if not _LABEL_VALUE.match(req.uid):
-        return f"uid is not a valid GCE label value (got {req.uid!r})"
-    return base.installation_problem(req.installation)
-
-
-def marks(req: CreateRequest) -> dict[str, str]:
-    """The GC marks as instance labels: managed, the UID, and the
-    installation and the Proxy's namespace when the request names them."""
-    labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid}
-    if req.installation:
-        labels[base.LABEL_INSTALLATION] = req.installation
-    if base.namespace_mark(req):
-        labels[base.LABEL_NAMESPACE] = base.namespace_mark(req)
-    return labels
+    None (placement is judged by `providers.gcp.placement`)."""
+    return marks.problem(req, LABEL_VALUE)
 
 
 def machine_type_url(zone: str, machine_type: str) -> str:
@@ -58,7 +45,7 @@ def build_instance(req: CreateRequest, cfg: GcpConfig) -> compute_v1.Instance:
         name=req.name,
         description=f"egress proxy {req.namespace}/{req.proxy_name}".rstrip("/ "),
         machine_type=machine_type_url(p.zone, p.machine_type),
-        labels=marks(req),
+        labels=marks.of(req),  # the GC marks as instance labels
         network_interfaces=[
             compute_v1.NetworkInterface(
                 network=network_url(cfg.network),

@@ -25,6 +25,7 @@ from google.cloud import compute_v1
 
 from providers import base
 from providers.base import CreateRequest, Deadline, Instance, TargetStatus
+from providers.boundary import Boundary
 from providers.gcp.check import check_project
 from providers.gcp.client import Compute
 from providers.gcp.config import GcpConfig
@@ -76,6 +77,8 @@ class GcpProvider:
         self.compute = Compute(cfg, credentials)
         self.inserts = OperationBook()
         self.deletes = OperationBook()
+        self.boundary = Boundary(provider=name, classify=classify,
+                                 on_error=lambda f: self.log_api_error(f.op, f.id, f.error))
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -96,19 +99,10 @@ class GcpProvider:
         )
 
     def _call(self, op: str, pid: str, deadline: Deadline, fn: Callable[[float], T]) -> T:
-        """Run one SDK call with the time left, and read its answer; translate
-        any failure of either here (an answer that does not parse fails inside
-        the SDK or in the reading, both within fn)."""
-        remaining = deadline.remaining()
-        if remaining <= 0:
-            raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
-        try:
-            return fn(remaining)
-        except Exception as exc:  # translated at this one boundary
-            cls = classify(exc, op)
-            if cls is not base.NotFound:
-                self.log_api_error(op, pid, exc)
-            raise base.wrap(cls, op, self.name, pid, exc) from exc
+        """Run one SDK call with the time left, and read its answer; any
+        failure of either is translated at the boundary (an answer that does
+        not parse fails inside the SDK or in the reading, both within fn)."""
+        return self.boundary.call(op=op, pid=pid, deadline=deadline, fn=fn)
 
     def _parse(self, op: str, provider_id: str) -> tuple[str, str]:
         parsed = parse_id(provider_id)
@@ -215,8 +209,7 @@ class GcpProvider:
         self.inserts.forget(pid, pending)
         failed = operation_failure(op)
         if failed is not None:
-            self.log_api_error("get", pid, failed)
-            raise base.wrap(classify(failed, "get"), "get", self.name, pid, failed) from failed
+            raise self.boundary.translate(op="get", pid=pid, error=failed) from failed
 
     def delete(self, provider_id: str, deadline: Deadline) -> None:
         zone, name = self._parse("delete", provider_id)
@@ -249,8 +242,7 @@ class GcpProvider:
         remember it while it runs (so get/delete can consult it)."""
         failed = operation_failure(op)
         if failed is not None:
-            self.log_api_error(op_name, pid, failed)
-            raise base.wrap(classify(failed, op_name), op_name, self.name, pid, failed) from failed
+            raise self.boundary.translate(op=op_name, pid=pid, error=failed) from failed
         if op_status(op) != DONE:
             pending.put(pid, PendingOperation(zone, op.name))
         log.debug(f"{op_name} accepted", extra=self._fields(id=pid, operation=op.name, status=op_status(op)))

@@ -35,8 +35,9 @@ from hcloud.server_types.domain import ServerType
 from hcloud.servers.domain import Server, ServerCreatePublicNetwork
 from hcloud.ssh_keys.domain import SSHKey
 
-from providers import base
+from providers import base, marks
 from providers.base import CreateRequest, Deadline, Instance, TargetStatus
+from providers.boundary import Boundary
 from providers.hetzner import servers
 from providers.hetzner.check import check_project
 from providers.hetzner.client import Hcloud
@@ -56,8 +57,8 @@ class HetznerProvider:
         self.name = name
         self.cfg = cfg
         self.hcloud = Hcloud(cfg)
-        self._calls_lock = threading.Lock()
-        self.calls = 0  # requests made (the tests and the benchmark read it)
+        self.boundary = Boundary(provider=name, classify=classify, guard=guard,
+                                 on_error=lambda f: self.log_api_error(f.op, f.id, f.error))
         self._names_lock = threading.Lock()
         self._names: dict[str, threading.Lock] = {}
 
@@ -69,19 +70,8 @@ class HetznerProvider:
             op=op, id=pid, status=http_status(exc), code=api_code(exc), error=f"{type(exc).__name__}: {exc}"))
 
     def _call(self, op: str, pid: str, deadline: Deadline, fn: Callable[[Any], T]) -> T:
-        if deadline.remaining() <= 0:
-            raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
-        try:
-            client = self.hcloud.client()
-            with self._calls_lock:
-                self.calls += 1
-            with guard(deadline):
-                return fn(client)
-        except Exception as exc:  # translated at this one boundary
-            cls = classify(exc, op)
-            if cls is not base.NotFound:
-                self.log_api_error(op, pid, exc)
-            raise base.wrap(cls, op, self.name, pid, exc) from exc
+        """One hcloud request with what reads its answer, at the boundary."""
+        return self.boundary.call(op=op, pid=pid, deadline=deadline, fn=lambda _: fn(self.hcloud.client()))
 
     @staticmethod
     def _unless(code: str, fn: Callable[[], T]) -> T | None:
@@ -123,7 +113,7 @@ class HetznerProvider:
         wanted = servers.rules(req.port, self.cfg.allowedSources)
 
         def create(c: Any) -> int | None:
-            out = self._unless(UNIQUENESS, lambda: c.firewalls.create(name=req.name, rules=wanted, labels=servers.labels(req)))
+            out = self._unless(UNIQUENESS, lambda: c.firewalls.create(name=req.name, rules=wanted, labels=marks.of(req)))
             return None if out is None else int(out.firewall.id)
 
         fid = self._call("create", req.name, deadline, create)
@@ -151,7 +141,7 @@ class HetznerProvider:
             out = self._unless(UNIQUENESS, lambda: c.servers.create(
                 name=req.name, server_type=ServerType(name=server_type),
                 image=Image(id=int(image)) if image.isdigit() else Image(name=image),
-                location=Location(name=location), user_data=req.cloud_init or None, labels=servers.labels(req),
+                location=Location(name=location), user_data=req.cloud_init or None, labels=marks.of(req),
                 firewalls=fws or None, ssh_keys=keys,
                 public_net=ServerCreatePublicNetwork(enable_ipv4=True, enable_ipv6=self.cfg.enableIPv6)))
             return None if out is None else int(out.server.id)  # never the root_password in it

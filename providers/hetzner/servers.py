@@ -9,13 +9,15 @@ from typing import Any
 
 from hcloud.firewalls.domain import FirewallRule
 
-from providers import base
+from providers import base, marks
 from providers.base import CreateRequest, Instance, State
 from providers.hetzner.ids import Ref
+from providers.marks import ValueRule
 
 MANAGED_SELECTOR = f"{base.LABEL_MANAGED}={base.LABEL_MANAGED_YES}"
 # Label values: at most 63, alphanumeric at both ends, - _ . inside.
-_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)$")
+LABEL_VALUE = ValueRule("Hetzner label value", re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)$"),
+                        "at most 63 letters, digits, -_.")
 
 _STATES = {
     "initializing": State.PROVISIONING,
@@ -30,18 +32,7 @@ _STATES = {
 
 
 def request_problem(req: CreateRequest) -> str | None:
-    if not _VALUE.match(req.uid):
-        return f"uid is not a valid Hetzner label value (at most 63 letters, digits, -_.; got {req.uid[:80]!r})"
-    return base.installation_problem(req.installation)
-
-
-def labels(req: CreateRequest) -> dict[str, str]:
-    out = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: req.uid}
-    if req.installation:
-        out[base.LABEL_INSTALLATION] = req.installation
-    if base.namespace_mark(req):
-        out[base.LABEL_NAMESPACE] = base.namespace_mark(req)
-    return out
+    return marks.problem(req, LABEL_VALUE)
 
 
 def rules(port: int, sources: Iterable[str]) -> list[FirewallRule]:

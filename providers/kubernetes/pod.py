@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from providers import base
+from providers import marks
 from providers.base import CreateRequest
 from providers.kubernetes.config import KubernetesConfig
 
@@ -105,23 +105,12 @@ def owned(request: CreateRequest, cfg: KubernetesConfig, namespace: str) -> bool
     )
 
 
-def marks(request: CreateRequest) -> dict[str, str]:
-    """The GC marks as pod labels: managed, the UID, and the installation
-    when the request names one."""
-    labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid}
-    if request.installation:
-        labels[base.LABEL_INSTALLATION] = request.installation
-    if base.namespace_mark(request):
-        labels[base.LABEL_NAMESPACE] = base.namespace_mark(request)
-    return labels
-
-
 def build_pod(request: CreateRequest, cfg: KubernetesConfig, namespace: str) -> dict[str, Any]:
     """The Pod to create; ignores `cloud_init` and `placement`."""
     metadata: dict[str, Any] = {
         "name": request.name,
         "namespace": namespace,
-        "labels": marks(request),
+        "labels": marks.of(request),  # the GC marks as pod labels
         "annotations": {SQUID_CONF_ANNOTATION: squid_conf(request.port, cfg.allowedSources)},
     }
     if owned(request, cfg, namespace):

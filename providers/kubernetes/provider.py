@@ -18,8 +18,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from providers import base
+from providers import base, marks
 from providers.base import CreateRequest, Deadline, Instance, State
+from providers.boundary import Boundary
 from providers.kubernetes.check import MANAGED_SELECTOR, check_apiserver
 from providers.kubernetes.client import in_cluster, load_configuration
 from providers.kubernetes.config import KubernetesConfig
@@ -36,6 +37,7 @@ class KubernetesProvider:
         self.cfg = cfg
         self._lock = threading.Lock()
         self._api: client.ApiClient | None = None
+        self.boundary = Boundary(provider=name, classify=classify)
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -51,16 +53,10 @@ class KubernetesProvider:
         return client.CoreV1Api(self.api_client())
 
     def _call(self, op: str, pid: str, deadline: Deadline, fn: Any) -> Any:
-        """Run fn(core, timeout) and translate whatever it raises: the
-        request, reading the body and parsing it all happen inside fn, so a
-        truncated or malformed answer is classified here like an HTTP error."""
-        remaining = deadline.remaining()
-        if remaining <= 0:
-            raise base.wrap(base.Transient, op, self.name, pid, "deadline passed before the call")
-        try:
-            return fn(self.core(), remaining)
-        except Exception as exc:  # translated at this one boundary
-            raise base.wrap(classify(exc, op), op, self.name, pid, exc) from exc
+        """Run fn(core, timeout) at the boundary: the request, reading the
+        body and parsing it all happen inside fn, so a truncated or malformed
+        answer is classified like an HTTP error."""
+        return self.boundary.call(op=op, pid=pid, deadline=deadline, fn=lambda remaining: fn(self.core(), remaining))
 
     # -- Checker ---------------------------------------------------------------------
 
@@ -80,7 +76,7 @@ class KubernetesProvider:
     def create(self, request: CreateRequest, deadline: Deadline) -> str:
         ns = self.namespace(request)
         pid = f"{ns}/{request.name}"
-        problem = placement_problem(self.cfg, request.placement) or base.installation_problem(request.installation)
+        problem = placement_problem(self.cfg, request.placement) or marks.problem(request)
         if problem:
             raise base.wrap(base.Permanent, "create", self.name, pid, problem)
         pod = build_pod(request, self.cfg, ns)

@@ -113,10 +113,11 @@ def is_transport_error(exc: BaseException) -> bool:
     return domain == VIR_FROM_RPC
 
 
-def classify(exc: BaseException) -> type[base.ProviderError]:
+def classify(exc: BaseException, op: str = "") -> type[base.ProviderError]:
     """No domain / no volume → NotFound; XML, unsupported, invalid argument,
     auth, access and a missing pool → Permanent; everything else, including
-    every dial failure and deadline, → Transient. Nothing is Quota."""
+    every dial failure and deadline, → Transient. Nothing is Quota, and the
+    verb changes nothing (`op` is the boundary's signature)."""
     if isinstance(exc, base.ProviderError):
         return type(exc)
     code = libvirt_code(exc)

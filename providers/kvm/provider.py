@@ -22,8 +22,9 @@ from typing import Any
 
 import libvirt
 
-from providers import base
+from providers import base, marks
 from providers.base import CreateRequest, Deadline, Instance, State, TargetStatus
+from providers.boundary import Boundary, Failure
 from providers.kvm import domain, image, placement, seediso
 from providers.kvm.check import check_hosts
 from providers.kvm.config import KvmConfig, KvmHost
@@ -57,6 +58,8 @@ class KvmProvider:
         self.uploader: image.Uploader = image.stream_upload
         self._locks_guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
+        self.boundary = Boundary(provider=name, classify=classify, on_error=self._failed,
+                                 deadline_first=False, tell_not_found=True)
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -65,25 +68,14 @@ class KvmProvider:
             return self._locks.setdefault(key, threading.Lock())
 
     def _call(self, op: str, pid: str, host: KvmHost, deadline: Deadline, fn: Any) -> Any:
+        """fn(connection) on the host's connection, at the boundary."""
         start = time.monotonic()
-        try:
-            out = self.pool.call(host, deadline, fn)
-        except base.ProviderError:
-            raise
-        except Exception as exc:  # translated at this one boundary
-            cls = classify(exc)
-            log.info(
-                "kvm %s %s %s failed after %.0f ms: %s: %s",
-                self.name,
-                op,
-                pid,
-                (time.monotonic() - start) * 1000,
-                cls.kind,
-                exc,
-            )
-            raise base.wrap(cls, op, self.name, pid, exc) from exc
+        out = self.boundary.call(op=op, pid=pid, deadline=deadline, fn=lambda _: self.pool.call(host, deadline, fn))
         log.debug("kvm %s %s %s ok in %.0f ms", self.name, op, pid, (time.monotonic() - start) * 1000)
         return out
+
+    def _failed(self, f: Failure) -> None:
+        log.info("kvm %s %s %s failed after %.0f ms: %s: %s", self.name, f.op, f.id, f.elapsed * 1000, f.cls.kind, f.error)
 
     def _permanent(self, op: str, pid: str, why: str) -> base.ProviderError:
         return base.wrap(base.Permanent, op, self.name, pid, why)
@@ -116,7 +108,7 @@ class KvmProvider:
             raise self._permanent("create", domain.provider_id(pl.zone or only or "?", request.name), chosen)
         host_name, mt, img = chosen.host, chosen.machine_type, chosen.image
         pid = domain.provider_id(host_name, request.name)
-        problem = base.installation_problem(request.installation)
+        problem = marks.problem(request)
         if problem:
             raise self._permanent("create", pid, problem)
         try:

@@ -34,8 +34,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from providers import base
+from providers import marks
 from providers.base import CreateRequest, Deadline, Instance, State, TargetStatus
+from providers.boundary import Boundary
 from providers.local import process, squid
 from providers.local.check import check_local
 from providers.local.config import LocalConfig, egress_addresses, safe_path
@@ -61,17 +62,14 @@ class LocalProvider:
         # squid processes this worker started: polled so none stays a zombie
         # while the worker lives (after it exits, init inherits them).
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.boundary = Boundary(provider=name, classify=classify)
 
     # -- plumbing ----------------------------------------------------------------------
 
     def _call(self, op: str, pid: str, deadline: Deadline, fn: Callable[[], T]) -> T:
-        """Run fn and translate whatever it raises, at this one boundary."""
+        """Run fn at the boundary; reap exited squids whatever came of it."""
         try:
-            if deadline.expired:
-                raise DeadlineError("deadline passed before the call")
-            return fn()
-        except Exception as exc:
-            raise base.wrap(classify(exc, op), op, self.name, pid, exc) from exc
+            return self.boundary.call(op=op, pid=pid, deadline=deadline, fn=lambda _: fn())
         finally:
             self._reap()
 
@@ -114,7 +112,7 @@ class LocalProvider:
 
     def _create(self, request: CreateRequest, deadline: Deadline) -> str:
         name = check_name(request.name)
-        problem = base.installation_problem(request.installation)
+        problem = marks.problem(request)
         if problem:
             raise BadRequest(problem)
         lo, hi = self.cfg.ports

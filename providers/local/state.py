@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import base, names
+from providers import base, marks, names
 from providers.base import Deadline
 from providers.local.errors import BadRequest, Busy, CorruptRecord, DeadlineError, RecordMissing
 
@@ -133,20 +133,9 @@ def new_record(request: base.CreateRequest, bind: str, service: str, egress: str
         createdAt=datetime.now(UTC).isoformat(timespec="seconds"),
         namespace=request.namespace,
         proxyName=request.proxy_name,
-        labels=marks(request),
+        labels=marks.of(request),  # the GC marks
         egressAddress=egress,
     )
-
-
-def marks(request: base.CreateRequest) -> dict[str, str]:
-    """The GC marks in the record's `labels`: managed, the UID, and the
-    installation and the Proxy's namespace when the request names them."""
-    labels = {base.LABEL_MANAGED: base.LABEL_MANAGED_YES, base.LABEL_UID: request.uid}
-    if request.installation:
-        labels[base.LABEL_INSTALLATION] = request.installation
-    if base.namespace_mark(request):
-        labels[base.LABEL_NAMESPACE] = base.namespace_mark(request)
-    return labels
 
 
 class Store:
