@@ -266,7 +266,7 @@ def test_worker_metrics_flag_is_validated(value, ok):
     if ok:
         assert Settings.from_env({"FLEET_WORKER_METRICS_BIND_ADDRESS": value}).worker_metrics_bind_address == value
     else:
-        with pytest.raises(SettingsError, match=r"^--worker-metrics-bind-address must be"):
+        with pytest.raises(SettingsError, match=r"^FLEET_WORKER_METRICS_BIND_ADDRESS must be"):  # named as it came
             Settings.from_env({"FLEET_WORKER_METRICS_BIND_ADDRESS": value})
 
 
