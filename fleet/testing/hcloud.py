@@ -20,17 +20,17 @@ stays `deleting` until `finish_deletes()`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fleet.testing.http import LoopbackServer
+from fleet.testing.http import LoopbackServer, Quiet
 
 TOKEN = "fake-hcloud-token"
 CREATED = "2026-11-29T05:06:45+00:00"
@@ -250,7 +250,7 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
             "description": r.get("description")}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(Quiet):
     fake: FakeHcloud
     protocol_version = "HTTP/1.1"
 
@@ -271,19 +271,10 @@ class _Handler(BaseHTTPRequestHandler):
         if m and self.command == "GET" and status == 200 and self.fake.boots_on_get:
             with self.fake.lock:
                 self.fake.boot(int(m[1]))
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.reply(status, data, {"Content-Type": "application/json"})
 
     do_GET = do_POST = do_DELETE = do_PUT = _serve
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 class Server(LoopbackServer):

@@ -56,12 +56,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fleet.testing.crdschema import admit, served_scales, served_schemas
-from fleet.testing.http import LoopbackServer
+from fleet.testing.http import LoopbackServer, Quiet
 from fleet.testing.kubeapi_watch import DEFAULT_TIMEOUT, Dropped, EventLog
 
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
@@ -601,11 +601,8 @@ class Server(LoopbackServer):
         self.api = api
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
             def setup(self) -> None:
                 super().setup()
@@ -625,14 +622,8 @@ class Server(LoopbackServer):
                     self._stream(code, out)
                     return
                 data = json.dumps(out).encode()
-                try:
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.reply(code, data, {"Content-Type": "application/json"})
 
             def _stream(self, code: int, out: Stream) -> None:
                 """One JSON line per chunk; a cut stream ends without the last chunk."""
