@@ -497,6 +497,11 @@ class Settings:
     gateway_session_ttl: float = _option(
         "gateway", "How long a session (the username's -session-ID) keeps its proxy after its last use.",
         "duration", 600.0, 1.0, 86400.0)
+    gateway_session_connections: int = _option(
+        "gateway", "Connections (and tunnels) one session may hold through its proxy at once; they count as one lease "
+        "against --max-leases-per-proxy, so a browser's parallel connections keep the session's exit (a browser opens 6 "
+        "per host, a Scrapy crawl 16).",
+        "int", 16, 1, 1000)
     log_format: str = _option(
         "process", "How log lines are written: text is key=value.",
         default="text", choices=("text", "json"))

@@ -15,6 +15,7 @@ class GatewayConfig:
     max_per_proxy: int = 1
     lease_ttl: float = 60.0
     session_ttl: float = 600.0
+    session_connections: int = 16
     max_attempts: int = 3
     connect_timeout: float = 5.0
     response_timeout: float = 30.0

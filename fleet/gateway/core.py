@@ -354,7 +354,8 @@ class Core:
         call = LeaseCall(lease_id=lease_id, target=target.host, expires=now + c.lease_ttl, max_per_proxy=c.max_per_proxy,
                          sticky=self._sticky(client, opts), sticky_ttl=c.session_ttl, provider=opts.provider,
                          region=opts.region, zone=opts.zone, ttl=c.lease_ttl, namespaces=client.namespaces or (),
-                         skip=tuple(tried.skip), pool=opts.pool)
+                         skip=tuple(tried.skip), pool=opts.pool,
+                         session_connections=c.session_connections if opts.session else 0)
         try:
             got, _, _ = await self.leases.lease(call, now, self.rand())
         except _Unavailable as exc:

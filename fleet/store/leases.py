@@ -77,6 +77,7 @@ from redis.exceptions import NoScriptError
 from fleet.store import keys, scripts
 
 PREFIX, DOCS, EXPIRY, HELD, LOAD = keys.LEASE_PREFIX, keys.LEASE_DOCS, keys.LEASE_EXPIRY, keys.LEASE_HELD, keys.LEASE_LOAD
+SESSION = keys.LEASE_SESSION
 STICKY, COOL_TARGET, COOL_GLOBAL, ERRORS = keys.LEASE_STICKY, keys.LEASE_COOL_TARGET, keys.LEASE_COOL_GLOBAL, keys.LEASE_ERRORS
 RELEASED, EPOCH, REFUSED = keys.LEASE_RELEASED, keys.LEASE_EPOCH, keys.LEASE_REFUSED
 ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
@@ -89,7 +90,7 @@ REFUSED_MAX = 100_000  # refused requests kept per pool at most (the newest)
 
 # The names the scripts know as constants (common.lua), declared as Lua locals in front of them once at load.
 CONSTANTS: dict[str, str | int | float] = {
-    "HELD_PREFIX": HELD, "STICKY_PREFIX": STICKY, "RELEASED_PREFIX": RELEASED, "EPOCH_KEY": EPOCH,
+    "HELD_PREFIX": HELD, "SESSION_PREFIX": SESSION, "STICKY_PREFIX": STICKY, "RELEASED_PREFIX": RELEASED, "EPOCH_KEY": EPOCH,
     "REFUSED_PREFIX": REFUSED, "SWEEP_BATCH": SWEEP_BATCH, "REFUSED_WINDOW": REFUSED_WINDOW, "REFUSED_MAX": REFUSED_MAX,
 }
 
@@ -99,7 +100,7 @@ CONSTANTS: dict[str, str | int | float] = {
 GUARD_ARGV = ("guard_now", "epoch", "seq", "grace", "fresh")  # the epoch guard's (GuardCall), last
 ARGV: dict[str, tuple[str, ...]] = {
     "lease": ("now", "lease_id", "expires", "target", "max_per_proxy", "sticky", "sticky_ms", "provider", "region",
-              "zone", "rand", "scan_limit", "ttl", "namespaces", "skip", "pool", *GUARD_ARGV),
+              "zone", "rand", "scan_limit", "ttl", "namespaces", "skip", "pool", "session_connections", *GUARD_ARGV),
     "renew": ("now", "lease_id", "asked_ttl", "default_ttl", "max_per_proxy", "proxy", "target", "ip", "port",
               "sticky_keep_ms", *GUARD_ARGV),
     "check": GUARD_ARGV,
@@ -168,6 +169,9 @@ class LeaseCall:
     namespaces: tuple[str, ...] = ()  # only proxies in these namespaces (a gateway client's); () any
     skip: tuple[str, ...] = ()  # never these proxies (the gateway's retry after one failed)
     pool: str = ""  # only members of this ProxyPool (the endpoint's `pool`); "" any
+    # > 0: the `sticky` session's leases on its proxy are one holder (its concurrent connections share it), at most
+    # this many at once; 0: each lease is a holder of its own (the lease API's)
+    session_connections: int = 0
 
     def values(self, now: float, rand: float) -> dict[str, Any]:
         """The lease script's own ARGV by name (ARGV['lease'], the guard's aside)."""
@@ -175,7 +179,8 @@ class LeaseCall:
                 "max_per_proxy": self.max_per_proxy, "sticky": self.sticky, "sticky_ms": _ms(self.sticky_ttl),
                 "provider": self.provider, "region": self.region, "zone": self.zone, "rand": repr(rand),
                 "scan_limit": SCAN_LIMIT, "ttl": repr(self.ttl or self.expires - now),
-                "namespaces": ",".join(self.namespaces), "skip": ",".join(self.skip), "pool": self.pool}
+                "namespaces": ",".join(self.namespaces), "skip": ",".join(self.skip), "pool": self.pool,
+                "session_connections": self.session_connections}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -159,7 +159,7 @@ NON_DEFAULT = {
     "gateway_connect_timeout": "2s", "gateway_response_timeout": "31s", "gateway_header_timeout": "8s",
     "gateway_idle_timeout": "37s", "gateway_tunnel_max_duration": "41s", "gateway_max_tunnels": "43",
     "gateway_max_tunnels_per_client": "47", "gateway_max_body": "53", "gateway_body_timeout": "59s",
-    "gateway_ban_statuses": "418", "gateway_ban_pattern": "nope",
+    "gateway_ban_statuses": "418", "gateway_ban_pattern": "nope", "gateway_session_connections": "5",
 }
 
 
@@ -171,7 +171,7 @@ def test_the_gateway_config_gets_every_setting():
         max_per_proxy=7, lease_ttl=23, session_ttl=29, max_attempts=4, connect_timeout=2, response_timeout=31,
         header_timeout=8, idle_timeout=37, tunnel_max_duration=41, max_tunnels=43, max_tunnels_per_client=47,
         ban_statuses=frozenset({418}), max_body=53, body_timeout=59, cooldown_blocked=11, cooldown_errors=5,
-        cooldown_global=13)
+        cooldown_global=13, session_connections=5)
 
 
 def test_the_api_config_and_limits_get_every_setting():

@@ -1,6 +1,6 @@
 -- The lease scripts' shared functions: fleet.store.leases loads this once and puts it in front of
 -- each script (lease, renew, check, release, report, sync), after the constants it declares
--- (HELD_PREFIX, STICKY_PREFIX, RELEASED_PREFIX, EPOCH_KEY, REFUSED_PREFIX, SWEEP_BATCH, REFUSED_WINDOW,
+-- (HELD_PREFIX, SESSION_PREFIX, STICKY_PREFIX, RELEASED_PREFIX, EPOCH_KEY, REFUSED_PREFIX, SWEEP_BATCH, REFUSED_WINDOW,
 -- REFUSED_MAX: `CONSTANTS` there). KEYS[1..7] = docs, expiry, load, endpoints, verdicts, cool:target,
 -- cool:global in every script (report adds KEYS[8], errors). These functions read no ARGV: each script
 -- names its own ARGV at its top, in the order of leases.ARGV.
@@ -15,6 +15,11 @@ local function drop(id, doc)
   redis.call('zrem', KEYS[2], id)
   if doc and type(doc['proxy']) == 'string' then
     redis.call('zrem', HELD_PREFIX .. doc['proxy'], id)
+    -- a session's lease leaves its holder; the holder leaves the load with the session's last lease
+    if type(doc['holder']) == 'string' then
+      redis.call('zrem', doc['holder'], id)
+      if redis.call('zcard', doc['holder']) > 0 then return end
+    end
     local n = tonumber(redis.call('zincrby', KEYS[3], -1, doc['proxy']))
     if n < 0 then redis.call('zadd', KEYS[3], 0, doc['proxy']) end
   end

@@ -18,11 +18,13 @@ local ttl = tonumber(ARGV[13])
 local namespaces = ARGV[14]  -- comma-separated; '' any
 local skip = ARGV[15]  -- proxies never leased (comma-separated keys; the gateway's retries): '' none
 local pool = ARGV[16]  -- a ProxyPool's name: the endpoint's `pool`
-local guard_now = ARGV[17]  -- the guard's five (common.lua: guard)
-local epoch = ARGV[18]
-local seq = ARGV[19]
-local grace = ARGV[20]
-local fresh = ARGV[21]
+-- > 0: the session's leases on its proxy are one holder, at most this many at once; 0: each lease holds alone
+local session_connections = tonumber(ARGV[17])
+local guard_now = ARGV[18]  -- the guard's five (common.lua: guard)
+local epoch = ARGV[19]
+local seq = ARGV[20]
+local grace = ARGV[21]
+local fresh = ARGV[22]
 
 return guarded(true, {now = guard_now, epoch = epoch, seq = seq, grace = grace, fresh = fresh}, function(hdr)
 if tonumber(hdr[4]) > now then return {'grace'} end
@@ -59,14 +61,27 @@ local function check(p)
   return ep, raw
 end
 
+-- The session's holder on p (its leases there, one holder of p's capacity), or nil: no session, or each
+-- lease a holder (session_connections 0).
+local function holder_of(p)
+  if sticky == '' or session_connections <= 0 then return nil end
+  return SESSION_PREFIX .. p .. '|' .. sticky
+end
+
 local function grant(p, ep, raw)
+  local holder = holder_of(p)
   local doc = cjson.encode({proxy = p, uid = ep['uid'], instance = named(ep['instance']) and ep['instance'] or nil,
-                            ip = ep['ip'], port = ep['port'], target = target, sticky = sticky,
+                            ip = ep['ip'], port = ep['port'], target = target, sticky = sticky, holder = holder,
                             expires = tonumber(expires), granted = now, ttl = ttl})
   redis.call('hset', KEYS[1], lease_id, doc)
   redis.call('zadd', KEYS[2], expires, lease_id)
   redis.call('zadd', HELD_PREFIX .. p, expires, lease_id)
-  redis.call('zincrby', KEYS[3], 1, p)
+  local first = true
+  if holder then
+    redis.call('zadd', holder, expires, lease_id)
+    first = redis.call('zcard', holder) == 1
+  end
+  if first then redis.call('zincrby', KEYS[3], 1, p) end
   if sticky ~= '' then redis.call('set', STICKY_PREFIX .. sticky, p, 'PX', sticky_ms) end
   local v = checked
   local egress = ''
@@ -75,11 +90,19 @@ local function grant(p, ep, raw)
 end
 
 local examined = 0
+local full = nil  -- the session's own proxy, at session_connections: when its earliest lease ends
 local function attempt()
   if sticky ~= '' then
     local bound = redis.call('get', STICKY_PREFIX .. sticky)
     if bound then
       local ep, raw = check(bound)
+      local holder = holder_of(bound)
+      if ep and holder and redis.call('zcard', holder) > 0 then
+        -- the session holds its proxy already: another of its connections joins it, never moves it
+        if redis.call('zcard', holder) < session_connections then return grant(bound, ep, raw) end
+        full = tonumber(redis.call('zrange', holder, 0, 0, 'WITHSCORES')[2])
+        return nil
+      end
       if ep and tonumber(redis.call('zscore', KEYS[3], bound) or '0') < max_per_proxy then return grant(bound, ep, raw) end
     end
   end
@@ -112,6 +135,7 @@ end
 
 local got = attempt()
 if got then return got end
+if full then return {'busy', tostring(full)} end
 -- Nothing free. Proxies Running but not yet in the load set (new since the last sync) join
 -- it now, and the scan runs once more.
 local names = redis.call('hkeys', KEYS[4])

@@ -116,6 +116,74 @@ def test_sticky_keys_keep_their_proxy_while_it_has_room(store):
     assert lease(store, sticky="job-1", max_per_proxy=3)[1].proxy not in (moved.proxy,)
 
 
+def load(store, proxy: str) -> float:
+    return store._redis.zscore(keys.LEASE_LOAD, proxy) or 0.0
+
+
+def test_a_sessions_concurrent_leases_share_its_proxy_as_one_holder(store):
+    """A browser's six connections of one session: one proxy, one unit of its capacity; another session takes
+    another proxy; the load falls back with the session's last release, not its first."""
+    for k in ("ns/a", "ns/b", "ns/c"):
+        running(store, k)
+    got = [lease(store, sticky="gw/acme/b1", session_connections=16, rand=0.5) for _ in range(6)]
+    assert {g.proxy for _, g in got} == {got[0][1].proxy}
+    assert load(store, got[0][1].proxy) == 1
+    other = [lease(store, sticky="gw/acme/b2", session_connections=16) for _ in range(6)]
+    assert {g.proxy for _, g in other} == {other[0][1].proxy} != {got[0][1].proxy}
+    for lid, _ in got[:5]:
+        assert store.leases.release(lid, NOW) == ["released"]
+    assert load(store, got[0][1].proxy) == 1
+    assert lease(store, sticky="gw/acme/b1", session_connections=16)[1].proxy == got[0][1].proxy
+    store.leases.release(got[5][0], NOW)
+    assert load(store, got[0][1].proxy) == 1  # the lease just above holds it still
+
+
+def test_a_sessions_last_lease_ending_frees_its_proxy_also_by_expiry(store):
+    running(store, "ns/a")
+    _, g1 = lease(store, sticky="s", session_connections=16, ttl=10)
+    _, g2 = lease(store, sticky="s", session_connections=16, ttl=20)
+    assert g1.proxy == g2.proxy == "ns/a" and load(store, "ns/a") == 1
+    assert isinstance(lease(store, sticky="t", session_connections=16, now=NOW + 11)[1], Busy)  # the first swept, the second holds
+    assert load(store, "ns/a") == 1
+    assert lease(store, sticky="t", session_connections=16, now=NOW + 21)[1].proxy == "ns/a"  # both gone
+    assert load(store, "ns/a") == 1
+
+
+def test_a_session_at_its_connection_limit_waits_and_never_moves(store):
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    held = [lease(store, sticky="s", session_connections=3, ttl=30 + i) for i in range(3)]
+    proxy = held[0][1].proxy
+    busy = lease(store, sticky="s", session_connections=3)[1]
+    assert isinstance(busy, Busy) and busy.free_at == pytest.approx(NOW + 30)
+    assert store._redis.get(keys.LEASE_STICKY + "s").decode() == proxy  # still bound to its proxy
+    store.leases.release(held[0][0], NOW)
+    assert lease(store, sticky="s", session_connections=3)[1].proxy == proxy
+
+
+@pytest.mark.parametrize(("why", "make"), [
+    ("gone", lambda store, p: store._redis.hdel(keys.PX_ENDPOINTS, p)),
+    ("unhealthy", lambda store, p: verdict(store, p, "u", healthy=False)),
+    ("cooling", lambda store, p: report(store, "blocked", proxy=p, target="example.com")),
+])
+def test_a_session_moves_when_its_proxy_is_gone_unhealthy_or_cooling(store, why, make):
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    _, first = lease(store, sticky="s", session_connections=16)
+    make(store, first.proxy)
+    moved = lease(store, sticky="s", session_connections=16)[1]
+    assert isinstance(moved, Granted) and moved.proxy != first.proxy, why
+
+
+def test_without_session_sharing_each_lease_is_a_holder(store):
+    """The lease API's sticky keys (session_connections 0): each lease is a unit of capacity, as before."""
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    a = lease(store, sticky="job")[1]
+    b = lease(store, sticky="job")[1]
+    assert a.proxy != b.proxy and load(store, a.proxy) == load(store, b.proxy) == 1
+
+
 def test_blocked_cools_the_proxy_for_that_target_only(store):
     running(store, "ns/a")
     lid, _ = lease(store, target="shop.example")
