@@ -122,6 +122,24 @@ class UpstreamTimeout:
     label = "upstream_timeout"
 
 
+@dataclass(frozen=True)
+class UnknownProxy:
+    """A ban report named no proxy this client may use (`proxy`; '' its session has none)."""
+
+    proxy: str
+    label = "unknown_proxy"
+
+
+@dataclass(frozen=True)
+class Banned:
+    """A ban report taken: `proxy` cools down for `host` until `until` (None: --cooldown-blocked is 0)."""
+
+    proxy: str
+    host: str
+    until: float | None
+    label = "ban_reported"
+
+
 Refusal = Unauthorized | Forbidden | TunnelLimit | NoProxy | UpstreamFailed | UpstreamTimeout
 
 
@@ -175,7 +193,8 @@ class Tunnel:
     renew_at: float
     last: float
     writers: tuple[asyncio.StreamWriter, asyncio.StreamWriter]
-    ended: str = ""  # why the gateway ended it (idle, max_duration, revoked)
+    session: str = ""  # the username's -session-ID ('' none)
+    ended: str = ""  # why the gateway ended it (idle, max_duration, revoked, banned)
 
     def end(self, why: str) -> None:
         if not self.ended:
@@ -395,6 +414,30 @@ class Core:
         if got and got[0] == "cooldown":
             log.info("cooldown", extra=kv(proxy=got[1], target=got[2], scope=got[3]))
 
+    async def ban(self, client: Client, options: Options, *, host: str, proxy: str) -> Banned | UnknownProxy | NoProxy:
+        """The crawler's word that `host` banned `proxy` (its session's when ''), for a tunnel the gateway cannot
+        see into: that proxy cools down for that host, and the session's next connection takes another proxy."""
+        ns = proxy.partition("/")[0]
+        sticky = self._sticky(client, options)
+        if (proxy and client.namespaces and ns not in client.namespaces) or not (proxy or sticky):
+            return UnknownProxy(proxy)
+        c = self.config
+        try:
+            got = await self.leases.report(ReportCall(outcome="blocked", proxy=proxy, target=host, sticky=sticky),
+                                           self.clock(), c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
+        except _Unavailable:
+            return NoProxy("unavailable")
+        if not got or got[0] not in ("cooldown", "ok"):
+            return UnknownProxy(proxy)
+        banned = got[1]
+        # Its open tunnels to that host through that proxy end (in this process): a client that keeps a tunnel
+        # alive (a browser, Scrapy) would send its next request down it again; it reconnects and is leased anew.
+        for t in list(self.tunnels):
+            if (t.client, t.proxy, t.target) == (client.name, banned, host) and t.session == options.session:
+                t.end("banned")
+        log.info("ban reported", extra=kv(client=client.name, proxy=banned, target=host, session=options.session))
+        return Banned(banned, host, float(got[4]) if got[0] == "cooldown" else None)
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
@@ -403,7 +446,7 @@ class Core:
     # -- relay, release -------------------------------------------------------------------------------------------
 
     async def relay_tunnel(self, client: Client, target: Target, attempt: Attempt, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter, reply: bytes) -> None:
+                           writer: asyncio.StreamWriter, reply: bytes, *, session: str = "") -> None:
         """The tunnel's life: held as a lease (renewed by the sweeper, ended by it when idle, too long or revoked),
         `reply` (the front-end's "tunnel open" to the crawler) written, then bytes relayed both ways until either
         side closes; the lease released at the close."""
@@ -411,7 +454,7 @@ class Core:
         now = loop.time()
         up = attempt.upstream
         tunnel = Tunnel(client.name, up.proxy, target.host, up.ip, up.port, attempt.lease_id, now,
-                        now + self.config.lease_ttl / 2, now, (writer, attempt.channel.writer))
+                        now + self.config.lease_ttl / 2, now, (writer, attempt.channel.writer), session)
         self.tunnels.add(tunnel)
         self.per_client[client.name] = self.per_client.get(client.name, 0) + 1
         self.series.tunnels_open = len(self.tunnels)

@@ -22,9 +22,14 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import json
 import re
 import zlib
 from dataclasses import dataclass, field
+from urllib.parse import parse_qs
+
+from providers import names
+from providers.text import show
 
 KEYWORDS = ("session", "pool", "provider", "region", "zone")
 CLIENT_PATTERN = r"[A-Za-z0-9_.]{1,64}"
@@ -234,6 +239,60 @@ def target_of(head: Head) -> Target:
         raise Refused(400, "bad-target", "credentials in the URI are not forwarded")
     host, port = split_host_port(authority, 80)
     return Target(host, port, path)
+
+
+# Requests to this host are the gateway's own API, never forwarded (a name no DNS answers, as `.invalid` would be, but
+# one a crawler's proxy setting sends to the gateway like any other http:// URI).
+CONTROL_HOST = "fleet.gateway"
+BANS_PATH = "/v1/bans"
+
+
+@dataclass(frozen=True)
+class Ban:
+    """`POST http://fleet.gateway/v1/bans?host=H[&proxy=NAMESPACE/NAME]`: `host` banned `proxy` ('' the session's)."""
+
+    host: str
+    proxy: str
+
+
+def parse_ban(head: Head, target: Target) -> Ban:
+    """The crawler's ban report, in-band for a tunnel the gateway cannot see into; Refused 404/405/400 otherwise."""
+    path, _, query = target.path.partition("?")
+    if path != BANS_PATH:
+        raise Refused(404, "not-found", f"the gateway's API has {BANS_PATH} only")
+    if head.method != "POST":
+        raise Refused(405, "method-not-allowed", f"{BANS_PATH} takes POST")
+    if declares_body(head):
+        raise Refused(400, "bad-request", f"{BANS_PATH} takes its arguments in the query, no body")
+    try:
+        args = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=4)
+    except ValueError as exc:
+        raise Refused(400, "bad-request", f"the query: {exc}") from None
+    if set(args) - {"host", "proxy"} or any(len(v) > 1 for v in args.values()):
+        raise Refused(400, "bad-request", "the query takes host (required) and proxy, each once")
+    host, proxy = args.get("host", [""])[0].lower(), args.get("proxy", [""])[0]
+    if not (names.is_hostname(host) or _is_ip(host)):
+        raise Refused(400, "bad-request", f"host must be the banning site's host name, got {show(host)}")
+    ns, _, name = proxy.partition("/")
+    if proxy and not (names.is_label(ns) and names.is_subdomain(name)):
+        raise Refused(400, "bad-request", f"proxy must be NAMESPACE/NAME (X-Fleet-Proxy), got {show(proxy)}")
+    return Ban(host, proxy)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def ban_answer(proxy: str, host: str, until: float | None, keep_alive: bool) -> bytes:
+    """The 200 of a ban report: which proxy now cools down for which host, until when (null: no cooldown set)."""
+    body = json.dumps({"proxy": proxy, "host": host, "cooldownUntil": until}).encode()
+    lines = ["HTTP/1.1 200 OK", "Content-Type: application/json", f"Content-Length: {len(body)}",
+             "Connection: keep-alive" if keep_alive else "Connection: close"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
 def port_allowed(port: int, allowed: frozenset[int] | None) -> bool:
@@ -477,7 +536,8 @@ def answer(status: int, reason: str, message: str, extra: tuple[tuple[str, str],
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-PHRASES = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required", 408: "Request Timeout",
+PHRASES = {400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+           407: "Proxy Authentication Required", 408: "Request Timeout",
            411: "Length Required", 413: "Content Too Large", 417: "Expectation Failed",
            431: "Request Header Fields Too Large", 501: "Not Implemented", 502: "Bad Gateway",
            503: "Service Unavailable", 504: "Gateway Timeout"}

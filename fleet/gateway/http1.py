@@ -52,6 +52,7 @@ from fleet.gateway.core import (
     Refusal,
     TunnelLimit,
     Unauthorized,
+    UnknownProxy,
     UpstreamFailed,
     UpstreamTimeout,
 )
@@ -113,35 +114,8 @@ class Http1:
 
     async def _one(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """One request; True when the connection stays for another."""
-        c = self.config
-        self.guard.idle[conn] = None
-        self.guard.idle.move_to_end(conn)
-        try:
-            first = await asyncio.wait_for(reader.read(1), c.idle_timeout)
-        except TimeoutError:
-            conn.close(httpguard.IDLE)
-            return False
-        finally:
-            self.guard.idle.pop(conn, None)
-        if not first:
-            return False
-        try:
-            rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), c.header_timeout)
-        except TimeoutError:
-            await _refuse(conn, reader, writer, httpguard.HEADER_TIMEOUT, 408,
-                          f"the request's headers took longer than {c.header_timeout:g} s")
-            return False
-        except asyncio.LimitOverrunError:
-            await _refuse(conn, reader, writer, httpguard.HEADER_TOO_LARGE, 431,
-                          f"the request line and headers are over {c.max_header_bytes} bytes")
-            return False
-        except asyncio.IncompleteReadError:
-            return False
-        try:
-            head = decide.parse_head(first + rest, c.max_headers)
-        except Refused as exc:
-            await _refuse(conn, reader, writer, httpguard.TOO_MANY_HEADERS if exc.status == 431 else httpguard.BAD_REQUEST,
-                          exc.status, exc.message)
+        head = await self._head(conn, reader, writer)
+        if head is None:
             return False
         kind = "connect" if head.method == "CONNECT" else "http"
         with self._tracer.start_as_current_span(f"gateway {kind}", kind=trace.SpanKind.SERVER) as span:
@@ -152,9 +126,13 @@ class Http1:
                 span.set_attribute("fleet.gateway.client", client.name)
                 span.set_attribute("server.address", target.host)
                 span.set_attribute("server.port", target.port)
-                if kind == "connect":
+                if kind == "connect" and target.host == decide.CONTROL_HOST:
+                    outcome, again = await self._control_tunnel(client, opts, conn, reader, writer), False
+                elif kind == "connect":
                     outcome = await self._connect(client, opts, target, reader, writer)
                     again = False
+                elif target.host == decide.CONTROL_HOST:
+                    outcome, again = await self._control(client, opts, head, target, writer)
                 else:
                     outcome, again = await self._plain(client, opts, target, head, reader, writer)
             except Refused as exc:
@@ -178,6 +156,40 @@ class Http1:
             self.series.request(client_name, kind, outcome)
         return again
 
+    async def _head(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Head | None:
+        """The next request's head: its first byte within the idle timeout, the rest within the header timeout and
+        `max_header_bytes`; None when the connection ended (a refusal already answered)."""
+        c = self.config
+        self.guard.idle[conn] = None
+        self.guard.idle.move_to_end(conn)
+        try:
+            first = await asyncio.wait_for(reader.read(1), c.idle_timeout)
+        except TimeoutError:
+            conn.close(httpguard.IDLE)
+            return None
+        finally:
+            self.guard.idle.pop(conn, None)
+        if not first:
+            return None
+        try:
+            rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), c.header_timeout)
+        except TimeoutError:
+            await _refuse(conn, reader, writer, httpguard.HEADER_TIMEOUT, 408,
+                          f"the request's headers took longer than {c.header_timeout:g} s")
+            return None
+        except asyncio.LimitOverrunError:
+            await _refuse(conn, reader, writer, httpguard.HEADER_TOO_LARGE, 431,
+                          f"the request line and headers are over {c.max_header_bytes} bytes")
+            return None
+        except asyncio.IncompleteReadError:
+            return None
+        try:
+            return decide.parse_head(first + rest, c.max_headers)
+        except Refused as exc:
+            await _refuse(conn, reader, writer, httpguard.TOO_MANY_HEADERS if exc.status == 431 else httpguard.BAD_REQUEST,
+                          exc.status, exc.message)
+            return None
+
     def _admit(self, head: Head) -> tuple[Client, Options, Target]:
         """Who asks, with which options, for where: Refused 400/403/407."""
         auth = head.get("proxy-authorization")
@@ -193,6 +205,8 @@ class Http1:
         if isinstance(admitted, Unauthorized):
             raise refusal(admitted)
         target = decide.target_of(head)
+        if target.host == decide.CONTROL_HOST:  # the gateway's own API: no port of the client's to check
+            return admitted.client, admitted.options, target
         forbidden = self.core.permit(admitted.client, target.port)
         if forbidden is not None:
             raise refusal(forbidden)
@@ -203,8 +217,46 @@ class Http1:
         got = await self.core.open_tunnel(client, opts, target)
         if not isinstance(got, Attempt):
             raise refusal(got)
-        await self.core.relay_tunnel(client, target, got, reader, writer, decide.established(got.upstream.proxy))
+        await self.core.relay_tunnel(client, target, got, reader, writer, decide.established(got.upstream.proxy),
+                                     session=opts.session)
         return "ok"
+
+    async def _control(self, client: Client, opts: Options, head: Head, target: Target,
+                       writer: asyncio.StreamWriter) -> tuple[str, bool]:
+        """A request to the gateway itself (`decide.CONTROL_HOST`): a ban report, answered here, never forwarded."""
+        ban = decide.parse_ban(head, target)
+        got = await self.core.ban(client, opts, host=ban.host, proxy=ban.proxy)
+        if isinstance(got, UnknownProxy):
+            raise Refused(404, "unknown-proxy", f"no proxy {got.proxy} this client may use" if got.proxy else
+                          "name the proxy (proxy=, the X-Fleet-Proxy of the tunnel's answer) or use a session",
+                          label=got.label)
+        if isinstance(got, NoProxy):
+            raise refusal(got)
+        again = head.keep_alive()
+        writer.write(decide.ban_answer(got.proxy, got.host, got.until, keep_alive=again))
+        await writer.drain()
+        return got.label, again
+
+    async def _control_tunnel(self, client: Client, opts: Options, conn: Conn, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> str:
+        """`CONNECT fleet.gateway:PORT`, as clients that tunnel every proxied request send it (Node's agents,
+        Playwright's request API): the gateway answers it itself and serves its API inside, on the CONNECT's
+        credentials, until the client closes or a request is refused."""
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        outcome = "ok"
+        while (head := await self._head(conn, reader, writer)) is not None:
+            try:
+                target = decide.target_of(head) if head.target[:7].lower() == "http://" else \
+                    Target(decide.CONTROL_HOST, 80, head.target)
+                outcome, again = await self._control(client, opts, head, target, writer)
+            except Refused as exc:
+                writer.write(decide.answer(exc.status, exc.reason, exc.message))
+                await writer.drain()
+                return exc.label or "bad_request"
+            if not again:
+                break
+        return outcome
 
     async def _plain(self, client: Client, opts: Options, target: Target, head: Head, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> tuple[str, bool]:

@@ -4,7 +4,8 @@
   plain request); outcome `ok`, `banned` (the crawler got the origin's ban answer after the retries),
   `upstream_failed`, `upstream_timeout`, `no_proxy`, `busy`, `unauthorized`, `forbidden`, `limited`,
   `bad_request`, `unavailable`, `broken` (a plain response that broke off mid-body: cut, stalled past the idle
-  timeout, or malformed; the crawler's connection closed). `client` is `-` before a client is known.
+  timeout, or malformed; the crawler's connection closed), `ban_reported` and `unknown_proxy` (a ban report to
+  http://fleet.gateway/v1/bans taken, or naming no proxy of the client's). `client` is `-` before a client is known.
 - `proxy_operator_gateway_upstream_retries_total{reason}`: refused, timeout, connect_error, banned, broken.
 - `proxy_operator_gateway_bytes_total{direction}`: `up` (crawler → proxy) and `down`.
 - `proxy_operator_gateway_tunnels_open`: tunnels now.
@@ -25,7 +26,7 @@ from fleet.serving import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
 from fleet.serving import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
 
 OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "busy", "unauthorized", "forbidden",
-            "limited", "bad_request", "unavailable", "broken")
+            "limited", "bad_request", "unavailable", "broken", "ban_reported", "unknown_proxy")
 RETRY_REASONS = ("refused", "timeout", "connect_error", "banned", "broken")
 BUCKETS = (0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 3600.0, float("inf"))
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import random
 import time
-from asyncio import StreamReader, StreamWriter
+from asyncio import CancelledError, StreamReader, StreamWriter
 from collections.abc import Callable
 
 from fleet import httpguard
@@ -62,6 +62,8 @@ class Gateway:
             await self.http1.serve(conn, reader, writer)
         except (ConnectionError, EOFError, OSError):  # IncompleteReadError is an EOFError
             pass
+        except CancelledError:  # the process is stopping: ended here, as Python 3.11's start_server callback
+            pass                # would log a cancelled handler with a traceback
         except Exception:  # a bug must not end the server; the connection goes
             log.exception("the gateway failed on a connection")
         finally:

@@ -1,7 +1,8 @@
-"""A Scrapy downloader middleware that leases proxies from the lease API (`fleet api`, docs/leases.md):
-one lease per domain, bans reported and retried on another proxy, every lease released when the spider
-closes. For the gateway instead (no code: `HttpProxyMiddleware` pointed at `fleet gateway`), see
-docs/gateway.md. Settings and behaviour: docs/scrapy.md.
+"""Scrapy downloader middlewares. `FleetProxyMiddleware` leases proxies from the lease API (`fleet api`,
+docs/leases.md): one lease per domain, bans reported and retried on another proxy, every lease released when
+the spider closes. `FleetGatewayMiddleware` is for the gateway (`HttpProxyMiddleware` pointed at `fleet
+gateway`, docs/gateway.md): it reports a ban the gateway cannot see (inside an HTTPS tunnel) in-band and
+sends the request again. Settings and behaviour: docs/scrapy.md.
 
     DOWNLOADER_MIDDLEWARES = {"fleet.integrations.scrapy.FleetProxyMiddleware": 700}
     FLEET_API_URL = "http://fleet-api.fleet-system:8090"
@@ -14,6 +15,7 @@ reactor never waits on them; a request whose domain already holds a fresh lease 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -41,6 +43,7 @@ META_LEASE = "fleet_lease"  # the lease id a request went out on
 META_PROXY = "fleet_proxy"  # the proxy's NAMESPACE/NAME
 META_RETRIES = "fleet_retries"
 META_SKIP = "fleet_skip"  # True: leave this request alone (its own meta["proxy"], or none)
+META_SENT = "fleet_sent"  # when the request went out (monotonic; gateway mode)
 MAX_ANSWER = 1024 * 1024
 STICKY_MAX = 128
 
@@ -314,6 +317,92 @@ class FleetProxyMiddleware:
         meta = {k: v for k, v in request.meta.items() if k not in ("proxy", META_LEASE, META_PROXY, "_auth_proxy")}
         meta[META_RETRIES] = tries
         return request.replace(meta=meta, dont_filter=True)
+
+    def _stats(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
+
+
+class FleetGatewayMiddleware:
+    """Gateway mode: requests go through `fleet gateway` by Scrapy's HttpProxyMiddleware (meta["proxy"] or the
+    http(s)_proxy environment), with a `-session-ID` username. The gateway sees a plain HTTP ban itself; inside an
+    HTTPS tunnel it sees nothing, so on a ban response (BanDetectionPolicy, FLEET_BAN_STATUSES) to an https://
+    request this reports it through the same proxy (POST http://fleet.gateway/v1/bans?host=H): the session's
+    proxy cools down for that host, the session moves, and the gateway ends the session's tunnels to that host
+    through it; then the request is sent again (FLEET_MAX_RETRIES). A ban answered to a request sent before the
+    host's last report came from the exit already reported: it is sent again, not reported twice (which would
+    blame the session's new proxy). A request that failed on a tunnel the gateway ended is sent again too.
+
+        DOWNLOADER_MIDDLEWARES = {"fleet.integrations.scrapy.FleetGatewayMiddleware": 700}
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        s = crawler.settings
+        self.crawler = crawler
+        self.max_retries = s.getint("FLEET_MAX_RETRIES", 5)
+        self.timeout = s.getfloat("FLEET_API_TIMEOUT", 10.0)
+        policy_cls = load_object(s.get("FLEET_BAN_POLICY", "fleet.integrations.scrapy.BanDetectionPolicy"))
+        self.policy: BanDetectionPolicy = policy_cls.from_settings(s) if hasattr(policy_cls, "from_settings") else policy_cls()
+        self._reported: dict[str, float] = {}  # host → when its last ban report was sent (monotonic)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        request.meta[META_SENT] = time.monotonic()
+        return None
+
+    async def process_response(self, request: Request, response: Response,
+                               spider: Spider | None = None) -> Request | Response:
+        url = urllib.parse.urlsplit(request.url)
+        proxy = request.meta.get("proxy")
+        if not proxy or url.scheme != "https" or not url.hostname or not self.policy.response_is_ban(request, response):
+            return response  # no proxy, or plain HTTP (the gateway saw that ban and retried), or no ban
+        self._stats("fleet/bans")
+        host = url.hostname.lower()
+        if self._reported.get(host, -1.0) < request.meta.get(META_SENT, 0.0):
+            self._reported[host] = time.monotonic()
+            auth = request.headers.get("Proxy-Authorization")
+            reported = await maybe_deferred_to_future(threads.deferToThread(
+                self._report, proxy, auth.decode("latin-1") if auth else "", host))
+            log.info("fleet: %s banned (%d) on the gateway's proxy %s", request.url, response.status, reported or "?")
+        return self._again(request) or response
+
+    async def process_exception(self, request: Request, exception: BaseException,
+                                spider: Spider | None = None) -> Request | None:
+        if not request.meta.get("proxy") or not self.policy.exception_is_ban(request, exception):
+            return None
+        return self._again(request)  # e.g. a tunnel the gateway ended after a ban report
+
+    def _again(self, request: Request) -> Request | None:
+        tries = int(request.meta.get(META_RETRIES, 0)) + 1
+        if tries > self.max_retries:
+            self._stats("fleet/retries_exhausted")
+            return None
+        self._stats("fleet/retries")
+        return request.replace(meta={**request.meta, META_RETRIES: tries}, dont_filter=True)
+
+    def _report(self, proxy: str, auth: str, host: str) -> str:
+        """The gateway's answer's proxy ('' when the report was not taken: logged)."""
+        parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        headers = {"Proxy-Authorization": auth} if auth else {}
+        if parts.username is not None and not auth:
+            basic = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            headers["Proxy-Authorization"] = "Basic " + base64.b64encode(basic.encode()).decode()
+        bare = f"http://{parts.hostname}:{parts.port or 80}"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": bare}))
+        req = urllib.request.Request(f"http://fleet.gateway/v1/bans?{urllib.parse.urlencode({'host': host})}",
+                                     data=b"", method="POST", headers=headers)
+        try:
+            with opener.open(req, timeout=self.timeout) as resp:
+                return str(json.loads(resp.read(MAX_ANSWER)).get("proxy", ""))
+        except urllib.error.HTTPError as exc:
+            log.warning("fleet: the gateway refused the ban report for %s: %d %s", host, exc.code,
+                        exc.headers.get("X-Fleet-Reason", ""))
+        except (OSError, ValueError) as exc:
+            log.warning("fleet: the ban report for %s did not reach the gateway: %s", host, exc)
+        return ""
 
     def _stats(self, key: str) -> None:
         if self.crawler.stats is not None:

@@ -105,7 +105,7 @@ ARGV: dict[str, tuple[str, ...]] = {
               "sticky_keep_ms", *GUARD_ARGV),
     "check": GUARD_ARGV,
     "release": ("lease_id", "now", "keep_ms"),
-    "report": ("now", "lease_id", "proxy", "target", "outcome", "blocked_s", "errors_max", "global_s"),
+    "report": ("now", "lease_id", "proxy", "target", "outcome", "blocked_s", "errors_max", "global_s", "sticky"),
     "sync": ("now",),
 }
 
@@ -286,13 +286,15 @@ def plain(got: Sequence[Any]) -> list[str]:
 class ReportCall:
     outcome: str  # ok | blocked | error
     lease_id: str = ""
-    proxy: str = ""
+    proxy: str = ""  # by proxy: '' with `sticky`, the session's proxy
     target: str = ""
+    sticky: str = ""  # a session's key: its proxy when none is named; a 'blocked' unbinds it from that proxy
 
     def values(self, now: float, blocked: float, errors: int, global_: float) -> dict[str, Any]:
         """The report script's ARGV by name (ARGV['report'])."""
         return {"now": repr(now), "lease_id": self.lease_id, "proxy": self.proxy, "target": self.target,
-                "outcome": self.outcome, "blocked_s": repr(blocked), "errors_max": errors, "global_s": repr(global_)}
+                "outcome": self.outcome, "blocked_s": repr(blocked), "errors_max": errors, "global_s": repr(global_),
+                "sticky": self.sticky}
 
 
 @dataclass(frozen=True)

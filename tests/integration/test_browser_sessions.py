@@ -6,25 +6,24 @@ certificate the browser is told to accept) and plain HTTP.
 Three sessions (`acme-session-b1`, b2, b3), each a browser context with its own proxy credentials, open four
 HTTPS pages and one plain page in parallel tabs, each page with images the browser fetches over several
 connections at once. Each session's requests all leave from one exit (its connections share its proxy, as one
-lease), and the sessions spread over the exits. Before sessions shared their proxy, each of a browser's
+lease), and the sessions spread over the exits. A ban report from the page's context (Playwright's request API,
+through the context's proxy) names that session's proxy, which then cools down for the host. Before sessions shared their proxy, each of a browser's
 parallel connections was a lease of its own: with one lease per proxy, a session's pages left from two exits."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import itertools
 import shutil
-import ssl
 import threading
 import time
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
+from fleet.store import keys
 from fleet.testing.http import LoopbackServer, Quiet
+from fleet.testing.tls import https_server
 from tests.integration.test_gateway import TOKEN, Lab
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
@@ -66,38 +65,10 @@ class _TlsOrigin(_Origin):
     scheme = "https"
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp / "origin.crt", tmp / "origin.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 @pytest.fixture
 def origins(tmp_path):
     _Origin.seen = []
-    cert, key = _self_signed(tmp_path)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert, key)
-    tls.set_alpn_protocols(["http/1.1"])
-    plain, secure = LoopbackServer(_Origin, "origin-http"), LoopbackServer(_TlsOrigin, "origin-https")
-    secure.httpd.socket = tls.wrap_socket(secure.httpd.socket, server_side=True)
-    secure.url = secure.url.replace("http://", "https://")
-    with plain, secure:
+    with LoopbackServer(_Origin, "origin-http") as plain, https_server(_TlsOrigin, tmp_path) as secure:
         yield plain.url, secure.url
 
 
@@ -112,7 +83,7 @@ def lab(tmp_path, redis_server, make_provider, port_window):  # noqa: F811
         gw.stop()
 
 
-async def _browse(gateway_port: int, http_url: str, https_url: str) -> None:
+async def _browse(gateway_port: int, http_url: str, https_url: str, reported: dict[str, str]) -> None:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
@@ -129,6 +100,10 @@ async def _browse(gateway_port: int, http_url: str, https_url: str) -> None:
                 answers = await asyncio.gather(*(p.goto(u, wait_until="load", timeout=60_000)
                                                  for p, u in zip(pages, urls, strict=True)))
                 assert [a.status for a in answers] == [200] * len(urls), urls
+                # a ban seen by the page, reported as docs/gateway.md shows: the context's own proxy and session
+                report = await context.request.post("http://fleet.gateway/v1/bans?host=127.0.0.1")
+                assert report.status == 200, await report.text()
+                reported[name] = (await report.json())["proxy"]
                 await context.close()
 
             await asyncio.gather(*(session(s) for s in SESSIONS))
@@ -143,7 +118,8 @@ def test_a_browsers_parallel_connections_keep_each_session_on_one_exit(lab, orig
         lab.squid(key)
     gw = lab.gateway()  # default settings: one lease per proxy
     http_url, https_url = origins
-    asyncio.run(_browse(gw.port, http_url, https_url))
+    reported: dict[str, str] = {}
+    asyncio.run(_browse(gw.port, http_url, https_url, reported))
 
     exits: dict[str, set[str]] = {}
     for scheme in ("https", "http"):
@@ -156,3 +132,8 @@ def test_a_browsers_parallel_connections_keep_each_session_on_one_exit(lab, orig
     assert all(len(e) == 1 for e in exits.values()), exits  # each session from one exit, HTTPS and plain alike
     assert len(set().union(*exits.values())) == len(SESSIONS), exits  # the sessions spread over the exits
     assert lab.loads() and max(lab.loads().values()) <= 1  # every lease released, never two holders per proxy
+    # each session's ban report named its own exit's proxy, which now cools for that host
+    egress = {key: lab.provider.store.read(pid.split("/", 1)[1]).egressAddress for key, (pid, _) in lab.squids.items()}
+    assert {s: egress[p] for s, p in reported.items()} == {s: next(iter(e)) for s, e in exits.items()}
+    cooling = {k.decode() for k in lab.r.zrange(keys.LEASE_COOL_TARGET, 0, -1)}
+    assert cooling == {f"{p}|127.0.0.1" for p in reported.values()}

@@ -1062,3 +1062,56 @@ def test_a_chunked_response_past_the_ban_window_is_relayed_whole_or_ends_in_a_cl
     assert (status, body) == (200, b"ok\n")
     m = gw.metrics()
     assert 'proxy_operator_gateway_requests_total{client="acme",kind="http",outcome="broken"} 4.0' in m, m
+
+
+def test_a_ban_reported_in_band_moves_the_session_and_cools_that_proxy_for_that_host_only(lab, origin):
+    """Inside a tunnel the gateway sees no status: the crawler says "banned" with the proxy URL it already has
+    (requests, POST http://fleet.gateway/v1/bans through the gateway). The session's proxy cools down for that host
+    and the session moves and stays; without a session the crawler names the proxy the CONNECT answer named."""
+    import requests
+
+    for key in ("crawl/a", "crawl/b", "crawl/c"):
+        lab.squid(key)
+    gw = lab.gateway()
+    target = f"127.0.0.1:{origin.port}"
+
+    def exit_of(user: str, where: str = target) -> str:
+        sock, status, headers = connect(gw, where, user=user)
+        assert status == 200
+        assert get_in_tunnel(sock, where)[0] == 200
+        sock.close()
+        return headers["x-fleet-proxy"]
+
+    def report(user: str, token: str = TOKEN, **params: str) -> requests.Response:
+        return requests.post("http://fleet.gateway/v1/bans", params=params, timeout=10,
+                             proxies={"http": f"http://{user}:{token}@127.0.0.1:{gw.port}"})
+
+    first = exit_of("acme-session-s1")
+    r = report("acme-session-s1", host="127.0.0.1")
+    assert r.status_code == 200, r.text
+    assert r.json()["proxy"] == first and r.json()["host"] == "127.0.0.1"
+    assert r.json()["cooldownUntil"] == pytest.approx(time.time() + 600, abs=30)  # --cooldown-blocked
+    moved = exit_of("acme-session-s1", f"localhost:{origin.port}")  # for every host, not only the banning one
+    after = {exit_of("acme-session-s1") for _ in range(3)}
+    assert moved != first and after == {moved}  # moved, and stays
+    assert {exit_of(f"acme-session-n{i}") for i in range(6)} <= {"crawl/a", "crawl/b", "crawl/c"} - {first}
+    cooling = {k.decode() for k in lab.r.zrange(keys.LEASE_COOL_TARGET, 0, -1)}
+    assert cooling == {f"{first}|127.0.0.1"}  # that host only
+
+    other = exit_of("acme", f"localhost:{origin.port}")  # no session: the proxy by name
+    r = report("acme", host="localhost", proxy=other)
+    assert r.status_code == 200 and r.json()["proxy"] == other
+    assert f"{other}|localhost" in {k.decode() for k in lab.r.zrange(keys.LEASE_COOL_TARGET, 0, -1)}
+
+    # refused, each with a reason: no proxy and no session, a proxy outside the client's namespaces, a bad host,
+    # a GET, another path, bad credentials
+    assert (report("acme", host="127.0.0.1").status_code, report("narrow", OTHER_TOKEN, host="x.example",
+                                                                   proxy=first).status_code) == (404, 404)
+    assert report("acme", host="not a host").status_code == 400
+    assert requests.get("http://fleet.gateway/v1/bans?host=a.example", timeout=10,
+                        proxies={"http": f"http://acme:{TOKEN}@127.0.0.1:{gw.port}"}).status_code == 405
+    assert requests.post("http://fleet.gateway/v1/other", timeout=10,
+                         proxies={"http": f"http://acme:{TOKEN}@127.0.0.1:{gw.port}"}).status_code == 404
+    assert report("acme", "wrong-token-0123456789abcdef", host="a.example").status_code == 407
+    m = gw.metrics()
+    assert 'proxy_operator_gateway_requests_total{client="acme",kind="http",outcome="ban_reported"} 2.0' in m

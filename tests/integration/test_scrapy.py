@@ -21,6 +21,8 @@ import pytest
 from fleet.store import keys
 from fleet.testing.api import TOKEN, ApiProc
 from fleet.testing.http import LoopbackServer, Quiet
+from fleet.testing.tls import https_server
+from tests.integration.test_gateway import TOKEN as GATEWAY_TOKEN
 from tests.integration.test_gateway import Lab
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
@@ -148,3 +150,73 @@ def test_a_scrapy_crawl_fetches_every_page_and_the_banned_proxy_cools_for_that_o
     finally:
         api.stop()
     assert "Traceback" not in api.log(), api.log()[-3000:]
+
+
+GATEWAY_SPIDER = '''
+import scrapy
+
+
+class Pages(scrapy.Spider):
+    name = "pages"
+
+    async def start(self):
+        for url in {urls!r}:
+            yield scrapy.Request(url, meta={{"proxy": {proxy!r}}})
+
+    def parse(self, response):
+        yield {{"url": response.url, "status": response.status}}
+'''
+
+
+def test_a_scrapy_crawl_through_the_gateway_reports_https_bans_in_band_and_its_session_moves(
+        tmp_path: Path, redis_server, make_provider, port_window):  # noqa: F811
+    """Gateway mode (HttpProxyMiddleware pointed at `fleet gateway`, a -session- username) against an HTTPS origin
+    that bans the first exit it sees: inside the tunnel the gateway sees no 429, so FleetGatewayMiddleware reports
+    each one in-band and sends the page again; the session moves off the banned exit, which cools for that host."""
+    if squid_binary() is None:
+        pytest.fail("squid is not installed: run `make test`, which installs it")
+    provider = make_provider(egressRange="127.0.1.0/24")
+    lab = Lab(tmp_path, redis_server, provider, itertools.count(port_window[0]))
+    for key in ("crawl/a", "crawl/b"):
+        lab.squid(key)
+    egress = {key: provider.store.read(pid.split("/", 1)[1]).egressAddress for key, (pid, _) in lab.squids.items()}
+    gw = lab.gateway()
+    _Origin.seen, _Origin.banned, _Origin.served = [], {}, {}
+    try:
+        with https_server(_Origin, tmp_path) as origin:
+            origin.httpd.bans = True  # type: ignore[attr-defined]
+            urls = [f"{origin.url}/page/{i}" for i in range(PAGES)]
+            spider = tmp_path / "spider.py"
+            spider.write_text(GATEWAY_SPIDER.format(
+                urls=urls, proxy=f"http://acme-session-crawl1:{GATEWAY_TOKEN}@127.0.0.1:{gw.port}"))
+            items = tmp_path / "items.jsonl"
+            settings = {
+                "DOWNLOADER_MIDDLEWARES": json.dumps({"fleet.integrations.scrapy.FleetGatewayMiddleware": 700}),
+                "CONCURRENT_REQUESTS": str(CONCURRENCY), "CONCURRENT_REQUESTS_PER_DOMAIN": str(CONCURRENCY),
+                "TELNETCONSOLE_ENABLED": "false", "LOG_LEVEL": "INFO", "RETRY_ENABLED": "false",
+            }
+            argv = [sys.executable, "-m", "scrapy", "runspider", str(spider), "-o", f"{items}:jsonlines"]
+            for k, v in settings.items():
+                argv += ["-s", f"{k}={v}"]
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-4000:]
+        assert "Traceback" not in run.stderr, run.stderr[-4000:]
+
+        got = [json.loads(line) for line in items.read_text().splitlines()]
+        warnings = "\n".join(ln for ln in run.stderr.splitlines() if "WARNING" in ln)
+        assert sorted(i["url"] for i in got) == sorted(urls), warnings[-3000:]
+        assert {i["status"] for i in got} == {200}
+        # The origin banned one exit; after its first 429 only requests already in flight left through it.
+        banned_addr = _Origin.banned["127.0.0.1"]
+        (banned_key,) = [k for k, a in egress.items() if a == banned_addr]
+        seen = [(a.split(">")[1], s) for a, _, s in _Origin.seen]
+        first_ban = next(i for i, (_, s) in enumerate(seen) if s == 429)
+        late = [s for a, s in seen[first_ban + 1:] if a == banned_addr]
+        assert len(late) <= CONCURRENCY - 1 and set(late) <= {429}, seen
+        assert "fleet/bans" in run.stderr
+        cool = {m.decode() for m in lab.r.zrange(keys.LEASE_COOL_TARGET, 0, -1)}
+        assert cool == {f"{banned_key}|127.0.0.1"}  # that exit, for that host only
+        assert 'outcome="ban_reported"' in gw.metrics()
+    finally:
+        gw.stop()
+    assert "Traceback" not in gw.log(), gw.log()[-3000:]

@@ -91,9 +91,17 @@ end
 
 local examined = 0
 local full = nil  -- the session's own proxy, at session_connections: when its earliest lease ends
+local left = nil  -- the proxy a ban report moved the session off ('!proxy'): skipped while another is free
 local function attempt()
   if sticky ~= '' then
     local bound = redis.call('get', STICKY_PREFIX .. sticky)
+    if bound and string.sub(bound, 1, 1) == '!' then
+      if left == nil and not skipped[string.sub(bound, 2)] then
+        left = string.sub(bound, 2)
+        skipped[left] = true
+      end
+      bound = nil
+    end
     if bound then
       local ep, raw = check(bound)
       local holder = holder_of(bound)
@@ -149,6 +157,11 @@ for i = 1, #names, 500 do
   added = added + redis.call('zadd', KEYS[3], 'NX', unpack(args))
 end
 if added > 0 then
+  got = attempt()
+  if got then return got end
+end
+if left then  -- nothing else is free: the proxy the session left (not for the host that banned it: cooling)
+  skipped[left] = nil
   got = attempt()
   if got then return got end
 end

@@ -32,8 +32,12 @@ local function store(doc)
   redis.call('hset', KEYS[1], lease_id, cjson.encode(doc))
   redis.call('zadd', KEYS[2], doc['expires'], lease_id)
   redis.call('zadd', HELD_PREFIX .. doc['proxy'], doc['expires'], lease_id)
-  if named(doc['sticky']) then
-    redis.call('set', STICKY_PREFIX .. doc['sticky'], doc['proxy'], 'PX', math.floor(doc['ttl'] * 1000) + sticky_keep_ms)
+  if named(doc['sticky']) then  -- kept alive, unless the session moved since (to another proxy, or off this one)
+    local key = STICKY_PREFIX .. doc['sticky']
+    local bound = redis.call('get', key)
+    if not bound or bound == doc['proxy'] then
+      redis.call('set', key, doc['proxy'], 'PX', math.floor(doc['ttl'] * 1000) + sticky_keep_ms)
+    end
   end
 end
 local doc = decode(redis.call('hget', KEYS[1], lease_id))

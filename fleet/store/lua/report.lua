@@ -12,6 +12,7 @@ local outcome = ARGV[5]  -- ok | blocked | error
 local blocked_s = tonumber(ARGV[6])  -- the target-scoped cooldown of a 'blocked'
 local errors_max = tonumber(ARGV[7])  -- errors in a row that start a global cooldown
 local global_s = tonumber(ARGV[8])  -- the global cooldown
+local sticky = ARGV[9]  -- a session's key ('' none): its proxy when none is named; a 'blocked' unbinds it from it
 
 local p = proxy
 if lease_id ~= '' then
@@ -21,8 +22,9 @@ if lease_id ~= '' then
   if why then return {'revoked', why} end
   p = doc['proxy']
   if target == '' then target = doc['target'] end
-elseif redis.call('hexists', KEYS[4], p) == 0 then
-  return {'unknown-proxy'}
+else
+  if p == '' and sticky ~= '' then p = redis.call('get', STICKY_PREFIX .. sticky) or '' end
+  if p == '' or redis.call('hexists', KEYS[4], p) == 0 then return {'unknown-proxy'} end
 end
 if type(target) ~= 'string' or target == '' then return {'no-target'} end
 redis.call('zremrangebyscore', KEYS[6], '-inf', now)
@@ -32,6 +34,11 @@ if outcome == 'ok' then
   return {'ok', p, target}
 end
 if outcome == 'blocked' then
+  -- the session's next connection takes another proxy ('!' marks the one it left; its open ones keep theirs)
+  local key = STICKY_PREFIX .. sticky
+  if sticky ~= '' and redis.call('get', key) == p then
+    redis.call('set', key, '!' .. p, 'PX', math.max(1, redis.call('pttl', key)))
+  end
   local d = blocked_s
   if d <= 0 then return {'ok', p, target} end
   local till = now + d

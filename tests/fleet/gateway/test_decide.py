@@ -439,3 +439,51 @@ def test_the_clients_file_is_re_read_and_a_broken_version_keeps_the_last_good(tm
     assert f.check("bob", TOK + "b") is not None  # the last good one
     with pytest.raises(ClientsError, match="cannot read"):
         ClientsFile(str(tmp_path / "missing.yaml"))
+
+
+# -- ban reports: POST http://fleet.gateway/v1/bans?host=H[&proxy=NS/NAME] --------------------------------------
+
+
+def _ban(line: str, *headers: str) -> decide.Ban:
+    head = decide.parse_head(("\r\n".join([line, "Host: fleet.gateway", *headers]) + "\r\n\r\n").encode())
+    return decide.parse_ban(head, decide.target_of(head))
+
+
+@pytest.mark.parametrize(("query", "want"), [
+    ("host=shop.example", decide.Ban("shop.example", "")),
+    ("host=Shop.Example&proxy=crawl/p-1", decide.Ban("shop.example", "crawl/p-1")),
+    ("proxy=crawl/p-1&host=10.0.0.1", decide.Ban("10.0.0.1", "crawl/p-1")),
+    ("host=2001:db8::1", decide.Ban("2001:db8::1", "")),
+])
+def test_a_ban_report_names_a_host_and_maybe_a_proxy(query, want):
+    assert _ban(f"POST http://fleet.gateway/v1/bans?{query} HTTP/1.1", "Content-Length: 0") == want
+
+
+@pytest.mark.parametrize(("line", "headers", "status"), [
+    ("POST http://fleet.gateway/v1/bans HTTP/1.1", (), 400),  # no host
+    ("POST http://fleet.gateway/v1/bans?host= HTTP/1.1", (), 400),
+    ("POST http://fleet.gateway/v1/bans?host=a%20b HTTP/1.1", (), 400),
+    ("POST http://fleet.gateway/v1/bans?host=a.example&host=b.example HTTP/1.1", (), 400),  # twice
+    ("POST http://fleet.gateway/v1/bans?host=a.example&why=429 HTTP/1.1", (), 400),  # unknown
+    ("POST http://fleet.gateway/v1/bans?host=a.example&proxy=noslash HTTP/1.1", (), 400),
+    ("POST http://fleet.gateway/v1/bans?host=a.example&proxy=Crawl/p HTTP/1.1", (), 400),
+    ("POST http://fleet.gateway/v1/bans?host=a.example&a=1&b=2&c=3&d=4 HTTP/1.1", (), 400),  # too many fields
+    ("POST http://fleet.gateway/v1/bans?host=a.example HTTP/1.1", ("Content-Length: 5",), 400),  # a body
+    ("POST http://fleet.gateway/v1/bans?host=a.example HTTP/1.1", ("Transfer-Encoding: chunked",), 400),
+    ("GET http://fleet.gateway/v1/bans?host=a.example HTTP/1.1", (), 405),
+    ("POST http://fleet.gateway/v1/ban?host=a.example HTTP/1.1", (), 404),
+    ("POST http://fleet.gateway/ HTTP/1.1", (), 404),
+])
+def test_a_bad_ban_report_is_refused_saying_why(line, headers, status):
+    with pytest.raises(Refused) as exc:
+        _ban(line, *headers)
+    assert exc.value.status == status and exc.value.message
+
+
+def test_the_ban_answer_is_json_naming_the_proxy_host_and_end():
+    raw = decide.ban_answer("crawl/a", "shop.example", 1_800_000_600.0, keep_alive=True)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: keep-alive" in head
+    assert f"Content-Length: {len(body)}".encode() in head
+    import json
+    assert json.loads(body) == {"proxy": "crawl/a", "host": "shop.example", "cooldownUntil": 1_800_000_600.0}

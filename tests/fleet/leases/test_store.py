@@ -11,7 +11,7 @@ import fakeredis
 import pytest
 
 from fleet.store import Store, keys
-from fleet.store.leases import RELEASE_KEEP, RELEASED, Busy, Granted, LeaseCall, NoProxy, ReportCall
+from fleet.store.leases import RELEASE_KEEP, RELEASED, Busy, Granted, LeaseCall, NoProxy, RenewCall, ReportCall
 
 NOW = 1_800_000_000.0
 
@@ -182,6 +182,45 @@ def test_without_session_sharing_each_lease_is_a_holder(store):
     a = lease(store, sticky="job")[1]
     b = lease(store, sticky="job")[1]
     assert a.proxy != b.proxy and load(store, a.proxy) == load(store, b.proxy) == 1
+
+
+def test_a_sessions_ban_report_moves_it_off_its_proxy_for_every_host(store):
+    """The gateway's in-band ban report (by session, no lease): that proxy cools for that host, and the session's
+    next lease, for any host, takes another proxy and stays there; a renewal of a lease it still holds on the old
+    proxy does not bring it back."""
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    lid, first = lease(store, target="shop.example", sticky="gw/acme/s1", session_connections=16)
+    got = report(store, "blocked", target="shop.example", sticky="gw/acme/s1")
+    assert got[:4] == ["cooldown", first.proxy, "shop.example", "target"]
+    store.leases.release(lid, NOW)
+    moved = lease(store, target="news.example", sticky="gw/acme/s1", session_connections=16)[1]
+    assert moved.proxy != first.proxy
+    assert lease(store, target="news.example", sticky="gw/acme/s1", session_connections=16)[1].proxy == moved.proxy
+
+
+def test_a_renewal_on_the_proxy_a_session_left_does_not_rebind_it(store):
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    old, first = lease(store, target="t1.example", sticky="gw/acme/s1", session_connections=16)
+    report(store, "blocked", target="t2.example", sticky="gw/acme/s1")
+    assert store._redis.get(keys.LEASE_STICKY + "gw/acme/s1") == f"!{first.proxy}".encode()
+    store.leases.renew(RenewCall(lease_id=old, ttl=60, default_ttl=60, max_per_proxy=1, sticky_keep=600), NOW + 1)
+    assert store._redis.get(keys.LEASE_STICKY + "gw/acme/s1") == f"!{first.proxy}".encode()
+
+
+def test_a_session_that_left_its_only_proxy_comes_back_to_it_for_other_hosts(store):
+    running(store, "ns/a")
+    lid, _ = lease(store, target="shop.example", sticky="gw/acme/s1", session_connections=16)
+    report(store, "blocked", target="shop.example", sticky="gw/acme/s1")
+    store.leases.release(lid, NOW)
+    assert lease(store, target="news.example", sticky="gw/acme/s1", session_connections=16)[1].proxy == "ns/a"
+    assert isinstance(lease(store, target="shop.example", sticky="gw/acme/s2", session_connections=16)[1], Busy)
+
+
+def test_a_ban_report_by_a_session_without_a_proxy_names_none(store):
+    running(store, "ns/a")
+    assert report(store, "blocked", target="shop.example", sticky="gw/acme/nobody") == ["unknown-proxy"]
 
 
 def test_blocked_cools_the_proxy_for_that_target_only(store):
