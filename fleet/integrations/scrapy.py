@@ -309,18 +309,10 @@ class FleetProxyMiddleware:
             log.warning("fleet: lease %s was not released: %s", lease_id, exc)
 
     def _again(self, request: Request) -> Request | None:
-        tries = int(request.meta.get(META_RETRIES, 0)) + 1
-        if tries > self.max_retries:
-            self._stats("fleet/retries_exhausted")
-            return None
-        self._stats("fleet/retries")
-        meta = {k: v for k, v in request.meta.items() if k not in ("proxy", META_LEASE, META_PROXY, "_auth_proxy")}
-        meta[META_RETRIES] = tries
-        return request.replace(meta=meta, dont_filter=True)
+        return _again(self.crawler, request, self.max_retries, drop=("proxy", META_LEASE, META_PROXY, "_auth_proxy"))
 
     def _stats(self, key: str) -> None:
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key)
+        _count(self.crawler, key)
 
 
 class FleetGatewayMiddleware:
@@ -376,12 +368,7 @@ class FleetGatewayMiddleware:
         return self._again(request)  # e.g. a tunnel the gateway ended after a ban report
 
     def _again(self, request: Request) -> Request | None:
-        tries = int(request.meta.get(META_RETRIES, 0)) + 1
-        if tries > self.max_retries:
-            self._stats("fleet/retries_exhausted")
-            return None
-        self._stats("fleet/retries")
-        return request.replace(meta={**request.meta, META_RETRIES: tries}, dont_filter=True)
+        return _again(self.crawler, request, self.max_retries)  # the same proxy URL: the gateway picks the exit
 
     def _report(self, proxy: str, auth: str, host: str) -> str:
         """The gateway's answer's proxy ('' when the report was not taken: logged)."""
@@ -405,5 +392,22 @@ class FleetGatewayMiddleware:
         return ""
 
     def _stats(self, key: str) -> None:
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key)
+        _count(self.crawler, key)
+
+
+def _count(crawler: Crawler, key: str) -> None:
+    """One more in the crawl's stats (printed at its end: fleet/bans, fleet/retries, ...)."""
+    if crawler.stats is not None:
+        crawler.stats.inc_value(key)
+
+
+def _again(crawler: Crawler, request: Request, max_retries: int, drop: tuple[str, ...] = ()) -> Request | None:
+    """The request sent again (its meta but `drop`), or None past `max_retries` (FLEET_MAX_RETRIES)."""
+    tries = int(request.meta.get(META_RETRIES, 0)) + 1
+    if tries > max_retries:
+        _count(crawler, "fleet/retries_exhausted")
+        return None
+    _count(crawler, "fleet/retries")
+    meta = {k: v for k, v in request.meta.items() if k not in drop}
+    meta[META_RETRIES] = tries
+    return request.replace(meta=meta, dont_filter=True)

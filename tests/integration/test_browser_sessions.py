@@ -6,9 +6,10 @@ certificate the browser is told to accept) and plain HTTP.
 Three sessions (`acme-session-b1`, b2, b3), each a browser context with its own proxy credentials, open four
 HTTPS pages and one plain page in parallel tabs, each page with images the browser fetches over several
 connections at once. Each session's requests all leave from one exit (its connections share its proxy, as one
-lease), and the sessions spread over the exits. A ban report from the page's context (Playwright's request API,
-through the context's proxy) names that session's proxy, which then cools down for the host. Before sessions shared their proxy, each of a browser's
-parallel connections was a lease of its own: with one lease per proxy, a session's pages left from two exits."""
+lease), and the sessions spread over the exits. A ban report from the page's context (Playwright's request
+API, through the context's proxy) names that session's proxy, which then cools down for the host. Before
+sessions shared their proxy, each of a browser's parallel connections was a lease of its own: with one lease
+per proxy, a session's pages left from two exits (or, with every proxy taken, failed)."""
 
 from __future__ import annotations
 

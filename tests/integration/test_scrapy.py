@@ -67,6 +67,22 @@ class _Origin(Quiet):
         self.reply(status, b"banned\n" if status == 429 else f"page {self.path} for {addr}\n".encode())
 
 
+def crawl(tmp: Path, spider: str, middleware: str, **settings: str) -> tuple[subprocess.CompletedProcess[str], list]:
+    """`scrapy runspider` in a subprocess with fleet's `middleware`: (the run, the items it wrote)."""
+    path, items = tmp / "spider.py", tmp / "items.jsonl"
+    path.write_text(spider)
+    every = {"DOWNLOADER_MIDDLEWARES": json.dumps({f"fleet.integrations.scrapy.{middleware}": 700}),
+             "CONCURRENT_REQUESTS": str(CONCURRENCY), "CONCURRENT_REQUESTS_PER_DOMAIN": str(CONCURRENCY),
+             "TELNETCONSOLE_ENABLED": "false", "LOG_LEVEL": "INFO", "RETRY_ENABLED": "false", **settings}
+    argv = [sys.executable, "-m", "scrapy", "runspider", str(path), "-o", f"{items}:jsonlines"]
+    for k, v in every.items():
+        argv += ["-s", f"{k}={v}"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "Traceback" not in run.stderr, run.stderr[-4000:]
+    return run, [json.loads(line) for line in items.read_text().splitlines()]
+
+
 @pytest.fixture
 def origins():
     _Origin.seen, _Origin.banned, _Origin.served = [], {}, {}
@@ -93,24 +109,10 @@ def test_a_scrapy_crawl_fetches_every_page_and_the_banned_proxy_cools_for_that_o
     try:
         banning, calm = origins
         urls = [f"{o}/page/{i}" for i in range(PAGES) for o in (banning, calm)]
-        spider = tmp_path / "spider.py"
-        spider.write_text(SPIDER.format(urls=urls))
-        items = tmp_path / "items.jsonl"
-        settings = {
-            "DOWNLOADER_MIDDLEWARES": json.dumps({"fleet.integrations.scrapy.FleetProxyMiddleware": 700}),
-            "FLEET_API_URL": api.url, "FLEET_API_TOKEN": TOKEN, "FLEET_LEASE_TTL": "60", "FLEET_STICKY": "true",
-            "CONCURRENT_REQUESTS": str(CONCURRENCY), "CONCURRENT_REQUESTS_PER_DOMAIN": str(CONCURRENCY),
-            "TELNETCONSOLE_ENABLED": "false", "LOG_LEVEL": "INFO", "RETRY_ENABLED": "false",
-        }
-        argv = [sys.executable, "-m", "scrapy", "runspider", str(spider), "-o", f"{items}:jsonlines"]
-        for k, v in settings.items():
-            argv += ["-s", f"{k}={v}"]
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert run.returncode == 0, run.stderr[-4000:]
-        assert "Traceback" not in run.stderr, run.stderr[-4000:]
+        run, got = crawl(tmp_path, SPIDER.format(urls=urls), "FleetProxyMiddleware", FLEET_API_URL=api.url,
+                         FLEET_API_TOKEN=TOKEN, FLEET_LEASE_TTL="60", FLEET_STICKY="true")
 
         # Every page fetched, each once, with 200.
-        got = [json.loads(line) for line in items.read_text().splitlines()]
         assert sorted(i["url"] for i in got) == sorted(urls), run.stderr[-3000:]
         assert {i["status"] for i in got} == {200}
 
@@ -186,23 +188,9 @@ def test_a_scrapy_crawl_through_the_gateway_reports_https_bans_in_band_and_its_s
         with https_server(_Origin, tmp_path) as origin:
             origin.httpd.bans = True  # type: ignore[attr-defined]
             urls = [f"{origin.url}/page/{i}" for i in range(PAGES)]
-            spider = tmp_path / "spider.py"
-            spider.write_text(GATEWAY_SPIDER.format(
-                urls=urls, proxy=f"http://acme-session-crawl1:{GATEWAY_TOKEN}@127.0.0.1:{gw.port}"))
-            items = tmp_path / "items.jsonl"
-            settings = {
-                "DOWNLOADER_MIDDLEWARES": json.dumps({"fleet.integrations.scrapy.FleetGatewayMiddleware": 700}),
-                "CONCURRENT_REQUESTS": str(CONCURRENCY), "CONCURRENT_REQUESTS_PER_DOMAIN": str(CONCURRENCY),
-                "TELNETCONSOLE_ENABLED": "false", "LOG_LEVEL": "INFO", "RETRY_ENABLED": "false",
-            }
-            argv = [sys.executable, "-m", "scrapy", "runspider", str(spider), "-o", f"{items}:jsonlines"]
-            for k, v in settings.items():
-                argv += ["-s", f"{k}={v}"]
-            run = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert run.returncode == 0, run.stderr[-4000:]
-        assert "Traceback" not in run.stderr, run.stderr[-4000:]
-
-        got = [json.loads(line) for line in items.read_text().splitlines()]
+            run, got = crawl(tmp_path, GATEWAY_SPIDER.format(
+                urls=urls, proxy=f"http://acme-session-crawl1:{GATEWAY_TOKEN}@127.0.0.1:{gw.port}"),
+                "FleetGatewayMiddleware")
         warnings = "\n".join(ln for ln in run.stderr.splitlines() if "WARNING" in ln)
         assert sorted(i["url"] for i in got) == sorted(urls), warnings[-3000:]
         assert {i["status"] for i in got} == {200}
