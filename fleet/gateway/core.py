@@ -374,7 +374,9 @@ class Core:
                          sticky=self._sticky(client, opts), sticky_ttl=c.session_ttl, provider=opts.provider,
                          region=opts.region, zone=opts.zone, ttl=c.lease_ttl, namespaces=client.namespaces or (),
                          skip=tuple(tried.skip), pool=opts.pool,
-                         session_connections=c.session_connections if opts.session else 0)
+                         session_connections=c.session_connections if opts.session else 0,
+                         # a proxy that only timed out (the origin may be slow behind it) keeps its session
+                         keep_sticky=bool(tried.failures) and all(f == decide.TIMEOUT for f in tried.failures))
         try:
             got, _, _ = await self.leases.lease(call, now, self.rand())
         except _Unavailable as exc:

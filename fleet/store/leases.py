@@ -100,7 +100,8 @@ CONSTANTS: dict[str, str | int | float] = {
 GUARD_ARGV = ("guard_now", "epoch", "seq", "grace", "fresh")  # the epoch guard's (GuardCall), last
 ARGV: dict[str, tuple[str, ...]] = {
     "lease": ("now", "lease_id", "expires", "target", "max_per_proxy", "sticky", "sticky_ms", "provider", "region",
-              "zone", "rand", "scan_limit", "ttl", "namespaces", "skip", "pool", "session_connections", *GUARD_ARGV),
+              "zone", "rand", "scan_limit", "ttl", "namespaces", "skip", "pool", "session_connections", "keep_sticky",
+              *GUARD_ARGV),
     "renew": ("now", "lease_id", "asked_ttl", "default_ttl", "max_per_proxy", "proxy", "target", "ip", "port",
               "sticky_keep_ms", *GUARD_ARGV),
     "check": GUARD_ARGV,
@@ -172,6 +173,7 @@ class LeaseCall:
     # > 0: the `sticky` session's leases on its proxy are one holder (its concurrent connections share it), at most
     # this many at once; 0: each lease is a holder of its own (the lease API's)
     session_connections: int = 0
+    keep_sticky: bool = False  # True: a grant elsewhere (a retry) leaves the session bound to its proxy
 
     def values(self, now: float, rand: float) -> dict[str, Any]:
         """The lease script's own ARGV by name (ARGV['lease'], the guard's aside)."""
@@ -180,7 +182,7 @@ class LeaseCall:
                 "provider": self.provider, "region": self.region, "zone": self.zone, "rand": repr(rand),
                 "scan_limit": SCAN_LIMIT, "ttl": repr(self.ttl or self.expires - now),
                 "namespaces": ",".join(self.namespaces), "skip": ",".join(self.skip), "pool": self.pool,
-                "session_connections": self.session_connections}
+                "session_connections": self.session_connections, "keep_sticky": int(self.keep_sticky)}
 
 
 @dataclass(frozen=True, kw_only=True)

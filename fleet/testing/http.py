@@ -25,9 +25,17 @@ class Quiet(BaseHTTPRequestHandler):
         pass
 
 
+class Backlogged(ThreadingHTTPServer):
+    """socketserver's backlog of 5 drops the SYNs of a burst (a browser's or a crawler's parallel connections
+    through several proxies), each then retried a second or more later: a wait no real origin makes."""
+
+    request_queue_size = 1024
+
+
 class LoopbackServer:
-    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str = "fake-http", host: str = "127.0.0.1") -> None:
-        self.httpd = ThreadingHTTPServer((host, 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], name: str = "fake-http", host: str = "127.0.0.1",
+                 server: type[ThreadingHTTPServer] = Backlogged) -> None:
+        self.httpd = server((host, 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name=name, daemon=True)

@@ -8,8 +8,9 @@ import ipaddress
 import ssl
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
-from fleet.testing.http import LoopbackServer
+from fleet.testing.http import Backlogged, LoopbackServer
 
 
 def self_signed(directory: Path, ip: str = "127.0.0.1") -> tuple[Path, Path]:
@@ -35,6 +36,18 @@ def self_signed(directory: Path, ip: str = "127.0.0.1") -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+class _HandshakeInThread(Backlogged):
+    """The TLS handshake in the connection's own thread, not in the accept loop, where one slow or silent client
+    (a browser's preconnect) would hold up every other connection."""
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.do_handshake()
+        except (ssl.SSLError, OSError):
+            return  # a client that went away or spoke no TLS: nothing to serve
+        super().finish_request(request, client_address)
+
+
 def https_server(handler: type[BaseHTTPRequestHandler], directory: Path, name: str = "origin-https",
                  host: str = "127.0.0.1") -> LoopbackServer:
     """A `LoopbackServer` speaking TLS (HTTP/1.1 by ALPN) with a self-signed certificate for `host`."""
@@ -42,7 +55,7 @@ def https_server(handler: type[BaseHTTPRequestHandler], directory: Path, name: s
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     tls.set_alpn_protocols(["http/1.1"])
-    server = LoopbackServer(handler, name, host)
-    server.httpd.socket = tls.wrap_socket(server.httpd.socket, server_side=True)
+    server = LoopbackServer(handler, name, host, server=_HandshakeInThread)
+    server.httpd.socket = tls.wrap_socket(server.httpd.socket, server_side=True, do_handshake_on_connect=False)
     server.url = server.url.replace("http://", "https://", 1)
     return server

@@ -84,14 +84,15 @@ def lab(tmp_path, redis_server, make_provider, port_window):  # noqa: F811
         gw.stop()
 
 
-async def _browse(gateway_port: int, http_url: str, https_url: str, reported: dict[str, str]) -> None:
-    from playwright.async_api import async_playwright
+async def _browse(gateway_port: int, http_url: str, https_url: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    """The three sessions browse at once; then (what the origins saw, each session's reported proxy)."""
+    from playwright.async_api import BrowserContext, async_playwright
 
     async with async_playwright() as pw:
         # <-loopback>: Chromium sends loopback addresses around any proxy unless told not to.
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=["--proxy-bypass-list=<-loopback>"])
         try:
-            async def session(name: str) -> None:
+            async def session(name: str) -> BrowserContext:
                 context = await browser.new_context(
                     ignore_https_errors=True,
                     proxy={"server": f"http://127.0.0.1:{gateway_port}", "username": f"acme-session-{name}",
@@ -101,13 +102,19 @@ async def _browse(gateway_port: int, http_url: str, https_url: str, reported: di
                 answers = await asyncio.gather(*(p.goto(u, wait_until="load", timeout=60_000)
                                                  for p, u in zip(pages, urls, strict=True)))
                 assert [a.status for a in answers] == [200] * len(urls), urls
+                return context
+
+            contexts = await asyncio.gather(*(session(s) for s in SESSIONS))
+            with _Origin.lock:
+                seen = list(_Origin.seen)
+            reported = {}
+            for name, context in zip(SESSIONS, contexts, strict=True):
                 # a ban seen by the page, reported as docs/gateway.md shows: the context's own proxy and session
                 report = await context.request.post("http://fleet.gateway/v1/bans?host=127.0.0.1")
                 assert report.status == 200, await report.text()
                 reported[name] = (await report.json())["proxy"]
                 await context.close()
-
-            await asyncio.gather(*(session(s) for s in SESSIONS))
+            return seen, reported
         finally:
             await browser.close()
 
@@ -119,15 +126,14 @@ def test_a_browsers_parallel_connections_keep_each_session_on_one_exit(lab, orig
         lab.squid(key)
     gw = lab.gateway()  # default settings: one lease per proxy
     http_url, https_url = origins
-    reported: dict[str, str] = {}
-    asyncio.run(_browse(gw.port, http_url, https_url, reported))
+    seen, reported = asyncio.run(_browse(gw.port, http_url, https_url))
 
     exits: dict[str, set[str]] = {}
     for scheme in ("https", "http"):
         for s in SESSIONS:
-            n = sum(1 for sc, sess, _ in _Origin.seen if sc == scheme and sess == s)
+            n = sum(1 for sc, sess, _ in seen if sc == scheme and sess == s)
             assert n == (PAGES if scheme == "https" else 1) * (1 + IMAGES), (scheme, s, n)
-    for _, sess, addr in _Origin.seen:
+    for _, sess, addr in seen:
         exits.setdefault(sess, set()).add(addr)
     assert all(addr.startswith("127.0.1.") for e in exits.values() for addr in e), exits  # through the Squids
     assert all(len(e) == 1 for e in exits.values()), exits  # each session from one exit, HTTPS and plain alike

@@ -20,11 +20,12 @@ local skip = ARGV[15]  -- proxies never leased (comma-separated keys; the gatewa
 local pool = ARGV[16]  -- a ProxyPool's name: the endpoint's `pool`
 -- > 0: the session's leases on its proxy are one holder, at most this many at once; 0: each lease holds alone
 local session_connections = tonumber(ARGV[17])
-local guard_now = ARGV[18]  -- the guard's five (common.lua: guard)
-local epoch = ARGV[19]
-local seq = ARGV[20]
-local grace = ARGV[21]
-local fresh = ARGV[22]
+local keep_sticky = ARGV[18]  -- '1': a grant elsewhere leaves the session bound (the gateway's retry after a timeout)
+local guard_now = ARGV[19]  -- the guard's five (common.lua: guard)
+local epoch = ARGV[20]
+local seq = ARGV[21]
+local grace = ARGV[22]
+local fresh = ARGV[23]
 
 return guarded(true, {now = guard_now, epoch = epoch, seq = seq, grace = grace, fresh = fresh}, function(hdr)
 if tonumber(hdr[4]) > now then return {'grace'} end
@@ -82,7 +83,9 @@ local function grant(p, ep, raw)
     first = redis.call('zcard', holder) == 1
   end
   if first then redis.call('zincrby', KEYS[3], 1, p) end
-  if sticky ~= '' then redis.call('set', STICKY_PREFIX .. sticky, p, 'PX', sticky_ms) end
+  if sticky ~= '' and not (keep_sticky == '1' and redis.call('exists', STICKY_PREFIX .. sticky) == 1) then
+    redis.call('set', STICKY_PREFIX .. sticky, p, 'PX', sticky_ms)
+  end
   local v = checked
   local egress = ''
   if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end

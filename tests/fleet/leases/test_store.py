@@ -184,6 +184,20 @@ def test_without_session_sharing_each_lease_is_a_holder(store):
     assert a.proxy != b.proxy and load(store, a.proxy) == load(store, b.proxy) == 1
 
 
+def test_a_retry_after_a_timeout_keeps_the_session_bound_one_after_a_refusal_moves_it(store):
+    """The gateway's retry elsewhere (its `skip`): after a timeout (the origin behind the proxy may be slow) the
+    session stays bound to its proxy; after a refusal (the proxy is not there) the grant rebinds it."""
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    first = lease(store, sticky="gw/acme/s1", session_connections=16)[1].proxy
+    lid, got = lease(store, sticky="gw/acme/s1", session_connections=16, skip=(first,), keep_sticky=True)
+    other = got.proxy
+    assert other != first and store._redis.get(keys.LEASE_STICKY + "gw/acme/s1") == first.encode()
+    store.leases.release(lid, NOW)
+    moved = lease(store, sticky="gw/acme/s1", session_connections=16, skip=(first,))[1].proxy
+    assert moved == other and store._redis.get(keys.LEASE_STICKY + "gw/acme/s1") == other.encode()
+
+
 def test_a_sessions_ban_report_moves_it_off_its_proxy_for_every_host(store):
     """The gateway's in-band ban report (by session, no lease): that proxy cools for that host, and the session's
     next lease, for any host, takes another proxy and stays there; a renewal of a lease it still holds on the old
