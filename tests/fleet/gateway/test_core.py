@@ -115,6 +115,32 @@ class _Answers:
         return self.answer, None, None
 
 
+@pytest.mark.parametrize(("fail", "keep_sticky"), [
+    ({"crawl/a": decide.TIMEOUT}, [False, True]),
+    ({"crawl/a": decide.REFUSED}, [False, False]),
+    ({"crawl/a": decide.CONNECT_ERROR}, [False, False]),
+    ({"crawl/a": decide.TIMEOUT, "crawl/b": decide.TIMEOUT}, [False, True, True]),
+    ({"crawl/a": decide.TIMEOUT, "crawl/b": decide.REFUSED}, [False, True, False]),
+    ({"crawl/a": decide.REFUSED, "crawl/b": decide.TIMEOUT}, [False, False, False]),  # every failure, not the last
+], ids=["timeout", "refused", "connect-error", "timeout-timeout", "timeout-refused", "refused-timeout"])
+def test_a_sessions_retry_keeps_it_bound_to_its_proxy_only_when_every_dial_before_timed_out(fail, keep_sticky):
+    """The lease call's keep_sticky: the first attempt's never; a retry's only when every failed dial before it
+    timed out (the origin behind the proxy may be the slow one), so a refusal or a CONNECT error moves the session."""
+    leases = FakeLeases(dict(THREE))
+    dialer = FakeDialer(fail=fail)
+    options = decide.parse_username("acme-session-s1")
+
+    async def go():
+        attempts = core_of(leases, dialer).attempts(ACME, options, TARGET, tunnel=True)
+        return await attempts.next()
+
+    got = asyncio.run(go())
+    assert isinstance(got, Attempt) and got.number == len(fail) + 1
+    assert [d[1] for d in dialer.dials] == list(THREE)[:len(fail) + 1]
+    assert [c.sticky for c in leases.leased] == ["gw/acme/s1"] * len(keep_sticky)
+    assert [c.keep_sticky for c in leases.leased] == keep_sticky
+
+
 @pytest.mark.parametrize(("answer", "want"), [
     (NoneLeasable(), NoProxy("none")),
     (Busy(free_at=1002.2), NoProxy("busy", 3)),
