@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import pytest
 
@@ -95,15 +95,28 @@ def origins():
         yield urls
 
 
-def test_a_scrapy_crawl_fetches_every_page_and_the_banned_proxy_cools_for_that_origin_only(
-        tmp_path: Path, redis_server, make_provider, port_window, origins):  # noqa: F811
+class Exits(NamedTuple):
+    lab: Lab
+    egress: dict[str, str]  # proxy key → the address its requests leave from
+
+
+@pytest.fixture
+def exits(tmp_path: Path, redis_server, make_provider, port_window) -> Exits:  # noqa: F811
+    """Two Squids of the local provider, crawl/a and crawl/b, running (their endpoints in Redis), each with its own
+    egress address from `egressRange`."""
     if squid_binary() is None:
         pytest.fail("squid is not installed: run `make test`, which installs it")
     provider = make_provider(egressRange="127.0.1.0/24")
     lab = Lab(tmp_path, redis_server, provider, itertools.count(port_window[0]))
     for key in ("crawl/a", "crawl/b"):
         lab.squid(key)
-    egress = {key: provider.store.read(pid.split("/", 1)[1]).egressAddress for key, (pid, _) in lab.squids.items()}
+    return Exits(lab, {key: provider.store.read(pid.split("/", 1)[1]).egressAddress
+                       for key, (pid, _) in lab.squids.items()})
+
+
+def test_a_scrapy_crawl_fetches_every_page_and_the_banned_proxy_cools_for_that_origin_only(
+        tmp_path: Path, redis_server, exits: Exits, origins):
+    lab, egress = exits
     assert sorted(egress.values()) == ["127.0.1.1", "127.0.1.2"]
     api = ApiProc(tmp_path, redis_server.url, FLEET_MAX_LEASES_PER_PROXY="4").start()
     try:
@@ -171,17 +184,11 @@ class Pages(scrapy.Spider):
 
 
 def test_a_scrapy_crawl_through_the_gateway_reports_https_bans_in_band_and_its_session_moves(
-        tmp_path: Path, redis_server, make_provider, port_window):  # noqa: F811
+        tmp_path: Path, exits: Exits):
     """Gateway mode (HttpProxyMiddleware pointed at `fleet gateway`, a -session- username) against an HTTPS origin
     that bans the first exit it sees: inside the tunnel the gateway sees no 429, so FleetGatewayMiddleware reports
     each one in-band and sends the page again; the session moves off the banned exit, which cools for that host."""
-    if squid_binary() is None:
-        pytest.fail("squid is not installed: run `make test`, which installs it")
-    provider = make_provider(egressRange="127.0.1.0/24")
-    lab = Lab(tmp_path, redis_server, provider, itertools.count(port_window[0]))
-    for key in ("crawl/a", "crawl/b"):
-        lab.squid(key)
-    egress = {key: provider.store.read(pid.split("/", 1)[1]).egressAddress for key, (pid, _) in lab.squids.items()}
+    lab, egress = exits
     gw = lab.gateway()
     _Origin.seen, _Origin.banned, _Origin.served = [], {}, {}
     try:
