@@ -55,7 +55,9 @@ TIMER_SLACK = 0.001  # a timer this close to its deadline has reached it (uvloop
 IDLE, HEADER_TIMEOUT, BODY_TIMEOUT, HEADER_TOO_LARGE, TOO_MANY_HEADERS, PER_CLIENT, TOTAL, EVICTED, BAD_REQUEST = (
     "idle", "header_timeout", "body_timeout", "header_too_large", "too_many_headers", "per_client_limit",
     "connection_limit", "evicted_idle", "bad_request")
-REASONS = (IDLE, HEADER_TIMEOUT, BODY_TIMEOUT, HEADER_TOO_LARGE, TOO_MANY_HEADERS, PER_CLIENT, TOTAL, EVICTED, BAD_REQUEST)
+TLS_HANDSHAKE = "tls_handshake"  # the gateway's intercepted connections: a TLS handshake late, refused or cut
+REASONS = (IDLE, HEADER_TIMEOUT, BODY_TIMEOUT, HEADER_TOO_LARGE, TOO_MANY_HEADERS, PER_CLIENT, TOTAL, EVICTED, BAD_REQUEST,
+           TLS_HANDSHAKE)
 
 
 @dataclass(frozen=True)

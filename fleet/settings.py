@@ -161,6 +161,7 @@ GROUPS: dict[str, str] = {  # README's table and each command's --help list them
     "leases": "leasing proxies (`fleet api`, `fleet gateway`, the pool controller)",
     "api": "the discovery and lease API (`fleet api`)",
     "gateway": "the crawlers' forward proxy (`fleet gateway`)",
+    "interception": "the gateway's TLS interception for the clients that ask (`fleet gateway`, `fleet ca`)",
 }
 KINDS = ("str", "duration", "int", "bool")
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -502,6 +503,14 @@ class Settings:
         "against --max-leases-per-proxy, so a browser's parallel connections keep the session's exit (a browser opens 6 "
         "per host, a Scrapy crawl 16).",
         "int", 16, 1, 1000)
+    gateway_ca_dir: str | None = _path(
+        "interception", "The directory of fleet's CA (ca.crt and ca.key; a Secret mounted with defaultMode 0400): the "
+        "gateway signs its leaf certificates with it for the clients with intercept: true, and refuses a key others "
+        "may read. `fleet ca` makes it when the directory holds neither file and prints the certificate the crawlers "
+        "trust.")
+    gateway_origin_ca_file: str | None = _path(
+        "interception", "CA certificates (PEM) the gateway trusts for origins of intercepted requests, beside the "
+        "system's.")
     log_format: str = _option(
         "process", "How log lines are written: text is key=value.",
         default="text", choices=("text", "json"))

@@ -8,6 +8,7 @@ clients:
     namespaces: [crawl, crawl-eu]  # the Proxy namespaces it may use (default: every one)
     ports: [443, 80]             # target ports (default [80, 443]; "*" any)
     maxTunnels: 200              # its tunnels at once (default --gateway-max-tunnels-per-client)
+    intercept: false             # true: the gateway ends its TLS with fleet's CA (`fleet ca`) and sees inside
 ```
 
 `parse_clients` is pure; `ClientsFile` re-reads the file when its mtime, size or inode changed
@@ -35,7 +36,7 @@ LIMITS = YamlLimits(max_nodes=100_000)  # the one hostile-YAML reader's bounds (
 MIN_TOKEN = 16
 RECHECK = 2.0
 DEFAULT_PORTS = frozenset({80, 443})
-FIELDS = ("token", "namespaces", "ports", "maxTunnels")
+FIELDS = ("token", "namespaces", "ports", "maxTunnels", "intercept")
 
 
 class ClientsError(ValueError):
@@ -49,9 +50,11 @@ class Client:
     namespaces: tuple[str, ...] | None = None  # None: every namespace
     ports: frozenset[int] | None = DEFAULT_PORTS  # None: any port
     max_tunnels: int = 0  # 0: the process's per-client default
+    intercept: bool = False  # its HTTPS is intercepted (fleet.gateway.intercept); never unless it asked
 
     def __repr__(self) -> str:  # never the token
-        return f"Client({self.name!r}, namespaces={self.namespaces}, ports={self.ports}, max_tunnels={self.max_tunnels})"
+        return (f"Client({self.name!r}, namespaces={self.namespaces}, ports={self.ports}, "
+                f"max_tunnels={self.max_tunnels}, intercept={self.intercept})")
 
 
 def parse_clients(text: str | bytes) -> dict[str, Client]:
@@ -94,7 +97,10 @@ def parse_clients(text: str | bytes) -> dict[str, Client]:
         most = spec.get("maxTunnels", 0)
         if isinstance(most, bool) or not isinstance(most, int) or not 0 <= most <= 1_000_000:
             raise ClientsError(f"client {name}: maxTunnels must be a whole number from 0 to 1000000")
-        out[name] = Client(name, token.encode(), spaces, ports, most)
+        intercepts = spec.get("intercept", False)
+        if not isinstance(intercepts, bool):
+            raise ClientsError(f"client {name}: intercept must be true or false")
+        out[name] = Client(name, token.encode(), spaces, ports, most, intercepts)
     return out
 
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from typing import Any, Protocol
 import orjson
 
 from fleet import httpguard
-from fleet.gateway import decide
+from fleet.gateway import decide, intercept
 from fleet.gateway.clients import Client
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Options, Target
@@ -123,6 +124,14 @@ class UpstreamTimeout:
 
 
 @dataclass(frozen=True)
+class UntrustedOrigin:
+    """An intercepted request's origin showed a certificate that does not verify for its name (`detail`: why)."""
+
+    detail: str
+    label = "untrusted_origin"
+
+
+@dataclass(frozen=True)
 class UnknownProxy:
     """A ban report named no proxy this client may use (`proxy`; '' its session has none)."""
 
@@ -140,12 +149,15 @@ class Banned:
     label = "ban_reported"
 
 
-Refusal = Unauthorized | Forbidden | TunnelLimit | NoProxy | UpstreamFailed | UpstreamTimeout
+Refusal = Unauthorized | Forbidden | TunnelLimit | NoProxy | UpstreamFailed | UpstreamTimeout | UntrustedOrigin
 
 
-def gave_up(failures: list[str], lease_answer: str, retry_after: int | None = None) -> Refusal:
-    """What a request comes to when no attempt worked: attempts that failed (all timed out, or not), else what the
-    last lease call said when it granted nothing ('none', 'busy', 'grace', 'unavailable')."""
+def gave_up(failures: list[str], lease_answer: str, retry_after: int | None = None, detail: str = "") -> Refusal:
+    """What a request comes to when no attempt worked: an origin that is not who it says (`detail`: why), attempts
+    that failed (all timed out, or not), else what the last lease call said when it granted nothing ('none', 'busy',
+    'grace', 'unavailable')."""
+    if decide.UNTRUSTED_ORIGIN in failures:
+        return UntrustedOrigin(detail)
     if failures:
         if all(f == decide.TIMEOUT for f in failures):
             return UpstreamTimeout(len(failures))
@@ -239,7 +251,9 @@ class Attempts:
     options: Options
     target: Target
     tunnel: bool  # a tunnel (Dialer.tunnel), else one plain request (Dialer.forward)
+    tls: bool = False  # an intercepted request: a tunnel, then the gateway's own TLS to the origin (verified)
     failures: list[str] = field(default_factory=list)
+    detail: str = ""  # what the last failed dial said beside its reason
     skip: list[str] = field(default_factory=list)
     lease_answer: str = ""  # what the last lease call said when it granted nothing
     retry_after: int | None = None
@@ -253,9 +267,13 @@ class Attempts:
             if got is None:
                 return None
             lease_id, upstream = got
-            dial = core.dialer.tunnel if self.tunnel else core.dialer.forward
+            dial = core.dialer.tunnel if self.tunnel or self.tls else core.dialer.forward
             dialed = await dial(upstream, self.target)
+            if self.tls and not isinstance(dialed, DialError):
+                assert core.origin_tls is not None
+                dialed = await intercept.secure(dialed, self.target.host, core.origin_tls, core.config.connect_timeout)
             if isinstance(dialed, DialError):
+                self.detail = dialed.detail
                 await self._failed(upstream.proxy, lease_id, dialed.why)
                 if self.may_retry(dialed.why, self.tries, True):
                     core.series.retry(dialed.why)
@@ -283,7 +301,8 @@ class Attempts:
         request already finds the cooldown."""
         self.failures.append(failure)
         self.skip.append(proxy)
-        await asyncio.gather(self.core._report(proxy, self.target.host, decide.REPORT_OF[failure]),
+        report = decide.REPORT_OF[failure]
+        await asyncio.gather(self.core._report(proxy, self.target.host, report) if report else asyncio.sleep(0),
                              self.core._release(lease_id))
 
     def ok(self, attempt: Attempt) -> None:
@@ -299,17 +318,21 @@ class Attempts:
             await self.core._release(attempt.lease_id)
 
     def outcome(self) -> Refusal:
-        return gave_up(self.failures, self.lease_answer, self.retry_after)
+        return gave_up(self.failures, self.lease_answer, self.retry_after, self.detail)
 
 
 # -- the core -----------------------------------------------------------------------------------------------------
 
 class Core:
     """One per process, shared by its front-ends: the lease store, the clients, the dialer, the metrics and the
-    open tunnels (their count per client is a limit)."""
+    open tunnels (their count per client is a limit); for interception, the CA (`authority`) and the context of the
+    gateway's TLS to origins (`origin_tls`), both None when the gateway intercepts nothing."""
 
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, dialer: Dialer,
-                 clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random) -> None:
+                 clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random, *,
+                 authority: intercept.Authority | None = None, origin_tls: ssl.SSLContext | None = None) -> None:
+        self.authority = authority
+        self.origin_tls = origin_tls
         self.leases = leases
         self.clients = clients
         self.config = config
@@ -342,8 +365,12 @@ class Core:
 
     # -- choose, dial ---------------------------------------------------------------------------------------------
 
-    def attempts(self, client: Client, options: Options, target: Target, tunnel: bool) -> Attempts:
-        return Attempts(self, client, options, target, tunnel)
+    def attempts(self, client: Client, options: Options, target: Target, tunnel: bool, tls: bool = False) -> Attempts:
+        return Attempts(self, client, options, target, tunnel, tls)
+
+    def intercepts(self, client: Client) -> bool:
+        """The client asked for interception (its `intercept: true`) and this gateway has a CA to do it."""
+        return client.intercept and self.authority is not None and self.origin_tls is not None
 
     async def open_tunnel(self, client: Client, options: Options, target: Target) -> Attempt | Refusal:
         """A proxy leased and a tunnel through it to `target`, or why not (TunnelLimit before any lease when the

@@ -241,6 +241,23 @@ def target_of(head: Head) -> Target:
     return Target(host, port, path)
 
 
+def inner_target(head: Head, tunnel: Target) -> Target:
+    """Where a request inside an intercepted tunnel goes: the tunnel's host and port (the certificate the client
+    accepted names that host), the path from the origin-form target, or from an absolute https:// URI naming that
+    same host and port; Refused 400 otherwise (a CONNECT inside, another host)."""
+    text = head.target
+    if head.method != "CONNECT" and text.startswith("/"):
+        return Target(tunnel.host, tunnel.port, text)
+    if head.method != "CONNECT" and text[:8].lower() == "https://":
+        rest = text[8:]
+        slash = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+        path = rest[slash:] or "/"
+        if split_host_port(rest[:slash], 443) == (tunnel.host, tunnel.port) and "@" not in rest[:slash]:
+            return Target(tunnel.host, tunnel.port, path if path.startswith("/") else "/" + path)
+    raise Refused(400, "bad-target", f"inside a tunnel to {tunnel.authority} a request names a path there "
+                                     f"(got {text[:100]!r})")
+
+
 # Requests to this host are the gateway's own API, never forwarded (a name no DNS answers, as `.invalid` would be, but
 # one a crawler's proxy setting sends to the gateway like any other http:// URI).
 CONTROL_HOST = "fleet.gateway"
@@ -355,14 +372,18 @@ def may_resend(method: str, body_kept: bool) -> bool:
 
 # Why one attempt on a proxy failed (the upstream_retries label, and what is reported for it).
 REFUSED, TIMEOUT, CONNECT_ERROR, BANNED, BROKEN = "refused", "timeout", "connect_error", "banned", "broken"
-REPORT_OF = {REFUSED: "error", TIMEOUT: "error", CONNECT_ERROR: "error", BROKEN: "error", BANNED: "blocked"}
+# An intercepted request's origin showed a certificate its name does not verify: not the proxy's fault (reported
+# nothing), and another proxy would reach the same origin (never retried).
+UNTRUSTED_ORIGIN = "untrusted_origin"
+REPORT_OF = {REFUSED: "error", TIMEOUT: "error", CONNECT_ERROR: "error", BROKEN: "error", BANNED: "blocked",
+             UNTRUSTED_ORIGIN: ""}
 
 
 def retry(failure: str, attempt: int, max_attempts: int, resendable: bool) -> bool:
     """Try another proxy after `attempt` (1-based) failed with `failure`? Connection failures and CONNECT errors
     happen before the request left: always retriable within the bound; a ban or a broken exchange only when the
     request can be sent again."""
-    if attempt >= max_attempts:
+    if attempt >= max_attempts or failure == UNTRUSTED_ORIGIN:
         return False
     if failure in (REFUSED, TIMEOUT, CONNECT_ERROR):
         return True
@@ -521,8 +542,10 @@ def parse_statuses(text: str) -> frozenset[int]:
 
 
 def established(proxy: str) -> bytes:
-    """The CONNECT's 200 to the crawler, naming the proxy (its key) in `X-Fleet-Proxy`."""
-    return f"HTTP/1.1 200 Connection established\r\nX-Fleet-Proxy: {proxy}\r\n\r\n".encode()
+    """The CONNECT's 200 to the crawler, naming the proxy (its key) in `X-Fleet-Proxy` ('' none: an intercepted
+    connection, where each request inside names its own)."""
+    named = f"X-Fleet-Proxy: {proxy}\r\n" if proxy else ""
+    return f"HTTP/1.1 200 Connection established\r\n{named}\r\n".encode()
 
 
 def answer(status: int, reason: str, message: str, extra: tuple[tuple[str, str], ...] = (),

@@ -45,9 +45,11 @@ class Channel:
 
 @dataclass(frozen=True, slots=True)
 class DialError:
-    """Why a dial failed: decide.REFUSED, decide.TIMEOUT or decide.CONNECT_ERROR (the retries metric's reason)."""
+    """Why a dial failed: decide.REFUSED, decide.TIMEOUT, decide.CONNECT_ERROR or decide.UNTRUSTED_ORIGIN (the
+    retries metric's reason); `detail`: what the crawler is told beside it (never a secret)."""
 
     why: str
+    detail: str = ""
 
 
 class Dialer(Protocol):

@@ -33,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import cast
 
 from opentelemetry import trace
 
@@ -53,6 +55,7 @@ from fleet.gateway.core import (
     TunnelLimit,
     Unauthorized,
     UnknownProxy,
+    UntrustedOrigin,
     UpstreamFailed,
     UpstreamTimeout,
 )
@@ -76,6 +79,9 @@ def refusal(outcome: Refusal) -> Refused:
             return Refused(503, "client-tunnel-limit", f"this client holds {outcome.limit} tunnels (its limit)",
                            label=outcome.label)
         return Refused(503, "tunnel-limit", f"the gateway holds {outcome.limit} tunnels (its limit)",
+                       label=outcome.label)
+    if isinstance(outcome, UntrustedOrigin):
+        return Refused(502, "untrusted-origin", f"the origin's certificate does not verify ({outcome.detail})",
                        label=outcome.label)
     if isinstance(outcome, UpstreamTimeout):
         return Refused(504, "upstream-timeout", f"{outcome.tries} proxies did not answer in time", label=outcome.label)
@@ -107,27 +113,37 @@ class Http1:
         self.series = core.series
         self._tracer = tracing.tracer()
 
-    async def serve(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Requests on one connection until one ends it."""
-        while await self._one(conn, reader, writer):
+    async def serve(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    inside: Inside | None = None) -> None:
+        """Requests on one connection until one ends it (`inside`: the connection is an intercepted tunnel)."""
+        while await self._one(conn, reader, writer, inside):
             pass
 
-    async def _one(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _one(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   inside: Inside | None) -> bool:
         """One request; True when the connection stays for another."""
         head = await self._head(conn, reader, writer)
         if head is None:
             return False
-        kind = "connect" if head.method == "CONNECT" else "http"
+        kind = "connect" if head.method == "CONNECT" else "https" if inside else "http"
         with self._tracer.start_as_current_span(f"gateway {kind}", kind=trace.SpanKind.SERVER) as span:
             client_name = "-"
             try:
-                client, opts, target = self._admit(head)
+                if inside is not None:  # admitted by the CONNECT; the origin is the CONNECT's
+                    client, opts = inside.client, inside.options
+                    target = decide.inner_target(head, inside.target)
+                else:
+                    client, opts, target = self._admit(head)
                 client_name = client.name
                 span.set_attribute("fleet.gateway.client", client.name)
                 span.set_attribute("server.address", target.host)
                 span.set_attribute("server.port", target.port)
-                if kind == "connect" and target.host == decide.CONTROL_HOST:
+                if inside is not None:
+                    outcome, again = await self._plain(client, opts, target, head, reader, writer, tls=True)
+                elif kind == "connect" and target.host == decide.CONTROL_HOST:
                     outcome, again = await self._control_tunnel(client, opts, conn, reader, writer), False
+                elif kind == "connect" and self.core.intercepts(client):
+                    outcome, again = await self._intercept(conn, client, opts, target, reader, writer), False
                 elif kind == "connect":
                     outcome = await self._connect(client, opts, target, reader, writer)
                     again = False
@@ -140,7 +156,7 @@ class Http1:
                 extra = PROXY_AUTHENTICATE if exc.status == 407 else ()
                 # refused before its body was read (credentials, port, framing, expectation): the body must not be
                 # read as the next request, so the connection closes after it
-                unread = kind == "http" and exc.status in (400, 403, 407, 417, 501) and decide.declares_body(head)
+                unread = kind != "connect" and exc.status in (400, 403, 407, 417, 501) and decide.declares_body(head)
                 if exc.status in (408, 413) or exc.reason == "bad-chunk" or unread:  # a body the crawler may still send
                     await _answer_and_linger(reader, writer, decide.answer(exc.status, exc.reason, exc.message, extra))
                     conn.close(httpguard.BODY_TIMEOUT if exc.status == 408 else "")
@@ -149,7 +165,7 @@ class Http1:
                     return False
                 if exc.retry_after:
                     extra = (("Retry-After", str(exc.retry_after)),)
-                again = exc.status in (407, 403, 503, 502, 504) and head.keep_alive() and kind == "http"
+                again = exc.status in (407, 403, 503, 502, 504) and head.keep_alive() and kind != "connect"
                 writer.write(decide.answer(exc.status, exc.reason, exc.message, extra, keep_alive=again))
                 await writer.drain()
             span.set_attribute("fleet.gateway.outcome", outcome)
@@ -221,6 +237,32 @@ class Http1:
                                      session=opts.session)
         return "ok"
 
+    async def _intercept(self, conn: Conn, client: Client, opts: Options, target: Target,
+                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+        """A CONNECT of a client that asked for interception: `200 Connection established` (no proxy yet: each
+        request inside leases its own), the crawler's TLS ended here with a leaf for the CONNECT's host (the
+        handshake within the header timeout), then its requests served as plain HTTP ones (`serve` with `inside`),
+        each sent on the gateway's own verified TLS to the origin through a leased proxy's tunnel."""
+        assert self.core.authority is not None
+        # Reading stops before the 200, so the client's hello stays in the socket for the TLS layer; bytes the
+        # client sent before it had the 200 would be lost to it, and the connection is refused instead.
+        cast(asyncio.ReadTransport, writer.transport).pause_reading()  # the socket's transport reads too
+        if getattr(reader, "_buffer", b""):
+            raise Refused(400, "bad-request", "bytes after the CONNECT before its answer (send TLS after the 200)")
+        context = self.core.authority.context_for(target.host)
+        writer.write(decide.established(""))
+        await writer.drain()
+        try:
+            await writer.start_tls(context, ssl_handshake_timeout=self.config.header_timeout)
+        except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as exc:
+            # a handshake late, refused (the client does not trust fleet's CA, a hello naming another host) or cut
+            log.info("an intercepted connection's TLS handshake failed", extra=kv(client=client.name,
+                     target=target.host, error=type(exc).__name__))
+            conn.close(httpguard.TLS_HANDSHAKE)
+            return httpguard.TLS_HANDSHAKE
+        await self.serve(conn, reader, writer, Inside(client, opts, target))
+        return "intercepted"
+
     async def _control(self, client: Client, opts: Options, head: Head, target: Target,
                        writer: asyncio.StreamWriter) -> tuple[str, bool]:
         """A request to the gateway itself (`decide.CONTROL_HOST`): a ban report, answered here, never forwarded."""
@@ -259,7 +301,7 @@ class Http1:
         return outcome
 
     async def _plain(self, client: Client, opts: Options, target: Target, head: Head, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> tuple[str, bool]:
+                     writer: asyncio.StreamWriter, tls: bool = False) -> tuple[str, bool]:
         c = self.config
         framing = decide.request_framing(head, c.max_body)
         if decide.expects_continue(head, framing):  # the head passed every check: the crawler may send its body
@@ -291,7 +333,7 @@ class Http1:
         kept = rest is None
         resendable = decide.may_resend(head.method, kept)
         keep_alive = head.keep_alive()
-        attempts = self.core.attempts(client, opts, target, tunnel=False)
+        attempts = self.core.attempts(client, opts, target, tunnel=False, tls=tls)
         sent_unkept = False
         last_ban: tuple[bytes, bytes, str] | None = None
         while (attempt := await attempts.next()) is not None:
@@ -435,6 +477,16 @@ class Http1:
                 size += 2
             start.raw, start.decoded = b"".join(raw), b"".join(decoded)
         return start
+
+
+@dataclass(frozen=True, slots=True)
+class Inside:
+    """An intercepted connection: its requests are the CONNECT client's, with its options, to the CONNECT's
+    `target` (host and port)."""
+
+    client: Client
+    options: Options
+    target: Target
 
 
 @dataclass

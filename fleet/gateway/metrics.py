@@ -1,11 +1,14 @@
 """The gateway's metric families (one process's counts; every replica reports its own).
 
-- `proxy_operator_gateway_requests_total{client, kind, outcome}`: kind `connect` (a tunnel) or `http` (a
-  plain request); outcome `ok`, `banned` (the crawler got the origin's ban answer after the retries),
-  `upstream_failed`, `upstream_timeout`, `no_proxy`, `busy`, `unauthorized`, `forbidden`, `limited`,
-  `bad_request`, `unavailable`, `broken` (a plain response that broke off mid-body: cut, stalled past the idle
-  timeout, or malformed; the crawler's connection closed), `ban_reported` and `unknown_proxy` (a ban report to
-  http://fleet.gateway/v1/bans taken, or naming no proxy of the client's). `client` is `-` before a client is known.
+- `proxy_operator_gateway_requests_total{client, kind, outcome}`: kind `connect` (a tunnel), `http` (a plain
+  request) or `https` (a request inside an intercepted tunnel); outcome `ok`, `banned` (the crawler got the origin's
+  ban answer after the retries), `upstream_failed`, `upstream_timeout`, `no_proxy`, `busy`, `unauthorized`,
+  `forbidden`, `limited`, `bad_request`, `unavailable`, `broken` (a plain response that broke off mid-body: cut,
+  stalled past the idle timeout, or malformed; the crawler's connection closed), `ban_reported` and `unknown_proxy`
+  (a ban report to http://fleet.gateway/v1/bans taken, or naming no proxy of the client's), `intercepted` (a CONNECT
+  whose TLS the gateway ended: its requests are counted as kind `https`), `tls_handshake` (that handshake late,
+  refused or cut), `untrusted_origin` (an intercepted request's origin certificate did not verify: 502). `client` is
+  `-` before a client is known.
 - `proxy_operator_gateway_upstream_retries_total{reason}`: refused, timeout, connect_error, banned, broken.
 - `proxy_operator_gateway_bytes_total{direction}`: `up` (crawler → proxy) and `down`.
 - `proxy_operator_gateway_tunnels_open`: tunnels now.
@@ -26,7 +29,8 @@ from fleet.serving import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
 from fleet.serving import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
 
 OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "busy", "unauthorized", "forbidden",
-            "limited", "bad_request", "unavailable", "broken", "ban_reported", "unknown_proxy")
+            "limited", "bad_request", "unavailable", "broken", "ban_reported", "unknown_proxy", "intercepted",
+            "tls_handshake", "untrusted_origin")
 RETRY_REASONS = ("refused", "timeout", "connect_error", "banned", "broken")
 BUCKETS = (0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 3600.0, float("inf"))
 

@@ -8,9 +8,11 @@ import contextlib
 import importlib.util
 import logging
 import signal
+import ssl
+from pathlib import Path
 
 from fleet import httpguard, runtime, tracing
-from fleet.gateway import decide
+from fleet.gateway import decide, intercept
 from fleet.gateway.clients import ClientsError, ClientsFile
 from fleet.gateway.server import Gateway, GatewayConfig, sweep
 from fleet.logs import kv
@@ -43,6 +45,26 @@ def config_of(settings: Settings) -> GatewayConfig:
                 ban_pattern=pattern)
 
 
+def interception_of(settings: Settings, clients: ClientsFile) -> tuple[intercept.Authority | None,
+                                                                       ssl.SSLContext | None]:
+    """The CA and the origins' TLS context when --gateway-ca-dir is set (its key refused when others may read it),
+    else (None, None); a client asking for interception without a CA is refused at start."""
+    asked = sorted(c.name for c in clients.clients.values() if c.intercept)
+    if not settings.gateway_ca_dir:
+        if asked:
+            raise GatewayError(f"client(s) {', '.join(asked)} ask for interception (intercept: true): --gateway-ca-dir "
+                               f"is required (`fleet ca --gateway-ca-dir DIR` makes the CA)")
+        return None, None
+    directory = Path(settings.gateway_ca_dir)
+    if not (directory / intercept.CERT_FILE).exists() and not (directory / intercept.KEY_FILE).exists():
+        raise GatewayError(f"--gateway-ca-dir {directory}: no CA there (`fleet ca --gateway-ca-dir {directory}` makes "
+                           f"one)")
+    try:
+        return intercept.Authority(directory), intercept.origin_context(settings.gateway_origin_ca_file)
+    except intercept.CaError as exc:
+        raise GatewayError(f"--gateway-ca-dir: {exc}") from None
+
+
 def limits_of(settings: Settings) -> httpguard.Limits:
     return httpguard.Limits(header_timeout=settings.gateway_header_timeout, idle_timeout=settings.gateway_idle_timeout,
                             max_connections=settings.gateway_max_connections,
@@ -61,6 +83,7 @@ def main(settings: Settings) -> int:
     if bind is None:
         raise GatewayError("--gateway-bind-address must be host:port or :port (the gateway cannot be turned off)")
     config = config_of(settings)
+    authority, origin_tls = interception_of(settings, clients)
     tracing.setup("fleet-gateway")
     marker = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
     try:
@@ -82,14 +105,16 @@ def main(settings: Settings) -> int:
 
         factory, loop_name = uvloop.new_event_loop, "uvloop"
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_serve(settings, bind, config, limits, clients, marker, loop_name))
+        return runner.run(_serve(settings, bind, config, limits, clients, marker, loop_name,
+                                 authority=authority, origin_tls=origin_tls))
 
 
 async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfig, limits: httpguard.Limits,
-                 clients: ClientsFile, marker: Store, loop_name: str) -> int:
+                 clients: ClientsFile, marker: Store, loop_name: str, *, authority: intercept.Authority | None,
+                 origin_tls: ssl.SSLContext | None) -> int:
     guard = httpguard.Guard(limits)
     leases = AsyncLeases.from_url(settings.broker, max_connections=256)
-    gw = Gateway(leases, clients, config, guard)
+    gw = Gateway(leases, clients, config, guard, authority=authority, origin_tls=origin_tls)
     try:
         metrics = serve_metrics(settings.gateway_metrics_bind_address, registry_of([gw.series, guard]), marker.ping)
     except OSError as exc:
@@ -103,7 +128,8 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
         return 1
     log.info("serving the gateway", extra=kv(address=f"{bind[0]}:{bind[1]}", loop=loop_name,
                                              clients=len(clients.clients), max_attempts=config.max_attempts,
-                                             max_leases_per_proxy=config.max_per_proxy))
+                                             max_leases_per_proxy=config.max_per_proxy,
+                                             intercepting=authority is not None))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

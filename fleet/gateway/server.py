@@ -2,7 +2,8 @@
 connections pass `fleet.httpguard.Guard` (per client address, in all, the longest-idle one evicted to make room)
 and are served by a front-end over one core:
 
-    listener (this module) → front-end (`fleet.gateway.http1`: HTTP/1.1; SOCKS5 next)
+    listener (this module) → front-end (`fleet.gateway.http1`: HTTP/1.1, and HTTP/1.1 inside the TLS it
+                                        intercepts, `fleet.gateway.intercept`; SOCKS5 next)
       → core (`fleet.gateway.core`: admit, choose, dial, relay, release; outcomes as values)
       → dialer (`fleet.gateway.dialers`: CONNECT through a Squid)
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import ssl
 import time
 from asyncio import CancelledError, StreamReader, StreamWriter
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from fleet.gateway import http1
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.core import SWEEP_EVERY, Clients, Conn, Core, Leases, Tunnel, sweep_every
 from fleet.gateway.dialers import Dialer, HttpProxyDialer
+from fleet.gateway.intercept import Authority
 from fleet.gateway.metrics import GatewaySeries
 from fleet.store.leases import AsyncLeases
 
@@ -34,11 +37,12 @@ log = logging.getLogger("fleet.gateway")
 class Gateway:
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, guard: httpguard.Guard,
                  clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random,
-                 dialer: Dialer | None = None) -> None:
+                 dialer: Dialer | None = None, *, authority: Authority | None = None,
+                 origin_tls: ssl.SSLContext | None = None) -> None:
         self.config = config
         self.guard = guard
         dialer = dialer or HttpProxyDialer(config.connect_timeout, config.max_header_bytes)
-        self.core = Core(leases, clients, config, dialer, clock, rand)
+        self.core = Core(leases, clients, config, dialer, clock, rand, authority=authority, origin_tls=origin_tls)
         self.http1 = http1.Http1(self.core, config, guard)
 
     @property

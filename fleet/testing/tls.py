@@ -13,8 +13,8 @@ from typing import Any
 from fleet.testing.http import Backlogged, LoopbackServer
 
 
-def self_signed(directory: Path, ip: str = "127.0.0.1") -> tuple[Path, Path]:
-    """(certificate, key) PEM files for `ip` (its subjectAltName), valid for a day."""
+def self_signed(directory: Path, ip: str = "127.0.0.1", *more: str) -> tuple[Path, Path]:
+    """(certificate, key) PEM files for `ip` and the `more` addresses (its subjectAltName), valid for a day."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -26,7 +26,8 @@ def self_signed(directory: Path, ip: str = "127.0.0.1") -> tuple[Path, Path]:
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(a)) for a in (ip, *more)]),
+                           critical=False)
             .sign(key, hashes.SHA256()))
     cert_path, key_path = directory / "origin.crt", directory / "origin.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -49,9 +50,10 @@ class _HandshakeInThread(Backlogged):
 
 
 def https_server(handler: type[BaseHTTPRequestHandler], directory: Path, name: str = "origin-https",
-                 host: str = "127.0.0.1") -> LoopbackServer:
-    """A `LoopbackServer` speaking TLS (HTTP/1.1 by ALPN) with a self-signed certificate for `host`."""
-    cert, key = self_signed(directory, host)
+                 host: str = "127.0.0.1", certificate: tuple[Path, Path] | None = None) -> LoopbackServer:
+    """A `LoopbackServer` speaking TLS (HTTP/1.1 by ALPN) with `certificate` (cert, key), else a self-signed one
+    for `host`."""
+    cert, key = certificate or self_signed(directory, host)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     tls.set_alpn_protocols(["http/1.1"])
