@@ -83,6 +83,8 @@ GATEWAY_RETRIES = "proxy_operator_gateway_upstream_retries_total"  # {reason}: r
 GATEWAY_BYTES = "proxy_operator_gateway_bytes_total"  # {direction}: up, down
 GATEWAY_TUNNELS_OPEN = "proxy_operator_gateway_tunnels_open"
 GATEWAY_TUNNEL_DURATION = "proxy_operator_gateway_tunnel_duration_seconds"  # histogram of closed tunnels
+GATEWAY_SESSIONS_ACTIVE = "proxy_operator_gateway_sessions_active"  # sessions with a life in Redis (every replica's)
+GATEWAY_SESSIONS_RETIRED = "proxy_operator_gateway_sessions_retired_total"  # {reason}: uses, age, errors, ban
 # ProxyPools (fleet.pools.metrics), on the controller replica that runs the pool loop: the last pass's figures.
 # Labelled `pool_namespace`, not `namespace`: a scrape's own `namespace` label (fleet's) would rename it.
 POOL_REPLICAS = "proxy_operator_pool_replicas"  # {pool_namespace,pool,state}: desired, ready, available, updated

@@ -503,6 +503,18 @@ class Settings:
         "against --max-leases-per-proxy, so a browser's parallel connections keep the session's exit (a browser opens 6 "
         "per host, a Scrapy crawl 16).",
         "int", 16, 1, 1000)
+    gateway_session_max_uses: int = _option(
+        "gateway", "Leases (connections, tunnels, plain requests) a session gets on one proxy before it is retired: "
+        "moved to another proxy with its counts anew (Crawlee's maxUsageCount); 0: never.",
+        "int", 50, 0, 1_000_000)
+    gateway_session_max_age: float = _option(
+        "gateway", "The longest a session keeps one proxy before it is retired (Crawlee's maxAgeSecs); a username's "
+        "-sesstime-MINUTES sets its own.",
+        "duration", 3000.0, 1.0, 86400.0)
+    gateway_session_max_error_score: int = _option(
+        "gateway", "A session's error score at which it is retired: each failed exchange adds 1, each good one takes "
+        "0.5 off (Crawlee's maxErrorScore); a ban retires it at once.",
+        "int", 3, 1, 1000)
     gateway_ca_dir: str | None = _path(
         "interception", "The directory of fleet's CA (ca.crt and ca.key; a Secret mounted with defaultMode 0400): the "
         "gateway signs its leaf certificates with it for the clients with intercept: true, and refuses a key others "

@@ -195,16 +195,21 @@ PROXY_NAMES = ("px", "proxy", "proxies")
 PH_NAMES = ("ph", "providerhealth", "providerhealths")
 
 
+SESSION_NAMES = ("sessions", "session")
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     if args.resource in PROXY_NAMES:
         return get_proxies(args)
+    if args.resource in SESSION_NAMES:
+        return get_sessions(args)
     if args.selector is not None:
         raise BadInput("-l/--selector: only fleet get px has one")
     if args.resource in pools_cli.POOL_NAMES:
         return pools_cli.get_pools(args)
     if args.resource not in PH_NAMES:
-        raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth), px (proxies) "
-                       "and pools (proxypools)")
+        raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth), px (proxies), "
+                       "pools (proxypools) and sessions (the gateway's)")
     from fleet.config import validate_name  # pydantic: not for px
 
     if args.name is not None and validate_name(args.name):
@@ -279,6 +284,42 @@ def get_proxies(args: argparse.Namespace) -> int:
     else:
         all_namespaces = not args.namespace
         print(tables.grid(table.columns(all_namespaces), table.rows(proxies, time.time(), all_namespaces)))
+    return EXIT_OK
+
+
+def get_sessions(args: argparse.Namespace) -> int:
+    """The gateway's sessions from Redis (every replica's): client, session, proxy, uses, age, error score."""
+    from fleet.cli import tables
+    from fleet.store import Store, StoreError
+
+    settings = settings_from(args)
+    store = Store.from_url(settings.broker)
+    now = time.time()
+    try:
+        rows = store.leases.sessions(now)
+    except StoreError as exc:
+        raise Unreachable(f"cannot read sessions from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
+    finally:
+        store.close()
+    out = []
+    for r in rows:
+        _, client, session = (r["sticky"].split("/", 2) + ["", ""])[:3]
+        if (args.name is None or args.name == session) and (args.namespace is None or args.namespace == client):
+            out.append({"client": client, "session": session, "proxy": r["proxy"], "uses": r["uses"],
+                        "age": max(0.0, now - r["born"]), "errorScore": r["score"], "lapsesIn": r["lapses"] - now})
+    if args.output == "json":
+        print(json.dumps(out, indent=2))
+    elif args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(out, sort_keys=False).rstrip())
+    elif not out:
+        print("No gateway sessions in Redis", file=sys.stderr)
+    else:
+        print(tables.grid(("CLIENT", "SESSION", "PROXY", "USES", "AGE", "ERROR SCORE", "LAPSES IN"),
+                          [(o["client"], o["session"], o["proxy"] or "<moving>", o["uses"],
+                            format_duration(round(o["age"])), f"{o['errorScore']:g}",
+                            format_duration(round(o["lapsesIn"]))) for o in out]))
     return EXIT_OK
 
 
@@ -458,10 +499,12 @@ def parser() -> argparse.ArgumentParser:
                 help="show provider health, standalone Proxies from Redis, or ProxyPools (cluster or standalone)",
                 example="fleet get ph -c providers.yaml; fleet get px -l pool=crawl",
                 groups=("process", "store", "providers", "cluster", "health", "proxies"))
-    s.add_argument("resource", help=("ph (providerhealth), px (proxies) or pools (proxypools: the cluster's, or with "
-                                     "--proxies the manifests' with their status from Redis)"))
+    s.add_argument("resource", help=("ph (providerhealth), px (proxies), pools (proxypools: the cluster's, or with "
+                                     "--proxies the manifests' with their status from Redis) or sessions (the "
+                                     "gateway's, from Redis)"))
     s.add_argument("name", nargs="?")
-    s.add_argument("-n", "--namespace", help="px, pools: only this namespace (default: all, with a NAMESPACE column)")
+    s.add_argument("-n", "--namespace", help="px, pools: only this namespace (default: all, with a NAMESPACE column); "
+                                             "sessions: only this client's")
     s.add_argument("-l", "--selector", help="px: only a ProxyPool's members, pool=NAME (standalone: from Redis)")
     s.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     s.set_defaults(fn=cmd_get)

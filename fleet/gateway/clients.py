@@ -9,6 +9,11 @@ clients:
     ports: [443, 80]             # target ports (default [80, 443]; "*" any)
     maxTunnels: 200              # its tunnels at once (default --gateway-max-tunnels-per-client)
     intercept: false             # true: the gateway ends its TLS with fleet's CA (`fleet ca`) and sees inside
+    sessions:                    # its sessions' life (default the --gateway-session-* flags)
+      maxUses: 50                # leases on one proxy (0: never retired)
+      maxAge: 50m
+      maxErrorScore: 3
+      errorScoreDecrement: 0.5   # taken off the score by each good exchange
 ```
 
 `parse_clients` is pure; `ClientsFile` re-reads the file when its mtime, size or inode changed
@@ -25,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fleet.durations import parse_duration
 from fleet.gateway.decide import _CLIENT, _NAMESPACE
 from fleet.logs import kv
 from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, load_one, read_bounded
@@ -36,11 +42,22 @@ LIMITS = YamlLimits(max_nodes=100_000)  # the one hostile-YAML reader's bounds (
 MIN_TOKEN = 16
 RECHECK = 2.0
 DEFAULT_PORTS = frozenset({80, 443})
-FIELDS = ("token", "namespaces", "ports", "maxTunnels", "intercept")
+FIELDS = ("token", "namespaces", "ports", "maxTunnels", "intercept", "sessions")
+SESSION_FIELDS = ("maxUses", "maxAge", "maxErrorScore", "errorScoreDecrement")
 
 
 class ClientsError(ValueError):
     """The clients file is not usable (the message names the client and field)."""
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """A client's own limits of its sessions' life; None: the process's (--gateway-session-*)."""
+
+    max_uses: int | None = None
+    max_age: float | None = None
+    max_error_score: float | None = None
+    error_decrement: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,7 @@ class Client:
     ports: frozenset[int] | None = DEFAULT_PORTS  # None: any port
     max_tunnels: int = 0  # 0: the process's per-client default
     intercept: bool = False  # its HTTPS is intercepted (fleet.gateway.intercept); never unless it asked
+    sessions: SessionLimits = SessionLimits()
 
     def __repr__(self) -> str:  # never the token
         return (f"Client({self.name!r}, namespaces={self.namespaces}, ports={self.ports}, "
@@ -100,8 +118,42 @@ def parse_clients(text: str | bytes) -> dict[str, Client]:
         intercepts = spec.get("intercept", False)
         if not isinstance(intercepts, bool):
             raise ClientsError(f"client {name}: intercept must be true or false")
-        out[name] = Client(name, token.encode(), spaces, ports, most, intercepts)
+        out[name] = Client(name, token.encode(), spaces, ports, most, intercepts, _session_limits(name, spec))
     return out
+
+
+def _number(name: str, field: str, value: Any, low: float, high: float, whole: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) or not low <= value <= high:
+        kind = "a whole number" if whole else "a number"
+        raise ClientsError(f"client {name}: sessions.{field} must be {kind} from {low:g} to {high:g}")
+    return value
+
+
+def _session_limits(name: str, spec: dict[str, Any]) -> SessionLimits:
+    raw = spec.get("sessions", {})
+    if not isinstance(raw, dict):
+        raise ClientsError(f"client {name}: sessions must be a mapping ({', '.join(SESSION_FIELDS)})")
+    unknown = set(raw) - set(SESSION_FIELDS)
+    if unknown:
+        raise ClientsError(f"client {name}: sessions: unknown field {sorted(map(str, unknown))[0][:40]!r} "
+                           f"(known: {', '.join(SESSION_FIELDS)})")
+    age = raw.get("maxAge")
+    if isinstance(age, str):
+        try:
+            age = parse_duration(age)
+        except ValueError as exc:
+            raise ClientsError(f"client {name}: sessions.maxAge: {exc}") from None
+    if age is not None:
+        age = _number(name, "maxAge (seconds, or a duration like 50m)", age, 1, MAX_AGE, False)
+    uses, score, dec = (raw.get(k) for k in ("maxUses", "maxErrorScore", "errorScoreDecrement"))
+    return SessionLimits(
+        max_uses=None if uses is None else int(_number(name, "maxUses", uses, 0, 1_000_000, True)),
+        max_age=age,
+        max_error_score=None if score is None else _number(name, "maxErrorScore", score, 0.1, 1000, False),
+        error_decrement=None if dec is None else _number(name, "errorScoreDecrement", dec, 0, 1000, False))
+
+
+MAX_AGE = 86400.0  # a day, as --gateway-session-max-age and -sesstime-
 
 
 class ClientsFile:

@@ -16,6 +16,9 @@ class GatewayConfig:
     lease_ttl: float = 60.0
     session_ttl: float = 600.0
     session_connections: int = 16
+    session_max_uses: int = 50
+    session_max_age: float = 3000.0
+    session_max_error_score: int = 3
     max_attempts: int = 3
     connect_timeout: float = 5.0
     response_timeout: float = 30.0

@@ -47,6 +47,7 @@ from fleet.store.leases import (
     Grace,
     Granted,
     LeaseCall,
+    Life,
     RenewCall,
     Renewed,
     ReportCall,
@@ -58,6 +59,7 @@ log = logging.getLogger("fleet.gateway")
 _Unavailable = (StoreError, OSError, asyncio.TimeoutError)
 CHUNK = 64 * 1024
 SWEEP_EVERY = 1.0
+SESSIONS_EVERY = 10.0  # seconds between two counts of the active sessions (a gauge)
 
 
 # -- what the core answers ----------------------------------------------------------------------------------------
@@ -234,6 +236,7 @@ class Leases(Protocol):
     async def report(self, call: ReportCall, now: float, cooldown_blocked: float, cooldown_errors: int,
                      cooldown_global: float) -> Any: ...
     async def renew(self, call: RenewCall, now: float) -> Any: ...
+    async def sessions_active(self, now: float) -> int: ...
 
 
 class Clients(Protocol):
@@ -302,15 +305,18 @@ class Attempts:
         self.failures.append(failure)
         self.skip.append(proxy)
         report = decide.REPORT_OF[failure]
-        await asyncio.gather(self.core._report(proxy, self.target.host, report) if report else asyncio.sleep(0),
-                             self.core._release(lease_id))
+        await asyncio.gather(self._report(proxy, report) if report else asyncio.sleep(0), self.core._release(lease_id))
+
+    async def _report(self, proxy: str, outcome: str) -> None:
+        await self.core._report(self.core._report_call(self.client, self.options, outcome=outcome, proxy=proxy,
+                                                       target=self.target.host))
 
     def ok(self, attempt: Attempt) -> None:
-        self.core._spawn(self.core._report(attempt.upstream.proxy, self.target.host, "ok"))
+        self.core._spawn(self._report(attempt.upstream.proxy, "ok"))
 
     async def blocked(self, attempt: Attempt) -> None:
         """A ban the crawler gets (no other proxy tried): the cooldown is in place before it has the answer."""
-        await self.core._report(attempt.upstream.proxy, self.target.host, "blocked")
+        await self._report(attempt.upstream.proxy, "blocked")
 
     async def release(self, attempt: Attempt) -> None:
         if not attempt.released:
@@ -402,6 +408,7 @@ class Core:
                          region=opts.region, zone=opts.zone, ttl=c.lease_ttl, namespaces=client.namespaces or (),
                          skip=tuple(tried.skip), pool=opts.pool,
                          session_connections=c.session_connections if opts.session else 0,
+                         life=self.life_of(client, opts),
                          # a proxy that only timed out (the origin may be slow behind it) keeps its session
                          keep_sticky=bool(tried.failures) and all(f == decide.TIMEOUT for f in tried.failures))
         try:
@@ -411,6 +418,8 @@ class Core:
             tried.lease_answer = "unavailable"
             return None
         if isinstance(got, Granted):
+            if got.retired:
+                self.series.session_retired(got.retired)
             ep = _decode(got.endpoint)
             ip, port = ep.get("ip"), ep.get("port")
             if not isinstance(ip, str) or not isinstance(port, int):
@@ -429,19 +438,42 @@ class Core:
             tried.lease_answer = "none"
         return None
 
+    def life_of(self, client: Client, opts: Options) -> Life | None:
+        """The life of the session `opts` names (None: no session, or sessions never retire): the client's limits,
+        else the process's; `-sesstime-M` sets its age."""
+        if not opts.session:
+            return None
+        c, own = self.config, client.sessions
+        uses = c.session_max_uses if own.max_uses is None else own.max_uses
+        if uses <= 0:
+            return None
+        age = c.session_max_age if own.max_age is None else own.max_age
+        return Life(max_uses=uses, max_age=int(opts.sesstime) * 60.0 if opts.sesstime else age,
+                    max_error_score=c.session_max_error_score if own.max_error_score is None else own.max_error_score,
+                    error_decrement=Life.error_decrement if own.error_decrement is None else own.error_decrement)
+
     async def _release(self, lease_id: str) -> None:
         with contextlib.suppress(*_Unavailable):
             await self.leases.release(lease_id, self.clock())
 
-    async def _report(self, proxy: str, host: str, outcome: str) -> None:
+    def _report_call(self, client: Client, options: Options, **call: str) -> ReportCall:
+        """A report for `options`' session too, when it has a life (its error score; a ban of its proxy retires it)."""
+        life = self.life_of(client, options)
+        return ReportCall(sticky=self._sticky(client, options) if life else "",
+                          life_decrement=life.error_decrement if life else 0.0, **call)
+
+    async def _report(self, call: ReportCall) -> list[str] | None:
         c = self.config
         try:
-            got = await self.leases.report(ReportCall(outcome=outcome, proxy=proxy, target=host), self.clock(),
-                                           c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
+            got = await self.leases.report(call, self.clock(), c.cooldown_blocked, c.cooldown_errors,
+                                           c.cooldown_global)
         except _Unavailable:
-            return
+            return None
         if got and got[0] == "cooldown":
             log.info("cooldown", extra=kv(proxy=got[1], target=got[2], scope=got[3]))
+        if got and got[0] in ("cooldown", "ok") and got[-1] == "ban":
+            self.series.session_retired("ban")
+        return got
 
     async def ban(self, client: Client, options: Options, *, host: str, proxy: str) -> Banned | UnknownProxy | NoProxy:
         """The crawler's word that `host` banned `proxy` (its session's when ''), for a tunnel the gateway cannot
@@ -450,11 +482,10 @@ class Core:
         sticky = self._sticky(client, options)
         if (proxy and client.namespaces and ns not in client.namespaces) or not (proxy or sticky):
             return UnknownProxy(proxy)
-        c = self.config
-        try:
-            got = await self.leases.report(ReportCall(outcome="blocked", proxy=proxy, target=host, sticky=sticky),
-                                           self.clock(), c.cooldown_blocked, c.cooldown_errors, c.cooldown_global)
-        except _Unavailable:
+        life = self.life_of(client, options)
+        got = await self._report(ReportCall(outcome="blocked", proxy=proxy, target=host, sticky=sticky,
+                                            life_decrement=life.error_decrement if life else 0.0))
+        if got is None:
             return NoProxy("unavailable")
         if not got or got[0] not in ("cooldown", "ok"):
             return UnknownProxy(proxy)
@@ -536,9 +567,13 @@ class Core:
         c = self.config
         loop = asyncio.get_running_loop()
         every = sweep_every(c.lease_ttl)
+        counted = 0.0
         while True:
             await asyncio.sleep(every)
             now = loop.time()
+            if now - counted >= SESSIONS_EVERY:
+                counted = now
+                self._spawn(self._count_sessions())
             for t in list(self.tunnels):
                 if now - t.last > c.idle_timeout:
                     t.end("idle")
@@ -547,6 +582,10 @@ class Core:
                 elif now >= t.renew_at:
                     t.renew_at = now + c.lease_ttl / 2
                     self._spawn(self._renew(t))
+
+    async def _count_sessions(self) -> None:
+        with contextlib.suppress(*_Unavailable):
+            self.series.sessions_active = await self.leases.sessions_active(self.clock())
 
     async def _renew(self, t: Tunnel) -> None:
         c = self.config

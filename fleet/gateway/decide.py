@@ -2,17 +2,17 @@
 the proxy username's options, the client's credentials, a request's head, target and body framing,
 the ban signature (statuses, a body pattern), when to try another proxy.
 
-**The username grammar.** `CLIENT` then any of `-session-ID`, `-pool-NAME`, `-provider-P`,
-`-region-R`, `-zone-Z`, each at most once and in this order. CLIENT is a client of the clients file
-(letters, digits, `_` and `.`: no `-`). A value runs up to the next `-KEYWORD-` of a keyword that may
-still follow, so every username has exactly one reading: `acme-region-us-east-1-zone-us-east-1a` is
-region `us-east-1`, zone `us-east-1a`. What this cannot express is a value containing `-K-` for a
-keyword K later in the order (a session id `a-zone-b`); such a value is never needed for a provider,
-region or zone name, and a session id is the client's to choose. Values: a session id is 1 to 64 of
-`[A-Za-z0-9_.-]`; a pool is a ProxyPool's name (a DNS-1123 label; its members in the client's namespaces); provider, region and zone as the
-lease API takes them. A keyword out of order is part of the value before it (`acme-zone-z-region-r` is zone
-`z-region-r`). Examples: `acme`, `acme-session-s1`, `acme-session-s1-pool-crawl-eu`,
-`acme-provider-hetzner-region-fsn1`.
+**The username grammar.** `CLIENT` then any of `-session-ID`, `-sesstime-MINUTES`, `-pool-NAME`, `-provider-P`,
+`-region-R`, `-zone-Z`, each at most once and in this order. CLIENT is a client of the clients file (letters,
+digits, `_` and `.`: no `-`). A value runs up to the next `-KEYWORD-` of a keyword that may still follow, so
+every username has exactly one reading: `acme-region-us-east-1-zone-us-east-1a` is region `us-east-1`, zone
+`us-east-1a`. What this cannot express is a value containing `-K-` for a keyword K later in the order (a session
+id `a-zone-b`); such a value is never needed for a provider, region or zone name, and a session id is the
+client's to choose. Values: a session id is 1 to 64 of `[A-Za-z0-9_.-]`; sesstime is a session's longest life in
+minutes, 1 to 1440; a pool is a ProxyPool's name (a DNS-1123 label; its members in the client's namespaces);
+provider, region and zone as the lease API takes them. A keyword out of order is part of the value before it
+(`acme-zone-z-region-r` is zone `z-region-r`). Examples: `acme`, `acme-session-s1`,
+`acme-session-s1-pool-crawl-eu`, `acme-provider-hetzner-region-fsn1`.
 
 The password is the client's token (compared in constant time by the server).
 """
@@ -31,11 +31,13 @@ from urllib.parse import parse_qs
 from providers import names
 from providers.text import show
 
-KEYWORDS = ("session", "pool", "provider", "region", "zone")
+KEYWORDS = ("session", "sesstime", "pool", "provider", "region", "zone")
+MAX_SESSTIME = 1440  # minutes: -sesstime-M, a session's longest life (a day)
 CLIENT_PATTERN = r"[A-Za-z0-9_.]{1,64}"
 _CLIENT = re.compile(CLIENT_PATTERN, re.ASCII)
 _VALUES = {
     "session": re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII),
+    "sesstime": re.compile(r"[1-9][0-9]{0,3}", re.ASCII),  # minutes, at most MAX_SESSTIME
     "pool": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII),  # a ProxyPool's name
     "provider": re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII),
     "region": re.compile(r"[A-Za-z0-9._-]{1,128}", re.ASCII),
@@ -73,6 +75,7 @@ class Refused(Exception):
 class Options:
     client: str
     session: str = ""
+    sesstime: str = ""  # minutes: the session's longest life, as the vendors spell it ('' the rules')
     pool: str = ""
     provider: str = ""
     region: str = ""
@@ -96,7 +99,7 @@ def parse_username(text: str) -> Options:
         while j < len(parts) and not (parts[j] in KEYWORDS[allowed:] and j + 1 < len(parts)):
             j += 1
         value = "-".join(parts[i + 1:j])
-        if not _VALUES[word].fullmatch(value):
+        if not _VALUES[word].fullmatch(value) or (word == "sesstime" and int(value) > MAX_SESSTIME):
             raise ValueError(f"bad {word} {value[:64]!r} in the username")
         got[word] = value
         i = j

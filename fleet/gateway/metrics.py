@@ -13,6 +13,10 @@
 - `proxy_operator_gateway_bytes_total{direction}`: `up` (crawler → proxy) and `down`.
 - `proxy_operator_gateway_tunnels_open`: tunnels now.
 - `proxy_operator_gateway_tunnel_duration_seconds`: a histogram of closed tunnels' lifetimes.
+- `proxy_operator_gateway_sessions_retired_total{reason}`: sessions this process retired: `uses`, `age`, `errors`
+  (their error score), `ban` (a ban of their proxy).
+- `proxy_operator_gateway_sessions_active`: sessions whose binding has not lapsed, in Redis (so every replica
+  shows the same number; read every 10 s).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from prometheus_client.registry import Collector
 from fleet.serving import GATEWAY_BYTES as BYTES
 from fleet.serving import GATEWAY_REQUESTS as REQUESTS
 from fleet.serving import GATEWAY_RETRIES as RETRIES
+from fleet.serving import GATEWAY_SESSIONS_ACTIVE as SESSIONS_ACTIVE
+from fleet.serving import GATEWAY_SESSIONS_RETIRED as SESSIONS_RETIRED
 from fleet.serving import GATEWAY_TUNNEL_DURATION as TUNNEL_DURATION
 from fleet.serving import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
 
@@ -32,6 +38,7 @@ OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "
             "limited", "bad_request", "unavailable", "broken", "ban_reported", "unknown_proxy", "intercepted",
             "tls_handshake", "untrusted_origin")
 RETRY_REASONS = ("refused", "timeout", "connect_error", "banned", "broken")
+RETIRED_REASONS = ("uses", "age", "errors", "ban")
 BUCKETS = (0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 3600.0, float("inf"))
 
 
@@ -41,6 +48,8 @@ class GatewaySeries(Collector):
         self.retries = dict.fromkeys(RETRY_REASONS, 0)
         self.bytes = {"up": 0, "down": 0}
         self.tunnels_open = 0
+        self.sessions_active = 0
+        self.sessions_retired = dict.fromkeys(RETIRED_REASONS, 0)
         self._buckets = [0] * len(BUCKETS)
         self._duration_sum = 0.0
 
@@ -50,6 +59,9 @@ class GatewaySeries(Collector):
 
     def retry(self, reason: str) -> None:
         self.retries[reason] = self.retries.get(reason, 0) + 1
+
+    def session_retired(self, reason: str) -> None:
+        self.sessions_retired[reason] = self.sessions_retired.get(reason, 0) + 1
 
     def tunnel_closed(self, seconds: float) -> None:
         for i, edge in enumerate(BUCKETS):
@@ -74,6 +86,12 @@ class GatewaySeries(Collector):
             b.add_metric([direction], n)
         yield b
         yield GaugeMetricFamily(TUNNELS_OPEN, "Tunnels (CONNECT) open now.", value=self.tunnels_open)
+        yield GaugeMetricFamily(SESSIONS_ACTIVE, "Sessions whose binding has not lapsed (Redis, every replica's).",
+                                value=self.sessions_active)
+        s = CounterMetricFamily(SESSIONS_RETIRED, "Sessions this process retired, by reason.", labels=["reason"])
+        for reason, n in self.sessions_retired.items():
+            s.add_metric([reason], n)
+        yield s
         cumulative, buckets = 0, []
         for edge, n in zip(BUCKETS, self._buckets, strict=True):
             cumulative += n

@@ -77,7 +77,7 @@ from redis.exceptions import NoScriptError
 from fleet.store import keys, scripts
 
 PREFIX, DOCS, EXPIRY, HELD, LOAD = keys.LEASE_PREFIX, keys.LEASE_DOCS, keys.LEASE_EXPIRY, keys.LEASE_HELD, keys.LEASE_LOAD
-SESSION = keys.LEASE_SESSION
+SESSION, LIFE, SESSIONS = keys.LEASE_SESSION, keys.LEASE_LIFE, keys.LEASE_SESSIONS
 STICKY, COOL_TARGET, COOL_GLOBAL, ERRORS = keys.LEASE_STICKY, keys.LEASE_COOL_TARGET, keys.LEASE_COOL_GLOBAL, keys.LEASE_ERRORS
 RELEASED, EPOCH, REFUSED = keys.LEASE_RELEASED, keys.LEASE_EPOCH, keys.LEASE_REFUSED
 ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
@@ -92,6 +92,7 @@ REFUSED_MAX = 100_000  # refused requests kept per pool at most (the newest)
 CONSTANTS: dict[str, str | int | float] = {
     "HELD_PREFIX": HELD, "SESSION_PREFIX": SESSION, "STICKY_PREFIX": STICKY, "RELEASED_PREFIX": RELEASED, "EPOCH_KEY": EPOCH,
     "REFUSED_PREFIX": REFUSED, "SWEEP_BATCH": SWEEP_BATCH, "REFUSED_WINDOW": REFUSED_WINDOW, "REFUSED_MAX": REFUSED_MAX,
+    "LIFE_PREFIX": LIFE, "SESSIONS_KEY": SESSIONS,
 }
 
 # Each script's ARGV, in order: the one layout both sides follow. `argv` lays a call's named values out in
@@ -101,12 +102,13 @@ GUARD_ARGV = ("guard_now", "epoch", "seq", "grace", "fresh")  # the epoch guard'
 ARGV: dict[str, tuple[str, ...]] = {
     "lease": ("now", "lease_id", "expires", "target", "max_per_proxy", "sticky", "sticky_ms", "provider", "region",
               "zone", "rand", "scan_limit", "ttl", "namespaces", "skip", "pool", "session_connections", "keep_sticky",
-              *GUARD_ARGV),
+              "life_uses", "life_age", "life_score", *GUARD_ARGV),
     "renew": ("now", "lease_id", "asked_ttl", "default_ttl", "max_per_proxy", "proxy", "target", "ip", "port",
               "sticky_keep_ms", *GUARD_ARGV),
     "check": GUARD_ARGV,
     "release": ("lease_id", "now", "keep_ms"),
-    "report": ("now", "lease_id", "proxy", "target", "outcome", "blocked_s", "errors_max", "global_s", "sticky"),
+    "report": ("now", "lease_id", "proxy", "target", "outcome", "blocked_s", "errors_max", "global_s", "sticky",
+               "life_decrement"),
     "sync": ("now",),
 }
 
@@ -154,6 +156,18 @@ def _split(got: Sequence[Any]) -> tuple[Epoch, list[Any]]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Life:
+    """A gateway session's life (Crawlee's SessionPool semantics): it is retired — moved off its proxy, counted
+    anew — at its lease after `max_uses` leases, `max_age` seconds, or an error score of `max_error_score` (each
+    error report +1, each ok one -`error_decrement`); a ban retires it at once. 0 uses: never retired."""
+
+    max_uses: int = 50
+    max_age: float = 3000.0
+    max_error_score: float = 3.0
+    error_decrement: float = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
 class LeaseCall:
     """One lease request as the script takes it (validated by the caller)."""
 
@@ -174,6 +188,7 @@ class LeaseCall:
     # this many at once; 0: each lease is a holder of its own (the lease API's)
     session_connections: int = 0
     keep_sticky: bool = False  # True: a grant elsewhere (a retry) leaves the session bound to its proxy
+    life: Life | None = None  # the `sticky` session's life limits (a gateway session's); None: it lives on
 
     def values(self, now: float, rand: float) -> dict[str, Any]:
         """The lease script's own ARGV by name (ARGV['lease'], the guard's aside)."""
@@ -182,7 +197,10 @@ class LeaseCall:
                 "provider": self.provider, "region": self.region, "zone": self.zone, "rand": repr(rand),
                 "scan_limit": SCAN_LIMIT, "ttl": repr(self.ttl or self.expires - now),
                 "namespaces": ",".join(self.namespaces), "skip": ",".join(self.skip), "pool": self.pool,
-                "session_connections": self.session_connections, "keep_sticky": int(self.keep_sticky)}
+                "session_connections": self.session_connections, "keep_sticky": int(self.keep_sticky),
+                "life_uses": self.life.max_uses if self.life else 0,
+                "life_age": repr(self.life.max_age) if self.life else "0",
+                "life_score": repr(self.life.max_error_score) if self.life else "0"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,6 +231,7 @@ class Granted:
     proxy: str
     endpoint: bytes | str  # the endpoint document as stored (JSON)
     egress_ip: str = ""  # the prober's last egress address for this uid ("" unknown)
+    retired: str = ""  # the session's life ended at this lease: uses, age, errors ('' not)
 
 
 @dataclass(frozen=True)
@@ -267,7 +286,7 @@ def _text(v: Any) -> str:
 def lease_answer(got: Sequence[Any]) -> LeaseAnswer:
     kind = _text(got[0])
     if kind == "ok":
-        return Granted(_text(got[1]), got[2], _text(got[3]) if len(got) > 3 else "")
+        return Granted(_text(got[1]), got[2], _text(got[3]) if len(got) > 3 else "", _text(got[4]) if len(got) > 4 else "")
     if kind == "busy":
         return Busy(float(_text(got[1])))
     if kind == "grace":
@@ -291,12 +310,13 @@ class ReportCall:
     proxy: str = ""  # by proxy: '' with `sticky`, the session's proxy
     target: str = ""
     sticky: str = ""  # a session's key: its proxy when none is named; a 'blocked' unbinds it from that proxy
+    life_decrement: float = 0.5  # an 'ok' lowers the session's error score by this much (its Life's)
 
     def values(self, now: float, blocked: float, errors: int, global_: float) -> dict[str, Any]:
         """The report script's ARGV by name (ARGV['report'])."""
         return {"now": repr(now), "lease_id": self.lease_id, "proxy": self.proxy, "target": self.target,
                 "outcome": self.outcome, "blocked_s": repr(blocked), "errors_max": errors, "global_s": repr(global_),
-                "sticky": self.sticky}
+                "sticky": self.sticky, "life_decrement": repr(self.life_decrement)}
 
 
 @dataclass(frozen=True)
@@ -350,6 +370,26 @@ class Leases:
 
     def active(self, now: float) -> int:
         return int(self._redis.zcount(EXPIRY, f"({now!r}", "+inf"))
+
+    def sessions(self, now: float, limit: int = 10_000) -> list[dict[str, Any]]:
+        """Gateway sessions with a life whose binding has not lapsed (`fleet get sessions`), soonest to lapse last:
+        sticky key, proxy ('' none; a ban or a retirement moved it off, to be rebound at its next lease), born,
+        uses, score, lapses (when its binding lapses unused)."""
+        rows: list[tuple[bytes, float]] = self._redis.zrevrangebyscore(  # type: ignore[assignment]
+            SESSIONS, "+inf", f"({now!r}", start=0, num=limit, withscores=True)
+        pipe = self._redis.pipeline(transaction=False)
+        for sticky, _ in rows:
+            pipe.get(STICKY + keys.text(sticky))
+            pipe.hmget(LIFE + keys.text(sticky), "born", "uses", "score")
+        got: list[Any] = pipe.execute()
+        out = []
+        for i, (sticky, lapses) in enumerate(rows):
+            bound, (born, uses, score) = got[2 * i], got[2 * i + 1]
+            proxy = keys.text(bound) if bound else ""
+            out.append({"sticky": keys.text(sticky), "proxy": "" if proxy.startswith("!") else proxy,
+                        "born": float(born or 0), "uses": int(uses or 0), "score": float(score or 0),
+                        "lapses": float(lapses)})
+        return out
 
     def lease_doc(self, lease_id: str) -> bytes | str | None:
         got: Any = self._redis.hget(DOCS, lease_id)
@@ -455,6 +495,10 @@ class AsyncLeases:
                     continue
             return got, int(acked)
         raise AssertionError("unreachable")
+
+    async def sessions_active(self, now: float) -> int:
+        """Gateway sessions with a life whose binding has not lapsed (every replica's)."""
+        return int(await self._redis.zcount(SESSIONS, f"({now!r}", "+inf"))
 
     async def lease(self, call: LeaseCall, now: float, rand: float, guard: GuardCall = GuardCall(),
                     wait_ms: int = 0) -> tuple[LeaseAnswer, Epoch, int | None]:

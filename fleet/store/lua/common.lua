@@ -1,6 +1,6 @@
 -- The lease scripts' shared functions: fleet.store.leases loads this once and puts it in front of
 -- each script (lease, renew, check, release, report, sync), after the constants it declares
--- (HELD_PREFIX, SESSION_PREFIX, STICKY_PREFIX, RELEASED_PREFIX, EPOCH_KEY, REFUSED_PREFIX, SWEEP_BATCH, REFUSED_WINDOW,
+-- (HELD_PREFIX, SESSION_PREFIX, STICKY_PREFIX, LIFE_PREFIX, SESSIONS_KEY, RELEASED_PREFIX, EPOCH_KEY, REFUSED_PREFIX, SWEEP_BATCH, REFUSED_WINDOW,
 -- REFUSED_MAX: `CONSTANTS` there). KEYS[1..7] = docs, expiry, load, endpoints, verdicts, cool:target,
 -- cool:global in every script (report adds KEYS[8], errors). These functions read no ARGV: each script
 -- names its own ARGV at its top, in the order of leases.ARGV.

@@ -1,5 +1,6 @@
 -- Lease: the least loaded leasable proxy for a target, or when one frees up.
--- → header + {'ok', proxy, endpoint JSON, egress IP ('' unknown)} | {'busy', earliest time one frees up} | {'none'}
+-- → header + {'ok', proxy, endpoint JSON, egress IP ('' unknown), why the session was retired ('' not)}
+--   | {'busy', earliest time one frees up} | {'none'}
 --   | {'grace'} (Redis lost lease data: nothing new until the header's grace end)
 -- ARGV, in the order of leases.ARGV['lease'] (tests/fleet/test_store_lua.py holds the two together):
 local now = tonumber(ARGV[1])
@@ -21,11 +22,16 @@ local pool = ARGV[16]  -- a ProxyPool's name: the endpoint's `pool`
 -- > 0: the session's leases on its proxy are one holder, at most this many at once; 0: each lease holds alone
 local session_connections = tonumber(ARGV[17])
 local keep_sticky = ARGV[18]  -- '1': a grant elsewhere leaves the session bound (the gateway's retry after a timeout)
-local guard_now = ARGV[19]  -- the guard's five (common.lua: guard)
-local epoch = ARGV[20]
-local seq = ARGV[21]
-local grace = ARGV[22]
-local fresh = ARGV[23]
+-- The session's life (a gateway session's; leases.Life): retired after this many leases (0: never), this age
+-- (s), this error score
+local life_uses = tonumber(ARGV[19])
+local life_age = tonumber(ARGV[20])
+local life_score = tonumber(ARGV[21])
+local guard_now = ARGV[22]  -- the guard's five (common.lua: guard)
+local epoch = ARGV[23]
+local seq = ARGV[24]
+local grace = ARGV[25]
+local fresh = ARGV[26]
 
 return guarded(true, {now = guard_now, epoch = epoch, seq = seq, grace = grace, fresh = fresh}, function(hdr)
 if tonumber(hdr[4]) > now then return {'grace'} end
@@ -36,6 +42,28 @@ if namespaces ~= '' then
 end
 for p in string.gmatch(skip, '[^,]+') do skipped[p] = true end
 sweep(now)
+
+-- The session's life: past a limit it is retired here, before anything is chosen: its binding marked '!P' (as a
+-- ban report does: the next grant, this one, moves it off P) and its life counted anew.
+local retired = ''
+local life = nil
+if sticky ~= '' and life_uses > 0 then
+  life = LIFE_PREFIX .. sticky
+  local l = redis.call('hmget', life, 'born', 'uses', 'score')
+  local born = tonumber(l[1])
+  if born then
+    if tonumber(l[2] or '0') >= life_uses then retired = 'uses'
+    elseif now - born >= life_age then retired = 'age'
+    elseif tonumber(l[3] or '0') >= life_score then retired = 'errors' end
+  end
+  if retired ~= '' then
+    local bound = redis.call('get', STICKY_PREFIX .. sticky)
+    if bound and string.sub(bound, 1, 1) ~= '!' then
+      redis.call('set', STICKY_PREFIX .. sticky, '!' .. bound, 'PX', sticky_ms)
+    end
+  end
+  if retired ~= '' or not born then redis.call('hset', life, 'born', tostring(now), 'uses', 0, 'score', 0) end
+end
 
 -- The endpoint document and raw JSON when p can be leased for target (load aside);
 -- else nil, why ('gone', 'filtered', 'unhealthy', 'cooling'), until when it cools.
@@ -86,10 +114,16 @@ local function grant(p, ep, raw)
   if sticky ~= '' and not (keep_sticky == '1' and redis.call('exists', STICKY_PREFIX .. sticky) == 1) then
     redis.call('set', STICKY_PREFIX .. sticky, p, 'PX', sticky_ms)
   end
+  if life then
+    redis.call('hincrby', life, 'uses', 1)
+    redis.call('pexpire', life, sticky_ms)
+    redis.call('zadd', SESSIONS_KEY, now + tonumber(sticky_ms) / 1000, sticky)
+    redis.call('zremrangebyscore', SESSIONS_KEY, '-inf', now)
+  end
   local v = checked
   local egress = ''
   if v and v['uid'] == ep['uid'] and named(v['egressIP']) then egress = v['egressIP'] end
-  return {'ok', p, raw, egress}
+  return {'ok', p, raw, egress, retired}
 end
 
 local examined = 0

@@ -60,6 +60,9 @@ class FakeLeases:
     async def renew(self, call: Any, now: float) -> Any:  # pragma: no cover - no test holds a tunnel that long
         raise AssertionError("no renewal expected")
 
+    async def sessions_active(self, now: float) -> int:
+        return 0
+
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
 

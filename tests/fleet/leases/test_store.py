@@ -11,7 +11,7 @@ import fakeredis
 import pytest
 
 from fleet.store import Store, keys
-from fleet.store.leases import RELEASE_KEEP, RELEASED, Busy, Granted, LeaseCall, NoProxy, RenewCall, ReportCall
+from fleet.store.leases import RELEASE_KEEP, RELEASED, Busy, Granted, LeaseCall, Life, NoProxy, RenewCall, ReportCall
 
 NOW = 1_800_000_000.0
 
@@ -401,3 +401,72 @@ def test_a_corrupt_endpoint_is_skipped(store):
     running(store, "ns/a")
     assert lease(store)[1].proxy == "ns/a"
     assert isinstance(lease(store)[1], Busy)
+
+
+# -- a gateway session's life (leases.Life): retired after its uses, its age, its error score, or a ban -----------
+
+LIFE = Life(max_uses=3, max_age=100.0, max_error_score=2.0, error_decrement=0.5)
+S1 = "gw/acme/s1"
+
+
+def _use(store, now=NOW, life=LIFE, **kw):
+    """One lease of session s1 with `life`, released at once: (the proxy, why the session retired)."""
+    lid, got = lease(store, now=now, sticky=S1, session_connections=16, life=life, **kw)
+    assert isinstance(got, Granted), got
+    store.leases.release(lid, now)
+    return got.proxy, got.retired
+
+
+def test_a_session_retires_after_its_uses_and_moves_off_its_proxy_once(store):
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    first = [_use(store) for _ in range(3)]
+    assert len({p for p, _ in first}) == 1 and {r for _, r in first} == {""}
+    fourth = _use(store)
+    assert fourth[1] == "uses" and fourth[0] != first[0][0]  # retired at its 4th lease: another proxy
+    assert [_use(store) for _ in range(2)] == [(fourth[0], "")] * 2  # a new life: it stays there
+    assert store._redis.hget(keys.LEASE_LIFE + S1, "uses") == b"3"
+    assert store._redis.zscore(keys.LEASE_SESSIONS, S1) is not None
+
+
+def test_a_session_retires_at_its_age_and_the_lease_api_knows_no_life(store):
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    proxy, _ = _use(store)
+    assert _use(store, now=NOW + 99) == (proxy, "")
+    moved, why = _use(store, now=NOW + 100)
+    assert why == "age" and moved != proxy
+    # a sticky lease without a life (the lease API's) writes none and never retires
+    for _ in range(5):
+        lid, got = lease(store, sticky="api-key")
+        store.leases.release(lid, NOW)
+        assert got.retired == ""
+    assert not store._redis.exists(keys.LEASE_LIFE + "api-key")
+
+
+def test_errors_raise_a_sessions_score_good_answers_lower_it_and_at_its_limit_it_retires(store):
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    life = Life(max_uses=100, max_age=1000.0, max_error_score=2.0, error_decrement=0.5)
+    proxy, _ = _use(store, life=life)
+    report(store, "error", proxy=proxy, target="example.com", sticky=S1)
+    report(store, "ok", proxy=proxy, target="example.com", sticky=S1, life_decrement=0.5)  # 1 - 0.5
+    report(store, "error", proxy=proxy, target="example.com", sticky=S1)  # 1.5
+    assert _use(store, life=life) == (proxy, "")
+    report(store, "error", proxy=proxy, target="example.com", sticky=S1)  # 2.5 >= 2
+    moved, why = _use(store, life=life)
+    assert why == "errors" and moved != proxy
+    assert store._redis.hget(keys.LEASE_LIFE + S1, "score") == b"0"
+
+
+def test_a_ban_of_the_sessions_proxy_retires_it_and_says_so(store):
+    for k in ("ns/a", "ns/b"):
+        running(store, k)
+    proxy, _ = _use(store)
+    got = report(store, "blocked", target="shop.example", sticky=S1)
+    assert got[:3] == ["cooldown", proxy, "shop.example"] and got[-1] == "ban"
+    assert store._redis.hget(keys.LEASE_LIFE + S1, "uses") == b"0"
+    moved, why = _use(store, target="news.example")
+    assert moved != proxy and why == ""  # moved by the ban, already counted as its retirement
+    # a ban of a proxy the session is not on retires nothing
+    assert report(store, "blocked", proxy=proxy, target="x.example", sticky=S1)[-1] != "ban"
