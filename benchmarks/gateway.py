@@ -17,14 +17,36 @@ Measured, each through the gateway and directly to a Squid:
   (directly: of the Squid);
 - the gateway's RSS with `--open` tunnels open at once.
 
+With `--intercept` (the default; `--no-intercept` skips it) an HTTPS part: the origin also listens with TLS (a
+self-signed certificate for 127.0.0.1, the same `/` and `/big`), the gateway runs with fleet's CA (made by
+`fleet ca --gateway-ca-dir`, FLEET_GATEWAY_CA_DIR) and the origin's certificate as FLEET_GATEWAY_ORIGIN_CA_FILE,
+and its clients file has a second client, `spy`, with `intercept: true`. Three columns: direct (a Squid's CONNECT,
+TLS to the origin), the gateway's plain tunnel (client `bench`: CONNECT through the gateway, TLS end to end) and
+intercepted (client `spy`: TLS to the gateway, fleet's CA trusted; the gateway leases a proxy per request and opens
+its own tunnel and verified TLS to the origin through it). Measured:
+
+- the first byte of a new connection: from the TCP connect to the first byte of the answer to one GET / (CONNECT,
+  TLS handshake, request), p50/p99 over `--intercept-connects` rounds of one new connection per column (after a
+  warm-up connection each: the leaf is cached), and what interception adds over the plain tunnel;
+- 1 MiB bodies on one connection, `--intercept-bodies` times: MB/s, intercepted/plain-tunnel, and CPU seconds per
+  MB of the gateway process (directly: of the Squid). Intercepted, each GET is its own upstream tunnel and TLS
+  handshake to the origin: the gateway does not reuse upstream connections, and that cost is in the number.
+
+The goal these are read against (issue: interception adds <= 5 ms to the first byte of a new connection with its
+leaf cached, and keeps >= 0.7x a plain tunnel's throughput) is printed beside them, never asserted. With
+`--against DIR`, a checkout that has interception is measured in the HTTPS part too (its own tunnel and intercepted
+columns); an older one gets the clients file without `spy` and is left out of it. The load average before and
+after the run is printed last.
+
 With `--proxypy` (the default when proxy.py is installed: `pip install -e '.[bench]'`) a third column: proxy.py
 in its own process (threadless, `--proxypy-acceptors`, its ProxyPoolPlugin over the same Squids, basic auth),
 measured by the same client code; its CPU and RSS are summed over its processes. It does no leases, Redis,
 retries or ban detection: the floor of a plugin-based proxy, not a like-for-like. The origin is addressed as
 `localhost` (proxy.py sends private-IP targets past its pool).
 
-    python benchmarks/gateway.py                          # 4 squids, 200 tunnels, 1000 open
+    python benchmarks/gateway.py                          # 4 squids, 200 tunnels, 1000 open, the HTTPS part
     python benchmarks/gateway.py --tunnels 50 --open 300 --seconds 5
+    python benchmarks/gateway.py --intercept-connects 500 --intercept-bodies 200   # more HTTPS samples
     git worktree add /tmp/old HEAD~10 && python benchmarks/gateway.py --against /tmp/old --no-proxypy
 """
 
@@ -39,6 +61,7 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -54,6 +77,7 @@ import redis  # noqa: E402
 
 from benchmarks.procstats import cpu_s, free_port, rss_mib, stop  # noqa: E402
 from fleet.store import keys  # noqa: E402
+from fleet.testing.tls import self_signed  # noqa: E402
 from providers import base  # noqa: E402
 from providers.base import CreateRequest, Deadline  # noqa: E402
 from providers.local.config import LocalConfig  # noqa: E402
@@ -61,9 +85,11 @@ from providers.local.provider import LocalProvider  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 AUTH = "Basic " + base64.b64encode(f"bench:{TOKEN}".encode()).decode()
+SPY_TOKEN = "spy-token-0123456789abcdef"  # the client with `intercept: true`
+SPY_AUTH = "Basic " + base64.b64encode(f"spy:{SPY_TOKEN}".encode()).decode()
 
 ORIGIN = r"""
-import asyncio, sys
+import asyncio, ssl, sys
 BIG = b"x" * (1024 * 1024)
 SMALL = b"ok"
 async def serve(r, w):
@@ -79,6 +105,11 @@ async def serve(r, w):
         w.close()
 async def main():
     srv = await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[1]), backlog=4096)
+    if len(sys.argv) > 2:  # the same answers over TLS: port, certificate, key
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(sys.argv[3], sys.argv[4])
+        tls.set_alpn_protocols(["http/1.1"])
+        await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[2]), backlog=4096, ssl=tls)
     await srv.serve_forever()
 try:
     import uvloop; uvloop.install()
@@ -101,10 +132,11 @@ async def get(r: asyncio.StreamReader, w: asyncio.StreamWriter, host: str, path:
     return n
 
 
-async def tunnel(proxy: tuple[str, int], target: str, auth: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
+async def tunnel(proxy: tuple[str, int], target: str, auth: bool,
+                 header: str = AUTH) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
     t0 = time.perf_counter()
     r, w = await asyncio.open_connection(*proxy, limit=1 << 20)
-    w.write((f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n" + (f"Proxy-Authorization: {AUTH}\r\n" if auth else "")
+    w.write((f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n" + (f"Proxy-Authorization: {header}\r\n" if auth else "")
              + "\r\n").encode())
     status = await read_head(r)
     if status != 200:
@@ -236,6 +268,72 @@ async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | Non
     return out
 
 
+async def https(proxy: tuple[str, int], target: str, header: str | None,
+                trust: ssl.SSLContext) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
+    """A new connection: CONNECT `target` through `proxy` (`header`: its Proxy-Authorization, None for a Squid),
+    TLS inside (verified against `trust`, the name checked), one GET /. The seconds from the TCP connect to the
+    response's first byte, and the connection, ready for the next request."""
+    host = target.rsplit(":", 1)[0]
+    t0 = time.perf_counter()
+    r, w, _ = await tunnel(proxy, target, header is not None, header or "")
+    await w.start_tls(trust, server_hostname=host)
+    w.write(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    first = await r.readexactly(1)
+    dt = time.perf_counter() - t0
+    head = first + await r.readuntil(b"\r\n\r\n")
+    if head[9:12] != b"200":
+        w.close()
+        raise RuntimeError(f"GET / inside the tunnel answered {head[:200]!r}")
+    await r.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+    return r, w, dt
+
+
+async def run_intercept(args: argparse.Namespace, gateways: dict[str, tuple[str, int]], squid: tuple[str, int],
+                        target: str, pids: dict[str, int], origin_trust: ssl.SSLContext,
+                        ca_trust: ssl.SSLContext) -> dict:
+    """The HTTPS part: an origin speaking TLS (`target`), each gateway in `gateways` as a plain tunnel (client
+    `bench`: TLS end to end) and intercepted (client `spy`: TLS to the gateway, trusting fleet's CA), and `squid`
+    directly. The columns: "direct", then "NAME tunnel" and "NAME intercepted" per gateway."""
+    out: dict = {}
+    host = target.rsplit(":", 1)[0]
+    cols: list[tuple[str, tuple[str, int], str | None, ssl.SSLContext, int]] = [
+        ("direct", squid, None, origin_trust, pids["direct"])]
+    for name, addr in gateways.items():
+        cols += [(f"{name} tunnel", addr, AUTH, origin_trust, pids[name]),
+                 (f"{name} intercepted", addr, SPY_AUTH, ca_trust, pids[name])]
+    # a. first byte of a new connection: a warm-up connection per column first (the leaf is cached after it), then
+    # `--intercept-connects` rounds, each column once per round (their difference is what counts: a drift in the
+    # machine's load is shared, not charged to whichever column ran during it)
+    lat: dict[str, list[float]] = {c[0]: [] for c in cols}
+    for i in range(args.intercept_connects + 1):
+        for name, addr, header, trust, _ in cols:
+            _, w, dt = await https(addr, target, header, trust)
+            if i:
+                lat[name].append(dt * 1000)
+            else:  # what the client negotiated (with the origin, or intercepted with the gateway)
+                tls = w.get_extra_info("ssl_object")
+                out[f"tls_{name}"] = f"{tls.version()} {tls.cipher()[0]}"
+            w.close()
+    for name, xs in lat.items():
+        out[f"ttfb_{name}"] = (statistics.median(xs), pct(xs, 0.99))
+    await asyncio.sleep(0.5)  # the gateway's releases
+    # b, c. 1 MiB bodies on one connection, `--intercept-bodies` times: MB/s, and the CPU of the gateway (directly:
+    # of the Squid) per MB. Intercepted, each GET is its own upstream tunnel and TLS handshake to the origin (the
+    # gateway does not reuse upstream connections): that is in the number.
+    for name, addr, header, trust, pid in cols:
+        r, w, _ = await https(addr, target, header, trust)
+        c0, t0 = tree_cpu_s(pid), time.perf_counter()
+        total = 0
+        for _ in range(args.intercept_bodies):
+            total += await get(r, w, host, "/big")
+        dt = time.perf_counter() - t0
+        mb = total / 1e6
+        out[f"tls_body_{name}"] = (mb / dt, (tree_cpu_s(pid) - c0) / mb)
+        w.close()
+        await asyncio.sleep(0.5)
+    return out
+
+
 def start_proxypy(port: int, squids: list[tuple[str, int]], work: Path, acceptors: int) -> subprocess.Popen[bytes]:
     """proxy.py in its threadless mode (one event loop per acceptor process, no thread per connection: the
     mode its docs recommend and the one comparable to an asyncio relay), `acceptors` processes (default 1, like
@@ -275,9 +373,17 @@ def main() -> int:
                    help="a third column: proxy.py chaining to the same Squids (default: when it is installed, "
                         "pip install -e '.[bench]')")
     p.add_argument("--proxypy-acceptors", type=int, default=1, help="proxy.py's --num-acceptors (its default: cores)")
+    p.add_argument("--intercept", action=argparse.BooleanOptionalAction, default=True,
+                   help="the HTTPS part: an origin speaking TLS, directly, through the gateway as a plain tunnel, and "
+                        "intercepted (a client with intercept: true, fleet's CA trusted)")
+    p.add_argument("--intercept-connects", type=int, default=200,
+                   help="new HTTPS connections per column (CONNECT, TLS, GET /), for the first byte's p50/p99")
+    p.add_argument("--intercept-bodies", type=int, default=100,
+                   help="1 MiB bodies over one HTTPS connection per column, for MB/s and CPU per MB")
     p.add_argument("--against", type=Path, help="a checkout of another commit (git worktree add DIR REV): its "
                                                  "`fleet gateway` measured too, as a column of the same run")
     args = p.parse_args()
+    load0 = os.getloadavg()
     binary = shutil.which("redis-server")
     if not binary:
         raise SystemExit("redis-server is not installed (make deps installs it)")
@@ -288,9 +394,24 @@ def main() -> int:
     made: list[str] = []
     try:
         rport, oport, gport, mport, pport = free_port(), free_port(), free_port(), free_port(), free_port()
+        tport = free_port()  # the origin's TLS listener (--intercept)
         procs.append(subprocess.Popen([binary, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
                                        "--appendonly", "no"], stdout=subprocess.DEVNULL))
-        procs.append(subprocess.Popen([sys.executable, "-c", ORIGIN, str(oport)]))
+        origin_args = [str(oport)]
+        if args.intercept:
+            # fleet's CA as a user makes it (`fleet ca` prints its certificate), and the origin's own self-signed
+            # certificate for 127.0.0.1, which the gateway trusts through --gateway-origin-ca-file
+            made_ca = subprocess.run([sys.executable, "-m", "fleet.cli", "ca", "--gateway-ca-dir", str(work / "ca")],
+                                     capture_output=True, text=True, timeout=120, cwd=ROOT,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
+            if made_ca.returncode != 0:
+                raise SystemExit(f"fleet ca failed: {made_ca.stderr[-2000:]}")
+            (work / "origin").mkdir()
+            origin_cert, origin_key = self_signed(work / "origin", "127.0.0.1")
+            origin_args += [str(tport), str(origin_cert), str(origin_key)]
+        with open(work / "origin.log", "ab") as log:
+            procs.append(subprocess.Popen([sys.executable, "-c", ORIGIN, *origin_args], stdout=log,
+                                          stderr=subprocess.STDOUT))
         r = redis.Redis(port=rport)
         for _ in range(100):
             with contextlib.suppress(redis.ConnectionError):
@@ -325,7 +446,14 @@ def main() -> int:
             name = pid_id.split("/", 1)[1]
             squid_pids.append(json.loads((work / "squid" / f"{name}.json").read_text())["pid"])
         clients = work / "clients.yaml"
-        clients.write_text(json.dumps({"clients": {"bench": {"token": TOKEN, "ports": "*", "maxTunnels": 100000}}}))
+        bench_client = {"token": TOKEN, "ports": "*", "maxTunnels": 100000}
+        clients.write_text(json.dumps({"clients": {"bench": bench_client}}))
+        # the gateways that intercept: a second client asking for it, fleet's CA, the origin's certificate trusted
+        # (an --against checkout from before interception gets the clients file it can read, and no HTTPS part)
+        spy_clients = work / "clients-intercept.yaml"
+        spy_clients.write_text(json.dumps({"clients": {"bench": bench_client, "spy": {
+            "token": SPY_TOKEN, "ports": "*", "maxTunnels": 100000, "intercept": True}}}))
+        intercepting: dict[str, tuple[str, int]] = {}
         env = {**os.environ, "FLEET_BROKER_URL": f"redis://127.0.0.1:{rport}/0",
                "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{gport}", "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{mport}",
                "FLEET_GATEWAY_CLIENTS_FILE": str(clients), "FLEET_MAX_LEASES_PER_PROXY": "10000",
@@ -338,6 +466,10 @@ def main() -> int:
             port = gport if name == "gateway" else free_port()
             genv = {**env, "PYTHONPATH": str(code.resolve()), "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{port}",
                     "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port() if name == 'against' else mport}"}
+            intercepts = args.intercept and (code / "fleet" / "gateway" / "intercept.py").exists()
+            if intercepts:
+                genv |= {"FLEET_GATEWAY_CLIENTS_FILE": str(spy_clients), "FLEET_GATEWAY_CA_DIR": str(work / "ca"),
+                         "FLEET_GATEWAY_ORIGIN_CA_FILE": str(origin_cert)}
             with open(work / f"{name}.log", "ab") as log:
                 gw = subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=genv, stdout=log,
                                       stderr=subprocess.STDOUT, start_new_session=True, cwd=code)
@@ -345,6 +477,8 @@ def main() -> int:
             wait_port(port, f"fleet gateway ({code})", work / f"{name}.log")
             proxies[name] = ("127.0.0.1", port)
             pids[name] = gw.pid
+            if intercepts:
+                intercepting[name] = ("127.0.0.1", port)
         if args.proxypy:
             pp = start_proxypy(pport, squids, work, args.proxypy_acceptors)
             procs.append(pp)
@@ -360,6 +494,13 @@ def main() -> int:
         # The origin by name, not 127.0.0.1: proxy.py's pool plugin sends a private-IP target straight to it
         # and not through the pool (before_upstream_connection), which would measure no Squid at all.
         res = asyncio.run(run(args, proxies, squids, f"localhost:{oport}", pids))
+        if intercepting:
+            wait_port(tport, "the origin's TLS listener", work / "origin.log")
+            # the certificates name 127.0.0.1 (the origin's, and the leaf the gateway makes for the CONNECT's host)
+            res |= asyncio.run(run_intercept(args, intercepting, squids[0], f"127.0.0.1:{tport}", pids,
+                                             ssl.create_default_context(cafile=str(origin_cert)),
+                                             ssl.create_default_context(cafile=str(work / "ca" / "ca.crt"))))
+        load1 = os.getloadavg()
     finally:
         stop(procs)
         if provider is not None:
@@ -390,6 +531,32 @@ def main() -> int:
         b, rss, k = res[f"rss_{n}"]
         print(f"{n + ' RSS':<24}{b:.0f} MiB idle, {rss:.0f} MiB with {k} tunnels open "
               f"({(rss - b) * 1024 / max(k, 1):.1f} KiB each)")
+    if intercepting:
+        cols = ["direct", *(f"{g} {kind}" for g in intercepting for kind in ("tunnel", "intercepted"))]
+        print("HTTPS origin (ECDSA P-256 certificates): direct = a Squid's CONNECT; tunnel = client bench's CONNECT "
+              "through the gateway, TLS end to end; intercepted = client spy (intercept: true), TLS to the gateway "
+              "and the gateway's own to the origin; the client's TLS: "
+              + ", ".join(f"{c} {res[f'tls_{c}']}" for c in cols))
+        print("first byte, new conn ms " + " | ".join(
+            f"{c} p50 {res[f'ttfb_{c}'][0]:.2f} p99 {res[f'ttfb_{c}'][1]:.2f}" for c in cols)
+              + f"  ({args.intercept_connects} each, leaf cached)")
+        for g in intercepting:
+            (t50, t99), (i50, i99) = res[f"ttfb_{g} tunnel"], res[f"ttfb_{g} intercepted"]
+            print(f"{g}: interception adds {i50 - t50:+.2f} ms p50, {i99 - t99:+.2f} ms p99 to the first byte "
+                  f"over the plain tunnel (goal: <= 5 ms)")
+        dm = res["tls_body_direct"][0]
+        print("HTTPS 1 MiB bodies MB/s " + " | ".join(
+            f"{c} {res[f'tls_body_{c}'][0]:.0f}" + ("" if c == "direct" else f" ({res[f'tls_body_{c}'][0] / dm:.2f}x)")
+            for c in cols) + f"  ({args.intercept_bodies} on one connection; intercepted: each its own upstream "
+                             f"tunnel and TLS, the gateway does not reuse upstream connections)")
+        for g in intercepting:
+            ratio = res[f"tls_body_{g} intercepted"][0] / res[f"tls_body_{g} tunnel"][0]
+            print(f"{g}: intercepted/tunnel {ratio:.2f}x the plain tunnel's throughput (goal: >= 0.7x)")
+        print("HTTPS CPU ms per MB     " + " | ".join(
+            f"{'squid' if c == 'direct' else c} {res[f'tls_body_{c}'][1] * 1000:.2f}" for c in cols)
+              + "  (the gateway process; directly: the Squid)")
+    print(f"load average             before {' '.join(f'{x:.2f}' for x in load0)}, after "
+          f"{' '.join(f'{x:.2f}' for x in load1)} (1, 5, 15 min), {os.cpu_count()} cores")
     if "proxy.py" in proxies:
         print(f"proxy.py: threadless, {args.proxypy_acceptors} acceptor(s), ProxyPoolPlugin (a random Squid per connection) + "
               "basic auth; no leases, Redis, retries or ban detection: the floor of a plugin-based proxy, not a like-for-like")
