@@ -38,6 +38,7 @@ from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Options, Target
 from fleet.gateway.dialers import Channel, Dialer, DialError, Upstream
 from fleet.gateway.metrics import GatewaySeries
+from fleet.gateway.rules import RuleBook, Rules
 from fleet.logs import kv
 from fleet.store import StoreError
 from fleet.store.leases import (
@@ -305,14 +306,17 @@ class Attempts:
 # -- the core -----------------------------------------------------------------------------------------------------
 
 class Core:
-    """One per process, shared by its front-ends: the lease store, the clients, the dialer, the metrics and the
-    open tunnels (their count per client is a limit)."""
+    """One per process, shared by its front-ends: the lease store, the clients, the rules per domain
+    (`rules.for_host(host)`: a `fleet.gateway.rules.Rule`; without a rules file every host has the default rule,
+    the flags' values), the dialer, the metrics and the open tunnels (their count per client is a limit)."""
 
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, dialer: Dialer,
-                 clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random) -> None:
+                 clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random,
+                 rules: RuleBook | None = None) -> None:
         self.leases = leases
         self.clients = clients
         self.config = config
+        self.rules: RuleBook = rules if rules is not None else Rules(defaults=config)
         self.dialer = dialer
         self.clock = clock
         self.rand = rand

@@ -24,6 +24,7 @@ from fleet.gateway.config import GatewayConfig
 from fleet.gateway.core import SWEEP_EVERY, Clients, Conn, Core, Leases, Tunnel, sweep_every
 from fleet.gateway.dialers import Dialer, HttpProxyDialer
 from fleet.gateway.metrics import GatewaySeries
+from fleet.gateway.rules import RuleBook
 from fleet.store.leases import AsyncLeases
 
 __all__ = ["SWEEP_EVERY", "Gateway", "GatewayConfig", "sweep", "sweep_every"]
@@ -34,11 +35,11 @@ log = logging.getLogger("fleet.gateway")
 class Gateway:
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, guard: httpguard.Guard,
                  clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random,
-                 dialer: Dialer | None = None) -> None:
+                 dialer: Dialer | None = None, rules: RuleBook | None = None) -> None:
         self.config = config
         self.guard = guard
         dialer = dialer or HttpProxyDialer(config.connect_timeout, config.max_header_bytes)
-        self.core = Core(leases, clients, config, dialer, clock, rand)
+        self.core = Core(leases, clients, config, dialer, clock, rand, rules)
         self.http1 = http1.Http1(self.core, config, guard)
 
     @property
