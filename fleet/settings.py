@@ -444,6 +444,10 @@ class Settings:
     gateway_clients_file: str | None = _path(
         "gateway", "The gateway's clients (YAML: clients: {NAME: {token, namespaces, ports, maxTunnels}}; a mounted Secret),"
         " re-read when it changes; required.")
+    gateway_rules_file: str | None = _path(
+        "gateway", "The gateway's rules per domain (YAML: rules: [{name, domains, bans, actions, politeness, sessions}]; "
+        "a mounted ConfigMap; docs/gateway.md), re-read when it changes; checked with `fleet validate`. Without it every "
+        "host gets the --gateway-ban-*, --cooldown-blocked and --gateway-max-attempts behaviour.")
     gateway_metrics_bind_address: str = _bind(
         "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
         ":8083")

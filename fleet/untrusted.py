@@ -130,9 +130,9 @@ class YamlProblem(Exception):
     "" for the document), `why` the reason; `fatal` when the rest of the
     stream is not read."""
 
-    def __init__(self, path: str, why: str, *, fatal: bool = False) -> None:
+    def __init__(self, path: str, why: str, *, fatal: bool = False, line: int | None = None) -> None:
         super().__init__(f"{path.lstrip('.') or 'the document'}: {why}")
-        self.path, self.why, self.fatal = path, why, fatal
+        self.path, self.why, self.fatal, self.line = path, why, fatal, line  # line: 1-based, where known
 
     @property
     def where(self) -> str:
@@ -201,16 +201,19 @@ class _Builder(yaml.composer.Composer, yaml.constructor.SafeConstructor, yaml.re
                 None, None, f"not a valid {what} ({type(exc).__name__})", node.start_mark) from None
 
 
-def _yaml_problem(exc: yaml.YAMLError, paths: dict[tuple[int, int], str]) -> tuple[str, str]:
-    """(path, why) for a parser's or constructor's error: its reason and
+def _yaml_problem(exc: yaml.YAMLError, paths: dict[tuple[int, int], str], *, fatal: bool = False) -> YamlProblem:
+    """The problem of a parser's or constructor's error: its reason and
     place, never its snippet of the text."""
     if isinstance(exc, yaml.reader.ReaderError):
-        return "", f"not valid YAML: unacceptable character #x{exc.character:04x} at character {exc.position} ({exc.reason})"
+        return YamlProblem("", f"not valid YAML: unacceptable character #x{exc.character:04x} at character {exc.position} "
+                               f"({exc.reason})", fatal=fatal)
     mark = getattr(exc, "problem_mark", None)
     problem = clip(str(getattr(exc, "problem", None) or type(exc).__name__), MAX_PROBLEM)
     if mark is None:
-        return "", f"not valid YAML: {problem}"
-    return paths.get((mark.line, mark.column), ""), f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+        return YamlProblem("", f"not valid YAML: {problem}", fatal=fatal)
+    return YamlProblem(paths.get((mark.line, mark.column), ""),
+                       f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}",
+                       fatal=fatal, line=mark.line + 1)
 
 
 class _Stream:
@@ -231,30 +234,33 @@ class _Stream:
             # limit (1000) before the events reach ours: the same problem.
             if "nesting depth" in str(exc.problem) and exc.problem_mark is not None:
                 raise YamlProblem(where, f"nested deeper than {self.limits.max_depth} levels "
-                                         f"(line {exc.problem_mark.line + 1})", fatal=True) from None
-            raise YamlProblem(*_yaml_problem(exc, {}), fatal=True) from None
+                                         f"(line {exc.problem_mark.line + 1})", fatal=True,
+                                  line=exc.problem_mark.line + 1) from None
+            raise _yaml_problem(exc, {}, fatal=True) from None
         except yaml.YAMLError as exc:
-            raise YamlProblem(*_yaml_problem(exc, {}), fatal=True) from None
+            raise _yaml_problem(exc, {}, fatal=True) from None
 
-    def document(self, start: yaml.Event) -> tuple[list[yaml.Event], dict[tuple[int, int], str]]:
-        """The events of the document `start` opens, through its end, and
-        each node's field path by its (line, column). Raises YamlProblem."""
+    def document(self, start: yaml.Event) -> tuple[list[yaml.Event], dict[tuple[int, int], str], dict[str, int]]:
+        """The events of the document `start` opens, through its end, each
+        node's field path by its (line, column), and each field path's
+        1-based line (a mapping entry's: its key's). Raises YamlProblem."""
         limits = self.limits
         events: list[yaml.Event] = [start]
         paths: dict[tuple[int, int], str] = {}
+        lines: dict[str, int] = {}
         sizes: dict[str, int] = {}  # an anchor's expanded size
         heights: dict[str, int] = {}  # an anchor's height (a scalar: 0)
         open_anchors: set[str] = set()
         stack: list[_Frame] = []
 
         def fail(path: str, mark: Any, why: str) -> YamlProblem:
-            return YamlProblem(path, f"{why} (line {mark.line + 1})")
+            return YamlProblem(path, f"{why} (line {mark.line + 1})", line=mark.line + 1)
 
         def spend(values: int, path: str, mark: Any) -> None:
             self.total += values
             if self.total > limits.max_nodes:
                 raise YamlProblem(path, f"the file has more than {limits.max_nodes} values (aliases counted as they "
-                                        f"expand) (line {mark.line + 1})", fatal=True)
+                                        f"expand) (line {mark.line + 1})", fatal=True, line=mark.line + 1)
 
         def grow(parent: _Frame | None, height: int) -> None:
             if parent is not None:
@@ -264,10 +270,10 @@ class _Stream:
         while True:
             ev = self.next_event(stack[-1].here() if stack else "")
             if ev is None:
-                return events, paths
+                return events, paths, lines
             events.append(ev)
             if isinstance(ev, yaml.DocumentEndEvent):
-                return events, paths
+                return events, paths, lines
             if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 fr = stack.pop()
                 if fr.anchor:
@@ -286,7 +292,7 @@ class _Stream:
                 at = parent.path + key_step(key)
                 if key in parent.keys:
                     raise fail(at, ev.start_mark, f"duplicate key {show(key, 40)} (first at line {parent.keys[key]})")
-                parent.keys[key] = ev.start_mark.line + 1
+                parent.keys[key] = lines[at] = ev.start_mark.line + 1
                 parent.pending, parent.expect_key = at, False
                 spend(1, at, ev.start_mark)
                 continue
@@ -298,7 +304,7 @@ class _Stream:
                     raise fail(path, ev.start_mark, f"alias *{show(anchor, 40)[1:-1]} refers to a node that contains it")
                 if anchor not in sizes:
                     raise YamlProblem("", f"not valid YAML at line {ev.start_mark.line + 1}, column {ev.start_mark.column + 1}: "
-                                          f"found undefined alias {show(anchor, 40)}", fatal=True)
+                                          f"found undefined alias {show(anchor, 40)}", fatal=True, line=ev.start_mark.line + 1)
                 if level + heights[anchor] > limits.max_depth:
                     raise fail(path, ev.start_mark, f"nested deeper than {limits.max_depth} levels")
                 spend(sizes[anchor], path, ev.start_mark)
@@ -308,6 +314,7 @@ class _Stream:
                 raise fail(path, ev.start_mark, f"nested deeper than {limits.max_depth} levels")
             spend(1, path, ev.start_mark)
             paths.setdefault((ev.start_mark.line, ev.start_mark.column), path)
+            lines.setdefault(path, ev.start_mark.line + 1)
             if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 stack.append(_Frame("map" if isinstance(ev, yaml.MappingStartEvent) else "seq", path, self.total - 1, ev.anchor))
                 if ev.anchor:
@@ -331,7 +338,7 @@ def _build(events: list[yaml.Event], paths: dict[tuple[int, int], str], limits: 
         node = builder.compose_document()
         return builder.construct_document(node)
     except yaml.YAMLError as exc:
-        raise YamlProblem(*_yaml_problem(exc, paths)) from None
+        raise _yaml_problem(exc, paths) from None
     except RecursionError:  # not reached within max_depth; kept so no input ends in a traceback
         raise YamlProblem("", f"nested deeper than {limits.max_depth} levels") from None
 
@@ -340,6 +347,11 @@ def documents(text: str, limits: YamlLimits, *, single: bool = False) -> Iterato
     """Each document's data in `text`, or a YamlProblem in its place; after
     a `fatal` one, nothing more. With `single`, a second document is a
     fatal problem."""
+    for item in _documents(text, limits, single):
+        yield item if isinstance(item, YamlProblem) else item.data
+
+
+def _documents(text: str, limits: YamlLimits, single: bool) -> Iterator[Located | YamlProblem]:
     stream = _Stream(text, limits)
     seen = 0
     try:
@@ -353,10 +365,11 @@ def documents(text: str, limits: YamlLimits, *, single: bool = False) -> Iterato
             if single and seen > 1:
                 assert ev.start_mark is not None
                 yield YamlProblem("", f"not valid YAML at line {ev.start_mark.line + 1}, column {ev.start_mark.column + 1}: "
-                                      "expected a single document in the stream, found another", fatal=True)
+                                      "expected a single document in the stream, found another", fatal=True,
+                                  line=ev.start_mark.line + 1)
                 return
             try:
-                events, paths = stream.document(ev)
+                events, paths, lines = stream.document(ev)
             except YamlProblem as problem:
                 yield problem
                 if problem.fatal:
@@ -364,7 +377,7 @@ def documents(text: str, limits: YamlLimits, *, single: bool = False) -> Iterato
                 stream.skip_document()
                 continue
             try:
-                yield _build(events, paths, limits)
+                yield Located(_build(events, paths, limits), lines)
             except YamlProblem as problem:
                 yield problem
     except YamlProblem as problem:  # a syntax error between documents
@@ -373,9 +386,37 @@ def documents(text: str, limits: YamlLimits, *, single: bool = False) -> Iterato
 
 def load_one(text: str, limits: YamlLimits) -> Any:
     """The one document in `text` (None when there is none). Raises YamlProblem."""
-    data = None
-    for item in documents(text, limits, single=True):
+    return load_located(text, limits).data
+
+
+@dataclass(frozen=True)
+class Located:
+    """A document's data and where its fields are: each field path (as
+    `YamlProblem.where` spells it: `rules[0].actions.cooldown`, "" the
+    document) by its 1-based line, a mapping entry's being its key's. A node
+    reached through an alias has its anchor's place (see `line`)."""
+
+    data: Any
+    lines: dict[str, int]  # the paths as the reader builds them (a leading '.' before a key)
+
+    def line(self, path: str) -> int | None:
+        """`path`'s line, else its nearest enclosing field's that has one."""
+        raw = path if path == "" or path.startswith("[") else "." + path
+        while True:
+            if raw in self.lines:
+                return self.lines[raw]
+            if not raw:
+                return None
+            cut = raw.rfind("[") if raw.endswith("]") else raw.rfind(".")
+            raw = raw[:max(cut, 0)]
+
+
+def load_located(text: str, limits: YamlLimits) -> Located:
+    """The one document in `text` with its fields' lines (data None, no lines when there is none).
+    Raises YamlProblem."""
+    found = Located(None, {})
+    for item in _documents(text, limits, single=True):
         if isinstance(item, YamlProblem):
             raise item
-        data = item
-    return data
+        found = item
+    return found

@@ -106,15 +106,19 @@ _concurrency = _int_in(1, MAX_CONCURRENCY)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """The providers file and/or the Proxy manifests (`--proxies`), each read
-    by the parser the controller uses: every problem listed (the manifests'
-    as `file#document: field: why`, what the controller logs as "not
-    applied"), exit 2 if there is any."""
+    """The providers file, the Proxy manifests (`--proxies`), the gateway's
+    clients and rules files, whichever are given, each read by the parser
+    the process uses: every problem listed (the manifests' as
+    `file#document: field: why`, what the controller logs as "not
+    applied"; the rules file's as `file:line: field: why`), exit 2 if there
+    is any."""
     from fleet.config import ConfigError, load
 
     settings = settings_from(args)
-    if not settings.providers_config and not settings.proxies:
-        raise BadInput("--providers-config (-c) or --proxies (or FLEET_PROVIDERS_CONFIG, FLEET_PROXIES) is required")
+    if not (settings.providers_config or settings.proxies or settings.gateway_clients_file
+            or settings.gateway_rules_file):
+        raise BadInput("--providers-config (-c) or --proxies (or FLEET_PROVIDERS_CONFIG, FLEET_PROXIES) is required, "
+                       "or a gateway file to check: --gateway-clients-file, --gateway-rules-file")
     problems: list[str] = []
     config = None
     if settings.providers_config:
@@ -130,9 +134,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
     if settings.proxies:
         problems += _validate_proxies(settings.proxies, config)
+    if settings.gateway_clients_file:
+        problems += _validate_clients(settings.gateway_clients_file)
+    if settings.gateway_rules_file:
+        problems += _validate_rules(settings, settings.gateway_rules_file)
     if problems:
         raise BadInput("\n".join(problems))
     return EXIT_OK
+
+
+def _validate_clients(path: str) -> list[str]:
+    """The gateway's clients file as `fleet gateway` reads it at start (its tokens never shown)."""
+    from fleet.gateway.clients import ClientsError, ClientsFile
+
+    try:
+        clients = ClientsFile(path)
+    except ClientsError as exc:
+        return [str(exc)]
+    print(f"{path}: ok, {len(clients.clients)} client(s)")
+    return []
+
+
+def _validate_rules(settings: Settings, path: str) -> list[str]:
+    """The gateway's rules file as `fleet gateway` reads it at start, its defaults the gateway's flags."""
+    from fleet.gateway.process import GatewayError, config_of
+    from fleet.gateway.rules import RulesError, RulesFile
+
+    try:
+        rules = RulesFile(path, defaults=config_of(settings))
+    except GatewayError as exc:
+        return [str(exc)]
+    except RulesError as exc:
+        return [f"{path}: the rules file is not usable; the gateway refuses it:", *exc.problems]
+    print(f"{path}: ok, {len(rules)} rule(s)")
+    return []
 
 
 def _validate_proxies(path: str, config: ProvidersConfig | None) -> list[str]:
@@ -482,8 +517,10 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = command(sub, "validate",
-                help="validate the providers file, the settings and the Proxy manifests (--proxies), exit 2 on any problem",
-                example="fleet validate -c providers.yaml --proxies proxies/", groups=ALL_GROUPS)
+                help="validate the providers file, the settings, the Proxy manifests (--proxies) and the gateway's clients "
+                     "and rules files, exit 2 on any problem",
+                example="fleet validate -c providers.yaml --proxies proxies/ --gateway-rules-file rules.yaml",
+                groups=ALL_GROUPS)
     s.set_defaults(fn=cmd_validate)
 
     s = command(sub, "check", help="check providers once, in-process (no broker)",

@@ -18,29 +18,22 @@ clients:
 
 `parse_clients` is pure; `ClientsFile` re-reads the file when its mtime, size or inode changed
 (checked at most every `RECHECK` s), and keeps the last good table when a new version is broken
-(logged once per version). Tokens are compared in constant time and never logged.
+(logged once per version): `fleet.gateway.watched`. Tokens are compared in constant time and never logged.
 """
 
 from __future__ import annotations
 
 import hmac
-import logging
-import os
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from fleet.durations import parse_duration
 from fleet.gateway.decide import _CLIENT, _NAMESPACE
-from fleet.logs import kv
-from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, load_one, read_bounded
+from fleet.gateway.watched import WatchedFile
+from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, load_one
 
-log = logging.getLogger("fleet.gateway")
-
-MAX_FILE = 1024 * 1024
 LIMITS = YamlLimits(max_nodes=100_000)  # the one hostile-YAML reader's bounds (fleet.untrusted)
 MIN_TOKEN = 16
-RECHECK = 2.0
 DEFAULT_PORTS = frozenset({80, 443})
 FIELDS = ("token", "namespaces", "ports", "maxTunnels", "intercept", "sessions")
 SESSION_FIELDS = ("maxUses", "maxAge", "maxErrorScore", "errorScoreDecrement")
@@ -156,48 +149,25 @@ def _session_limits(name: str, spec: dict[str, Any]) -> SessionLimits:
 MAX_AGE = 86400.0  # a day, as --gateway-session-max-age and -sesstime-
 
 
-class ClientsFile:
+class ClientsFile(WatchedFile[dict[str, Client]]):
     """The table from a file, re-read when it changes."""
 
-    def __init__(self, path: str, clock: Any = time.monotonic) -> None:
-        self.path = path
-        self.clock = clock
-        self._stamp: tuple[int, int, int] | None = None
-        self._checked = 0.0
-        self.clients = self._load(first=True)
+    flag = "--gateway-clients-file"
+    what = "clients"
+    error = ClientsError
 
-    def _stat(self) -> tuple[int, int, int]:
-        st = os.stat(self.path)
-        return st.st_mtime_ns, st.st_size, st.st_ino
+    def parse(self, raw: bytes) -> dict[str, Client]:
+        return parse_clients(raw)
 
-    def _load(self, first: bool = False) -> dict[str, Client]:
-        try:
-            raw = read_bounded(self.path, MAX_FILE, f"--gateway-clients-file {self.path}")
-            stamp = self._stat()
-            clients = parse_clients(raw)
-        except (OSError, FileProblem, ClientsError) as exc:
-            if first:
-                raise ClientsError(str(exc) if isinstance(exc, FileProblem) else
-                                   f"--gateway-clients-file {self.path}: {exc}") from None
-            log.warning("the clients file is not usable; keeping the last good one", extra=kv(path=self.path, error=str(exc)[:300]))
-            self._stamp = None
-            return self.clients
-        self._stamp = stamp
-        if not first:
-            log.info("clients file re-read", extra=kv(path=self.path, clients=len(clients)))
-        return clients
+    def problem(self, exc: Exception) -> str:
+        return str(exc) if isinstance(exc, FileProblem) else f"{self.flag} {self.path}: {exc}"
 
-    def refresh(self) -> None:
-        now = self.clock()
-        if now - self._checked < RECHECK:
-            return
-        self._checked = now
-        try:
-            stamp = self._stat()
-        except OSError:
-            return
-        if stamp != self._stamp:
-            self.clients = self._load()
+    def counts(self, value: dict[str, Client]) -> dict[str, int]:
+        return {"clients": len(value)}
+
+    @property
+    def clients(self) -> dict[str, Client]:
+        return self.value
 
     def check(self, name: str, password: str) -> Client | None:
         """The client when `password` is its token (constant time in the token), else None."""

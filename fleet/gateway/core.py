@@ -39,6 +39,7 @@ from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Options, Target
 from fleet.gateway.dialers import Channel, Dialer, DialError, Upstream
 from fleet.gateway.metrics import GatewaySeries
+from fleet.gateway.rules import RuleBook, Rules
 from fleet.logs import kv
 from fleet.store import StoreError
 from fleet.store.leases import (
@@ -330,18 +331,22 @@ class Attempts:
 # -- the core -----------------------------------------------------------------------------------------------------
 
 class Core:
-    """One per process, shared by its front-ends: the lease store, the clients, the dialer, the metrics and the
-    open tunnels (their count per client is a limit); for interception, the CA (`authority`) and the context of the
-    gateway's TLS to origins (`origin_tls`), both None when the gateway intercepts nothing."""
+    """One per process, shared by its front-ends: the lease store, the clients, the rules per domain
+    (`rules.for_host(host)`: a `fleet.gateway.rules.Rule`; without a rules file every host has the default rule,
+    the flags' values), the dialer, the metrics and the open tunnels (their count per client is a limit); for
+    interception, the CA (`authority`) and the context of the gateway's TLS to origins (`origin_tls`), both None
+    when the gateway intercepts nothing."""
 
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, dialer: Dialer,
-                 clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random, *,
-                 authority: intercept.Authority | None = None, origin_tls: ssl.SSLContext | None = None) -> None:
+                 clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random,
+                 rules: RuleBook | None = None, *, authority: intercept.Authority | None = None,
+                 origin_tls: ssl.SSLContext | None = None) -> None:
         self.authority = authority
         self.origin_tls = origin_tls
         self.leases = leases
         self.clients = clients
         self.config = config
+        self.rules: RuleBook = rules if rules is not None else Rules(defaults=config)
         self.dialer = dialer
         self.clock = clock
         self.rand = rand

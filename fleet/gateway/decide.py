@@ -320,9 +320,10 @@ def port_allowed(port: int, allowed: frozenset[int] | None) -> bool:
     return allowed is None or port in allowed
 
 
-def compile_ban_pattern(text: str) -> re.Pattern[str] | None:
+def compile_ban_pattern(text: str, *, matches_empty: bool = False) -> re.Pattern[str] | None:
     """--gateway-ban-pattern: '' none, else a Python regular expression (searched, not matched); ValueError saying
-    what is wrong."""
+    what is wrong. `matches_empty`: one that finds the empty string is allowed (a header value's pattern, where
+    `.*` means any value); a body's is not."""
     if not text:
         return None
     if len(text) > MAX_BAN_PATTERN:
@@ -331,7 +332,7 @@ def compile_ban_pattern(text: str) -> re.Pattern[str] | None:
         pattern = re.compile(text)
     except re.error as exc:
         raise ValueError(f"not a regular expression ({exc})") from None
-    if pattern.search(""):
+    if not matches_empty and pattern.search(""):
         raise ValueError("the pattern matches an empty body, so every response would be a ban")
     return pattern
 
@@ -360,12 +361,24 @@ def ban_window(body: bytes, content_encoding: str, limit: int = BAN_WINDOW) -> s
     return out.decode("utf-8", errors="replace")
 
 
+BY_STATUS, BY_BODY = "status", "body"  # why a response is a ban (`ban_reason`)
+
+
+def ban_reason(status: int, ban_statuses: frozenset[int], pattern: re.Pattern[str] | None = None,
+               window: str | None = None) -> str | None:
+    """BY_STATUS for a ban status, else BY_BODY when (at any status) the pattern is found in the body's window,
+    else None."""
+    if status in ban_statuses:
+        return BY_STATUS
+    if pattern is not None and window is not None and pattern.search(window) is not None:
+        return BY_BODY
+    return None
+
+
 def is_ban(status: int, ban_statuses: frozenset[int], pattern: re.Pattern[str] | None = None,
            window: str | None = None) -> bool:
     """A ban status, or (any status) the pattern found in the body's window."""
-    if status in ban_statuses:
-        return True
-    return pattern is not None and window is not None and pattern.search(window) is not None
+    return ban_reason(status, ban_statuses, pattern, window) is not None
 
 
 def may_resend(method: str, body_kept: bool) -> bool:

@@ -1,5 +1,6 @@
-"""The `fleet gateway` process: the clients file, the Redis client, the server on uvloop (when installed),
-/metrics, the sweeper; SIGTERM/SIGINT stop accepting, and the open tunnels get `STOP_GRACE` seconds."""
+"""The `fleet gateway` process: the clients file, the rules file (optional), the Redis client, the server on uvloop
+(when installed), /metrics, the sweeper; SIGTERM/SIGINT stop accepting, and the open tunnels get `STOP_GRACE`
+seconds."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from fleet import httpguard, runtime, tracing
 from fleet.gateway import decide, intercept
 from fleet.gateway.clients import ClientsError, ClientsFile
+from fleet.gateway.rules import Rules, RulesError, RulesFile
 from fleet.gateway.server import Gateway, GatewayConfig, sweep
 from fleet.logs import kv
 from fleet.serving import registry_of, serve_metrics
@@ -84,6 +86,7 @@ def main(settings: Settings) -> int:
         raise GatewayError("--gateway-bind-address must be host:port or :port (the gateway cannot be turned off)")
     config = config_of(settings)
     authority, origin_tls = interception_of(settings, clients)
+    rules = rules_of(settings, config)
     tracing.setup("fleet-gateway")
     marker = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
     try:
@@ -105,16 +108,27 @@ def main(settings: Settings) -> int:
 
         factory, loop_name = uvloop.new_event_loop, "uvloop"
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_serve(settings, bind, config, limits, clients, marker, loop_name,
+        return runner.run(_serve(settings, bind, config, limits, clients, rules, marker, loop_name,
                                  authority=authority, origin_tls=origin_tls))
 
 
+def rules_of(settings: Settings, config: GatewayConfig) -> RulesFile | Rules:
+    """The rules file in force (its defaults the flags'), or, without one, the flags' rule for every host;
+    GatewayError naming the file, line and field when its first version is not usable."""
+    if not settings.gateway_rules_file:
+        return Rules(defaults=config)
+    try:
+        return RulesFile(settings.gateway_rules_file, defaults=config)
+    except RulesError as exc:
+        raise GatewayError(str(exc)) from None
+
+
 async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfig, limits: httpguard.Limits,
-                 clients: ClientsFile, marker: Store, loop_name: str, *, authority: intercept.Authority | None,
-                 origin_tls: ssl.SSLContext | None) -> int:
+                 clients: ClientsFile, rules: RulesFile | Rules, marker: Store, loop_name: str, *,
+                 authority: intercept.Authority | None, origin_tls: ssl.SSLContext | None) -> int:
     guard = httpguard.Guard(limits)
     leases = AsyncLeases.from_url(settings.broker, max_connections=256)
-    gw = Gateway(leases, clients, config, guard, authority=authority, origin_tls=origin_tls)
+    gw = Gateway(leases, clients, config, guard, rules=rules, authority=authority, origin_tls=origin_tls)
     try:
         metrics = serve_metrics(settings.gateway_metrics_bind_address, registry_of([gw.series, guard]), marker.ping)
     except OSError as exc:
@@ -127,7 +141,8 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
         log.error("cannot listen", extra=kv(address=f"{bind[0]}:{bind[1]}", error=str(exc)))
         return 1
     log.info("serving the gateway", extra=kv(address=f"{bind[0]}:{bind[1]}", loop=loop_name,
-                                             clients=len(clients.clients), max_attempts=config.max_attempts,
+                                             clients=len(clients.clients), rules=len(rules),
+                                             max_attempts=config.max_attempts,
                                              max_leases_per_proxy=config.max_per_proxy,
                                              intercepting=authority is not None))
     stop = asyncio.Event()

@@ -27,6 +27,7 @@ from fleet.gateway.core import SWEEP_EVERY, Clients, Conn, Core, Leases, Tunnel,
 from fleet.gateway.dialers import Dialer, HttpProxyDialer
 from fleet.gateway.intercept import Authority
 from fleet.gateway.metrics import GatewaySeries
+from fleet.gateway.rules import RuleBook
 from fleet.store.leases import AsyncLeases
 
 __all__ = ["SWEEP_EVERY", "Gateway", "GatewayConfig", "sweep", "sweep_every"]
@@ -37,12 +38,13 @@ log = logging.getLogger("fleet.gateway")
 class Gateway:
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, guard: httpguard.Guard,
                  clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random,
-                 dialer: Dialer | None = None, *, authority: Authority | None = None,
+                 dialer: Dialer | None = None, rules: RuleBook | None = None, *, authority: Authority | None = None,
                  origin_tls: ssl.SSLContext | None = None) -> None:
         self.config = config
         self.guard = guard
         dialer = dialer or HttpProxyDialer(config.connect_timeout, config.max_header_bytes)
-        self.core = Core(leases, clients, config, dialer, clock, rand, authority=authority, origin_tls=origin_tls)
+        self.core = Core(leases, clients, config, dialer, clock, rand, rules, authority=authority,
+                         origin_tls=origin_tls)
         self.http1 = http1.Http1(self.core, config, guard)
 
     @property

@@ -90,6 +90,52 @@ def test_with_the_providers_file_both_are_checked_and_statuses_are_notes(capsys,
 def test_nothing_to_validate_is_bad_input(capsys):
     code, _, err = run(capsys, "validate")
     assert code == 2 and "--providers-config (-c) or --proxies" in err
+    assert "--gateway-clients-file, --gateway-rules-file" in err
+
+
+RULES = """\
+rules:
+  - name: shop
+    domains: ["*.shop.example"]
+    actions: {cooldown: 30m, retries: 1}
+  - domains: ["*"]
+    actions: {cooldown: soon}
+"""
+TOKEN = "0123456789abcdef0123"
+
+
+def test_the_gateway_rules_file_is_checked_as_the_gateway_reads_it(capsys, tmp_path, monkeypatch):
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES.replace("soon", "45m"))
+    assert run(capsys, "validate", "--gateway-rules-file", str(path)) == (0, f"{path}: ok, 2 rule(s)\n", "")
+    path.write_text(RULES + "    sessions: {maxUses: 0}\n")
+    code, out, err = run(capsys, "validate", "--gateway-rules-file", str(path))
+    assert (code, out) == (2, "")
+    assert err == (f"fleet validate: {path}: the rules file is not usable; the gateway refuses it:\n"
+                   f"{path}:6: rules[1].actions.cooldown: must be a duration like 30s or 10m (got 'soon')\n"
+                   f"{path}:7: rules[1].sessions.maxUses: must be a whole number from 1 to 1000000 (got 0)\n")
+    code, _, err = run(capsys, "validate", "--gateway-rules-file", str(tmp_path / "missing.yaml"))
+    assert code == 2 and f"cannot read --gateway-rules-file {tmp_path / 'missing.yaml'}: No such file" in err
+    monkeypatch.setenv("FLEET_GATEWAY_RULES_FILE", str(path))  # as the gateway's environment names it
+    assert run(capsys, "validate")[0] == 2
+
+
+def test_the_gateway_clients_file_is_checked_too_its_tokens_never_shown(capsys, tmp_path):
+    clients = tmp_path / "clients.yaml"
+    clients.write_text(f"clients: {{acme: {{token: {TOKEN}}}, bob: {{token: {TOKEN}x}}}}\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: []\n")
+    config = tmp_path / "providers.yaml"
+    config.write_text(yaml.safe_dump(PROVIDERS))
+    assert run(capsys, "validate", "-c", str(config), "--gateway-clients-file", str(clients),
+               "--gateway-rules-file", str(rules)) == (
+        0, f"{config}: ok, 1 provider(s) (kvm; types fake)\n{clients}: ok, 2 client(s)\n{rules}: ok, 0 rule(s)\n", "")
+    clients.write_text(f"clients: {{acme: {{token: {TOKEN}, ports: [0]}}}}\n")
+    code, out, err = run(capsys, "validate", "--gateway-clients-file", str(clients), "--gateway-rules-file", str(rules))
+    assert (code, out) == (2, f"{rules}: ok, 0 rule(s)\n")
+    assert err == (f"fleet validate: --gateway-clients-file {clients}: client acme: ports must be a list of port "
+                   'numbers or "*"\n')
+    assert TOKEN not in out + err
 
 
 def test_the_real_cli_on_a_directory_of_every_bad_case_and_a_symlink_loop(tmp_path):

@@ -5,13 +5,24 @@ the providers file (tests/fleet/test_hostile_input.py) and the manifests
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, documents, load_one, read_bounded
+from fleet.untrusted import (
+    FileProblem,
+    Located,
+    YamlLimits,
+    YamlProblem,
+    decode,
+    documents,
+    load_located,
+    load_one,
+    read_bounded,
+)
 
 LIMITS = YamlLimits(max_nodes=1000, max_depth=8, max_number_chars=40)
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -49,6 +60,34 @@ def test_hostile_yaml_is_a_problem_with_its_path(case: str) -> None:
     assert (problem.path, problem.fatal) == (path, fatal), problem
     assert problem.why.startswith(why), problem.why
     assert got[1:] == ([] if fatal else [{"after": 1}])  # a bad document leaves the next one readable
+    said = re.search(r"\(line (\d+)\)$", why) or re.search(r"at line (\d+), column", why)
+    assert problem.line == (int(said.group(1)) if said else None)  # the line, as a number too
+
+
+def test_a_located_document_has_each_field_s_line() -> None:
+    text = ("rules:\n"
+            "  - name: a\n"
+            "    domains: [x, y]\n"
+            "    actions:\n"
+            "      cooldown:\n"
+            "        soon\n"
+            "  - {name: b, 'odd key': 1}\n"
+            "copy: &c {deep: [1]}\n"
+            "again: *c\n")
+    doc = load_located(text, LIMITS)
+    assert doc.data["rules"][0]["actions"] == {"cooldown": "soon"}
+    lines = {path: doc.line(path) for path in (
+        "", "rules", "rules[0]", "rules[0].name", "rules[0].domains[1]", "rules[0].actions",
+        "rules[0].actions.cooldown", "rules[1]", "rules[1].name", "rules[1]['odd key']", "again", "again.deep[0]",
+        "rules[0].actions.cooldown.unknown", "nowhere")}
+    assert lines == {
+        "": 1, "rules": 1, "rules[0]": 2, "rules[0].name": 2, "rules[0].domains[1]": 3, "rules[0].actions": 4,
+        "rules[0].actions.cooldown": 5,  # a mapping entry's line is its key's, not its value's
+        "rules[1]": 7, "rules[1].name": 7, "rules[1]['odd key']": 7,
+        "again": 9, "again.deep[0]": 9,  # through an alias: the alias's place, the nearest one known
+        "rules[0].actions.cooldown.unknown": 5, "nowhere": 1}
+    assert load_located("", LIMITS) == Located(None, {}) and Located(None, {}).line("a") is None
+    assert load_one(text, LIMITS) == doc.data
 
 
 def test_a_shared_alias_below_the_bound_is_built_once() -> None:

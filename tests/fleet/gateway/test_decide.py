@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import logging
 import zlib
 
 import pytest
@@ -439,6 +440,21 @@ def test_the_clients_file_is_re_read_and_a_broken_version_keeps_the_last_good(tm
     assert f.check("bob", TOK + "b") is not None  # the last good one
     with pytest.raises(ClientsError, match="cannot read"):
         ClientsFile(str(tmp_path / "missing.yaml"))
+
+
+def test_a_broken_clients_file_is_logged_once_per_version(tmp_path, caplog):
+    # the reload machinery is the rules file's too (fleet.gateway.watched; tests/fleet/gateway/test_rules.py)
+    now = [0.0]
+    path = tmp_path / "clients.yaml"
+    path.write_text(f"clients: {{acme: {{token: {TOK}}}}}")
+    f = ClientsFile(str(path), clock=lambda: now[0])
+    path.write_text("clients: {acme: {token: short}}")
+    for _ in range(4):
+        now[0] += 10
+        assert f.check("acme", TOK) is not None
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.fields["error"] for r in errors] == [
+        f"--gateway-clients-file {path}: client acme: token must be at least 16 printable characters, no spaces"]
 
 
 # -- ban reports: POST http://fleet.gateway/v1/bans?host=H[&proxy=NS/NAME] --------------------------------------
