@@ -26,7 +26,7 @@ import random
 import ssl
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,7 +39,7 @@ from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Options, Target
 from fleet.gateway.dialers import Channel, Dialer, DialError, Upstream
 from fleet.gateway.metrics import GatewaySeries
-from fleet.gateway.rules import RuleBook, Rules
+from fleet.gateway.rules import Rule, RuleBook, Rules
 from fleet.logs import kv
 from fleet.store import StoreError
 from fleet.store.leases import (
@@ -127,6 +127,15 @@ class UpstreamTimeout:
 
 
 @dataclass(frozen=True)
+class Paced:
+    """The host's rule's politeness: its concurrent requests for this client, or every proxy's pace for the host,
+    full for longer than the rule's queueFor (`retry_after`: seconds)."""
+
+    retry_after: int
+    label = "paced"
+
+
+@dataclass(frozen=True)
 class UntrustedOrigin:
     """An intercepted request's origin showed a certificate that does not verify for its name (`detail`: why)."""
 
@@ -152,7 +161,7 @@ class Banned:
     label = "ban_reported"
 
 
-Refusal = Unauthorized | Forbidden | TunnelLimit | NoProxy | UpstreamFailed | UpstreamTimeout | UntrustedOrigin
+Refusal = Unauthorized | Forbidden | TunnelLimit | NoProxy | UpstreamFailed | UpstreamTimeout | UntrustedOrigin | Paced
 
 
 def gave_up(failures: list[str], lease_answer: str, retry_after: int | None = None, detail: str = "") -> Refusal:
@@ -161,6 +170,8 @@ def gave_up(failures: list[str], lease_answer: str, retry_after: int | None = No
     'grace', 'unavailable')."""
     if decide.UNTRUSTED_ORIGIN in failures:
         return UntrustedOrigin(detail)
+    if lease_answer == "paced" and not failures:
+        return Paced(retry_after or 1)
     if failures:
         if all(f == decide.TIMEOUT for f in failures):
             return UpstreamTimeout(len(failures))
@@ -238,6 +249,7 @@ class Leases(Protocol):
                      cooldown_global: float) -> Any: ...
     async def renew(self, call: RenewCall, now: float) -> Any: ...
     async def sessions_active(self, now: float) -> int: ...
+    async def pace(self, *, proxy: str, target: str, interval: float, most: float, now: float) -> float | None: ...
 
 
 class Clients(Protocol):
@@ -246,31 +258,57 @@ class Clients(Protocol):
 
 @dataclass(eq=False, slots=True)
 class Attempts:
-    """The tries of one request (`Core.attempts`): `next` leases a proxy not tried yet and dials it, a failed dial
-    reported and the next proxy tried within `max_attempts`; the front-end reports what went wrong after the dial
-    (`failed`) or right (`ok`, `blocked`), releases, and asks `outcome` when `next` has nothing more."""
+    """The tries of one request (`Core.attempts`) under its host's rule (`rule`, fleet.gateway.rules): `next` leases
+    a proxy not tried yet (in the rule's pools in turn, a waterfall: the next when one has no proxy or its tries are
+    spent), waits for the proxy's pace for that host, and dials it, a failed dial reported and the next proxy tried
+    within the rule's attempts; the front-end reports what went wrong after the dial (`failed`) or right (`ok`,
+    `blocked`), releases, and asks `outcome` when `next` has nothing more."""
 
     core: Core
     client: Client
     options: Options
     target: Target
     tunnel: bool  # a tunnel (Dialer.tunnel), else one plain request (Dialer.forward)
+    rule: Rule
     tls: bool = False  # an intercepted request: a tunnel, then the gateway's own TLS to the origin (verified)
     failures: list[str] = field(default_factory=list)
     detail: str = ""  # what the last failed dial said beside its reason
     skip: list[str] = field(default_factory=list)
     lease_answer: str = ""  # what the last lease call said when it granted nothing
     retry_after: int | None = None
-    tries: int = 0
+    tries: int = 0  # in all
+    here: int = 0  # in the current pool of the rule's waterfall
+    pool_index: int = 0
+
+    @property
+    def pool(self) -> str:
+        """The pool leased from: the rule's waterfall's current one, else the crawler's own -pool- ('' any)."""
+        return self.rule.pools[self.pool_index] if self.rule.pools else self.options.pool
+
+    def _next_pool(self) -> bool:
+        if self.pool_index + 1 >= len(self.rule.pools):
+            return False
+        self.pool_index += 1
+        self.here = 0
+        self.core.series.retry(decide.WATERFALL)
+        return True
 
     async def next(self) -> Attempt | None:
         core = self.core
-        while self.tries < core.config.max_attempts:
+        while self.here < self.rule.attempts or self._next_pool():
             self.tries += 1
+            self.here += 1
             got = await core._lease(self)
             if got is None:
+                if self.lease_answer in ("none", "busy") and self._next_pool():
+                    continue
                 return None
             lease_id, upstream = got
+            rate = self.rule.per_proxy_per_second
+            if rate and not await self._paced(upstream.proxy, lease_id, rate):
+                self.tries -= 1  # not a try: that proxy's pace for this host is full, another one is asked
+                self.here -= 1
+                continue
             dial = core.dialer.tunnel if self.tunnel or self.tls else core.dialer.forward
             dialed = await dial(upstream, self.target)
             if self.tls and not isinstance(dialed, DialError):
@@ -279,15 +317,39 @@ class Attempts:
             if isinstance(dialed, DialError):
                 self.detail = dialed.detail
                 await self._failed(upstream.proxy, lease_id, dialed.why)
-                if self.may_retry(dialed.why, self.tries, True):
+                if self.may_retry(dialed.why, True):
                     core.series.retry(dialed.why)
                     continue
                 return None
             return Attempt(self.tries, lease_id, upstream, dialed)
         return None
 
-    def may_retry(self, failure: str, number: int, resendable: bool) -> bool:
-        return decide.retry(failure, number, self.core.config.max_attempts, resendable)
+    async def _paced(self, proxy: str, lease_id: str, rate: float) -> bool:
+        """Wait for `proxy`'s turn at this host (the rule's requests per second per proxy, shared by every replica
+        through Redis) when it comes within the rule's queueFor; False when it does not (released, skipped)."""
+        rule, core = self.rule, self.core
+        try:
+            wait = await core.leases.pace(proxy=proxy, target=self.target.host, interval=1 / rate,
+                                          most=rule.queue_for, now=core.clock())
+        except _Unavailable:
+            return True  # no pace without Redis: the lease itself needed it, so this is a moment's loss
+        if wait is None or wait > rule.queue_for:
+            self.skip.append(proxy)
+            self.lease_answer = "paced"
+            later = max(1, int((wait or rule.queue_for) + 0.999))
+            self.retry_after = later if self.retry_after is None else min(self.retry_after, later)
+            await core._release(lease_id)
+            return False
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return True
+
+    def may_retry(self, failure: str, resendable: bool) -> bool:
+        """Another proxy for this request after `failure`: within the rule's attempts in this pool, or in the next
+        pool of its waterfall."""
+        if decide.retry(failure, self.here, self.rule.attempts, resendable):
+            return True
+        return self.pool_index + 1 < len(self.rule.pools) and decide.retry(failure, 0, 1, resendable)
 
     async def failed(self, attempt: Attempt, failure: str, resendable: bool) -> bool:
         """The exchange on `attempt` failed after the dial (decide.BROKEN, BANNED): its channel closed, reported and
@@ -295,7 +357,7 @@ class Attempts:
         attempt.channel.close()
         attempt.released = True
         await self._failed(attempt.upstream.proxy, attempt.lease_id, failure)
-        again = self.may_retry(failure, attempt.number, resendable)
+        again = self.may_retry(failure, resendable)
         if again:
             self.core.series.retry(failure)
         return again
@@ -306,11 +368,13 @@ class Attempts:
         self.failures.append(failure)
         self.skip.append(proxy)
         report = decide.REPORT_OF[failure]
+        if self.rule.connect_failure and failure in (decide.REFUSED, decide.CONNECT_ERROR):
+            report = "blocked"  # this site's rule: a proxy that cannot reach it is as good as banned there
         await asyncio.gather(self._report(proxy, report) if report else asyncio.sleep(0), self.core._release(lease_id))
 
     async def _report(self, proxy: str, outcome: str) -> None:
-        await self.core._report(self.core._report_call(self.client, self.options, outcome=outcome, proxy=proxy,
-                                                       target=self.target.host))
+        await self.core._report(self.core._report_call(self.client, self.options, self.rule, outcome=outcome,
+                                                       proxy=proxy, target=self.target.host), self.rule.cooldown)
 
     def ok(self, attempt: Attempt) -> None:
         self.core._spawn(self._report(attempt.upstream.proxy, "ok"))
@@ -352,6 +416,7 @@ class Core:
         self.rand = rand
         self.series = GatewaySeries()
         self.tunnels: set[Tunnel] = set()
+        self._turns: dict[tuple[str, str, int], tuple[asyncio.Semaphore, int]] = {}  # (client, host, C) → (its C, users)
         self.per_client: dict[str, int] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -377,7 +442,7 @@ class Core:
     # -- choose, dial ---------------------------------------------------------------------------------------------
 
     def attempts(self, client: Client, options: Options, target: Target, tunnel: bool, tls: bool = False) -> Attempts:
-        return Attempts(self, client, options, target, tunnel, tls)
+        return Attempts(self, client, options, target, tunnel, self.rules.for_host(target.host), tls)
 
     def intercepts(self, client: Client) -> bool:
         """The client asked for interception (its `intercept: true`) and this gateway has a CA to do it."""
@@ -399,6 +464,36 @@ class Core:
         attempts.ok(attempt)
         return attempt
 
+    @contextlib.asynccontextmanager
+    async def turn(self, client: Client, host: str) -> AsyncIterator[Paced | None]:
+        """A request's (or a tunnel's) turn among the client's at `host` under the host's rule's
+        concurrentPerClient, in this process: None once it has one (held until the block ends), or Paced when none
+        came within the rule's queueFor."""
+        rule = self.rules.for_host(host)
+        most = rule.concurrent_per_client
+        if not most:
+            yield None
+            return
+        key = (client.name, host, most)
+        sem, users = self._turns.get(key) or (asyncio.Semaphore(most), 0)
+        self._turns[key] = (sem, users + 1)
+        try:
+            try:
+                await asyncio.wait_for(sem.acquire(), rule.queue_for)
+            except TimeoutError:
+                yield Paced(max(1, int(rule.queue_for + 0.999)))
+                return
+            try:
+                yield None
+            finally:
+                sem.release()
+        finally:
+            sem, users = self._turns[key]
+            if users <= 1:
+                del self._turns[key]
+            else:
+                self._turns[key] = (sem, users - 1)
+
     def _sticky(self, client: Client, opts: Options) -> str:
         return f"gw/{client.name}/{opts.session}" if opts.session else ""
 
@@ -411,11 +506,14 @@ class Core:
         call = LeaseCall(lease_id=lease_id, target=target.host, expires=now + c.lease_ttl, max_per_proxy=c.max_per_proxy,
                          sticky=self._sticky(client, opts), sticky_ttl=c.session_ttl, provider=opts.provider,
                          region=opts.region, zone=opts.zone, ttl=c.lease_ttl, namespaces=client.namespaces or (),
-                         skip=tuple(tried.skip), pool=opts.pool,
+                         skip=tuple(tried.skip), pool=tried.pool,
                          session_connections=c.session_connections if opts.session else 0,
-                         life=self.life_of(client, opts),
-                         # a proxy that only timed out (the origin may be slow behind it) keeps its session
-                         keep_sticky=bool(tried.failures) and all(f == decide.TIMEOUT for f in tried.failures))
+                         life=self.life_of(client, opts, tried.rule),
+                         # a proxy that only timed out (the origin may be slow behind it) keeps its session, as one
+                         # banned by a site whose rule does not retire sessions
+                         keep_sticky=bool(tried.failures) and all(
+                             f == decide.TIMEOUT or (f == decide.BANNED and not tried.rule.retire_session)
+                             for f in tried.failures))
         try:
             got, _, _ = await self.leases.lease(call, now, self.rand())
         except _Unavailable as exc:
@@ -443,35 +541,40 @@ class Core:
             tried.lease_answer = "none"
         return None
 
-    def life_of(self, client: Client, opts: Options) -> Life | None:
-        """The life of the session `opts` names (None: no session, or sessions never retire): the client's limits,
-        else the process's; `-sesstime-M` sets its age."""
+    def life_of(self, client: Client, opts: Options, rule: Rule) -> Life | None:
+        """The life of the session `opts` names (None: no session, or sessions never retire): the client's own
+        limits, else the host's rule's (which are the flags' unless the rules file sets them); `-sesstime-M` sets
+        its age."""
         if not opts.session:
             return None
-        c, own = self.config, client.sessions
-        uses = c.session_max_uses if own.max_uses is None else own.max_uses
+        own = client.sessions
+        uses = rule.max_uses if own.max_uses is None else own.max_uses
         if uses <= 0:
             return None
-        age = c.session_max_age if own.max_age is None else own.max_age
+        age = rule.max_age if own.max_age is None else own.max_age
         return Life(max_uses=uses, max_age=int(opts.sesstime) * 60.0 if opts.sesstime else age,
-                    max_error_score=c.session_max_error_score if own.max_error_score is None else own.max_error_score,
-                    error_decrement=Life.error_decrement if own.error_decrement is None else own.error_decrement)
+                    max_error_score=rule.max_error_score if own.max_error_score is None else own.max_error_score,
+                    error_decrement=rule.error_score_decrement if own.error_decrement is None else own.error_decrement)
 
     async def _release(self, lease_id: str) -> None:
         with contextlib.suppress(*_Unavailable):
             await self.leases.release(lease_id, self.clock())
 
-    def _report_call(self, client: Client, options: Options, **call: str) -> ReportCall:
-        """A report for `options`' session too, when it has a life (its error score; a ban of its proxy retires it)."""
-        life = self.life_of(client, options)
-        return ReportCall(sticky=self._sticky(client, options) if life else "",
-                          life_decrement=life.error_decrement if life else 0.0, **call)
+    def _report_call(self, client: Client, options: Options, rule: Rule, *, outcome: str, proxy: str,
+                     target: str) -> ReportCall:
+        """A report for `options`' session too, when it has a life (its error score; a ban of its proxy retires it,
+        unless the host's rule keeps sessions through bans)."""
+        life = self.life_of(client, options, rule)
+        with_session = life is not None and (outcome != "blocked" or rule.retire_session)
+        return ReportCall(outcome=outcome, proxy=proxy, target=target,
+                          sticky=self._sticky(client, options) if with_session else "",
+                          life_decrement=life.error_decrement if life else 0.0)
 
-    async def _report(self, call: ReportCall) -> list[str] | None:
+    async def _report(self, call: ReportCall, cooldown: float) -> list[str] | None:
+        """`call` reported; a 'blocked' cools the proxy for the host for `cooldown` s (the host's rule's)."""
         c = self.config
         try:
-            got = await self.leases.report(call, self.clock(), c.cooldown_blocked, c.cooldown_errors,
-                                           c.cooldown_global)
+            got = await self.leases.report(call, self.clock(), cooldown, c.cooldown_errors, c.cooldown_global)
         except _Unavailable:
             return None
         if got and got[0] == "cooldown":
@@ -487,9 +590,10 @@ class Core:
         sticky = self._sticky(client, options)
         if (proxy and client.namespaces and ns not in client.namespaces) or not (proxy or sticky):
             return UnknownProxy(proxy)
-        life = self.life_of(client, options)
+        rule = self.rules.for_host(host)
+        life = self.life_of(client, options, rule)
         got = await self._report(ReportCall(outcome="blocked", proxy=proxy, target=host, sticky=sticky,
-                                            life_decrement=life.error_decrement if life else 0.0))
+                                            life_decrement=life.error_decrement if life else 0.0), rule.cooldown)
         if got is None:
             return NoProxy("unavailable")
         if not got or got[0] not in ("cooldown", "ok"):

@@ -391,6 +391,7 @@ REFUSED, TIMEOUT, CONNECT_ERROR, BANNED, BROKEN = "refused", "timeout", "connect
 # An intercepted request's origin showed a certificate its name does not verify: not the proxy's fault (reported
 # nothing), and another proxy would reach the same origin (never retried).
 UNTRUSTED_ORIGIN = "untrusted_origin"
+WATERFALL = "waterfall"  # a rule's pools: the next pool asked (the retries metric's reason; no failure)
 REPORT_OF = {REFUSED: "error", TIMEOUT: "error", CONNECT_ERROR: "error", BROKEN: "error", BANNED: "blocked",
              UNTRUSTED_ORIGIN: ""}
 

@@ -51,6 +51,7 @@ from fleet.gateway.core import (
     Core,
     Forbidden,
     NoProxy,
+    Paced,
     Refusal,
     TunnelLimit,
     Unauthorized,
@@ -60,6 +61,7 @@ from fleet.gateway.core import (
     UpstreamTimeout,
 )
 from fleet.gateway.decide import Head, Options, Refused, Target
+from fleet.gateway.rules import Rule
 from fleet.logs import kv
 
 log = logging.getLogger("fleet.gateway")
@@ -80,6 +82,9 @@ def refusal(outcome: Refusal) -> Refused:
                            label=outcome.label)
         return Refused(503, "tunnel-limit", f"the gateway holds {outcome.limit} tunnels (its limit)",
                        label=outcome.label)
+    if isinstance(outcome, Paced):
+        return Refused(429, "politeness", "this site's rule allows no more requests now (its concurrentPerClient "
+                       "or perProxyPerSecond); try again later", retry_after=outcome.retry_after, label=outcome.label)
     if isinstance(outcome, UntrustedOrigin):
         return Refused(502, "untrusted-origin", f"the origin's certificate does not verify ({outcome.detail})",
                        label=outcome.label)
@@ -138,19 +143,21 @@ class Http1:
                 span.set_attribute("fleet.gateway.client", client.name)
                 span.set_attribute("server.address", target.host)
                 span.set_attribute("server.port", target.port)
-                if inside is not None:
-                    outcome, again = await self._plain(client, opts, target, head, reader, writer, tls=True)
-                elif kind == "connect" and target.host == decide.CONTROL_HOST:
+                if kind == "connect" and target.host == decide.CONTROL_HOST:
                     outcome, again = await self._control_tunnel(client, opts, conn, reader, writer), False
                 elif kind == "connect" and self.core.intercepts(client):
                     outcome, again = await self._intercept(conn, client, opts, target, reader, writer), False
-                elif kind == "connect":
-                    outcome = await self._connect(client, opts, target, reader, writer)
-                    again = False
                 elif target.host == decide.CONTROL_HOST:
                     outcome, again = await self._control(client, opts, head, target, writer)
                 else:
-                    outcome, again = await self._plain(client, opts, target, head, reader, writer)
+                    async with self.core.turn(client, target.host) as paced:  # the site's rule's concurrency
+                        if paced is not None:
+                            raise refusal(paced)
+                        if kind == "connect":
+                            outcome, again = await self._connect(client, opts, target, reader, writer), False
+                        else:
+                            outcome, again = await self._plain(client, opts, target, head, reader, writer,
+                                                               tls=inside is not None)
             except Refused as exc:
                 outcome = exc.label or "bad_request"
                 extra = PROXY_AUTHENTICATE if exc.status == 407 else ()
@@ -334,6 +341,7 @@ class Http1:
         resendable = decide.may_resend(head.method, kept)
         keep_alive = head.keep_alive()
         attempts = self.core.attempts(client, opts, target, tunnel=False, tls=tls)
+        rule = attempts.rule
         sent_unkept = False
         last_ban: tuple[bytes, bytes, str] | None = None
         while (attempt := await attempts.next()) is not None:
@@ -352,19 +360,21 @@ class Http1:
                     up_writer.write(upstream_head)
                     await _send_body(body, rest, up_writer, sent.kind == "chunked", self.series.bytes)
                 try:
+                    sent_at = asyncio.get_running_loop().time()
                     raw, status, headers = await self._final_head(up_reader)
+                    ttfb = asyncio.get_running_loop().time() - sent_at
                     framing_down = decide.response_framing(head.method, status, headers)
-                    start = await self._body_start(up_reader, framing_down, status)
+                    start = await self._body_start(up_reader, framing_down, status, rule)
                 except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                     if await attempts.failed(attempt, decide.BROKEN, resendable):
                         continue
                     break
                 window = None
-                if c.ban_pattern is not None and start.raw:
+                if rule.body_pattern is not None and start.raw:
                     encodings = [v for k, v in headers if k.lower() == "content-encoding"]
                     window = decide.ban_window(start.decoded, encodings[-1] if encodings else "")
-                banned = decide.is_ban(status, c.ban_statuses, c.ban_pattern, window)
-                if banned and start.complete and attempts.may_retry(decide.BANNED, attempt.number, resendable):
+                banned = rule.is_ban(status, headers, window, ttfb) is not None
+                if banned and start.complete and attempts.may_retry(decide.BANNED, resendable):
                     # kept (bounded) to be relayed when no other proxy does better
                     last_ban = (raw, start.raw, proxy)
                     await attempts.failed(attempt, decide.BANNED, resendable)
@@ -415,7 +425,8 @@ class Http1:
                 return raw, status, headers
         raise ValueError(f"more than {decide.MAX_INTERIM} interim responses")
 
-    async def _body_start(self, src: asyncio.StreamReader, framing: decide.Framing, status: int) -> BodyStart:
+    async def _body_start(self, src: asyncio.StreamReader, framing: decide.Framing, status: int,
+                          rule: Rule) -> BodyStart:
         """The start of a response body, read before anything is relayed when the gateway may want another proxy's
         answer instead: all of it up to BAN_WINDOW bytes when a ban status may be retried or a ban pattern is
         set (bounded), else nothing."""
@@ -424,7 +435,7 @@ class Http1:
         if framing.kind == "none":
             start.complete = True
             return start
-        if c.ban_pattern is None and status not in c.ban_statuses:
+        if not rule.wants_body(status):
             return start
         loop = asyncio.get_running_loop()
         deadline = loop.time() + c.response_timeout

@@ -63,9 +63,6 @@ DAY = 86400.0
 
 # The defaults no flag sets (Crawlee's SessionPool for the sessions).
 QUEUE_FOR = 5.0
-MAX_USES = 50
-MAX_AGE = 3000.0
-MAX_ERROR_SCORE = 3.0
 ERROR_SCORE_DECREMENT = 0.5
 
 BY_STATUS, BY_BODY, BY_HEADER, BY_SLOW = decide.BY_STATUS, decide.BY_BODY, "header", "slow"  # `Rule.is_ban`
@@ -92,6 +89,12 @@ class RuleDefaults(Protocol):
     def cooldown_blocked(self) -> float: ...
     @property
     def max_attempts(self) -> int: ...
+    @property
+    def session_max_uses(self) -> int: ...
+    @property
+    def session_max_age(self) -> float: ...
+    @property
+    def session_max_error_score(self) -> int: ...
 
 
 FLAG_DEFAULTS = GatewayConfig()  # the flags' own defaults
@@ -152,8 +155,9 @@ def default_rule(defaults: RuleDefaults = FLAG_DEFAULTS, name: str = "default") 
     return Rule(name=name, domains=(), statuses=frozenset(defaults.ban_statuses), body_pattern=defaults.ban_pattern,
                 header=None, slower_than=None, connect_failure=False, cooldown=float(defaults.cooldown_blocked),
                 retries=max(0, defaults.max_attempts - 1), pools=(), retire_session=True, per_proxy_per_second=None,
-                concurrent_per_client=None, queue_for=QUEUE_FOR, max_uses=MAX_USES, max_age=MAX_AGE,
-                max_error_score=MAX_ERROR_SCORE, error_score_decrement=ERROR_SCORE_DECREMENT)
+                concurrent_per_client=None, queue_for=QUEUE_FOR, max_uses=defaults.session_max_uses,
+                max_age=float(defaults.session_max_age), max_error_score=float(defaults.session_max_error_score),
+                error_score_decrement=ERROR_SCORE_DECREMENT)
 
 
 # -- domains ------------------------------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ LEASE_LOAD = "fleet:lease:load"  # sorted set: proxy key → its holders (a leas
 LEASE_STICKY = "fleet:lease:sticky:"  # + sticky key: the proxy it was last leased, with a TTL
 LEASE_SESSION = "fleet:lease:session:"  # + "<proxy>|<sticky key>": a gateway session's open leases there → expiry (one holder)
 LEASE_LIFE = "fleet:lease:life:"  # + sticky key: a gateway session's life (born, uses, score), with the binding's TTL
+LEASE_PACE = "fleet:lease:pace:"  # + "<proxy>|<host>": when that proxy's next turn at that host is free (a rule's pace)
 LEASE_SESSIONS = "fleet:lease:sessions"  # sorted set: a gateway session's sticky key → when its binding lapses
 LEASE_COOL_TARGET = "fleet:lease:cool:target"  # sorted set: "<proxy>|<target>" → end of the cooldown
 LEASE_COOL_GLOBAL = "fleet:lease:cool:global"  # sorted set: proxy key → end of the global cooldown

@@ -110,6 +110,7 @@ ARGV: dict[str, tuple[str, ...]] = {
     "report": ("now", "lease_id", "proxy", "target", "outcome", "blocked_s", "errors_max", "global_s", "sticky",
                "life_decrement"),
     "sync": ("now",),
+    "pace": ("now", "interval", "most"),
 }
 
 
@@ -448,8 +449,8 @@ class AsyncLeases:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._redis = client
-        self._lease, self._release, self._report, self._sync, self._renew, self._check = LUA.register(
-            client, "lease", "release", "report", "sync", "renew", "check")
+        self._lease, self._release, self._report, self._sync, self._renew, self._check, self._pace = LUA.register(
+            client, "lease", "release", "report", "sync", "renew", "check", "pace")
 
     @classmethod
     def from_url(cls, url: str, timeout: float = 5, connect_timeout: float = 5, max_connections: int = 128) -> AsyncLeases:
@@ -495,6 +496,14 @@ class AsyncLeases:
                     continue
             return got, int(acked)
         raise AssertionError("unreachable")
+
+    async def pace(self, *, proxy: str, target: str, interval: float, most: float, now: float) -> float | None:
+        """Seconds to wait for `proxy`'s next turn at `target` (one per `interval` s, every replica's turns counted),
+        the turn taken; None when it is more than `most` seconds away (not taken)."""
+        keys_ = [*_KEYS7_B, (keys.LEASE_PACE + f"{proxy}|{target}").encode()]
+        got = plain(await self._eval(self._pace, keys_, argv("pace", now=repr(now), interval=repr(interval),
+                                                                   most=repr(most))))
+        return float(got[1]) if got[0] == "ok" else None
 
     async def sessions_active(self, now: float) -> int:
         """Gateway sessions with a life whose binding has not lapsed (every replica's)."""
