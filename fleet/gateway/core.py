@@ -344,6 +344,21 @@ class Attempts:
             await asyncio.sleep(wait)
         return True
 
+    def adopt(self, attempt: Attempt) -> Attempt:
+        """`attempt` (a proxy leased and dialed for an earlier request, kept: an intercepted connection's) as this
+        request's first try."""
+        self.tries += 1
+        self.here += 1
+        return attempt
+
+    async def forget(self, attempt: Attempt) -> None:
+        """A kept connection that broke before an answer (the origin closed it meanwhile): closed and released,
+        blamed on nothing and not counted as a try."""
+        self.tries -= 1
+        self.here -= 1
+        attempt.channel.close()
+        await self.release(attempt)
+
     def may_retry(self, failure: str, resendable: bool) -> bool:
         """Another proxy for this request after `failure`: within the rule's attempts in this pool, or in the next
         pool of its waterfall."""

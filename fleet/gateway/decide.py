@@ -430,10 +430,12 @@ def response_framing(method: str, status: int, headers: list[tuple[str, str]]) -
     return Framing("close")
 
 
-def upstream_head(head: Head, target: Target, body: Framing | None = None, absolute: bool = True) -> bytes:
+def upstream_head(head: Head, target: Target, body: Framing | None = None, absolute: bool = True,
+                  close: bool = True) -> bytes:
     """The request as sent to a Squid: absolute URI (origin-form when not `absolute`: on a tunnel to the origin),
     hop-by-hop headers (and every one Connection names) dropped, `Connection: close` (one exchange per upstream
-    connection); the body's framing as the gateway sends it
+    connection; not `close`: the connection stays for the next request, an intercepted one's); the body's framing
+    as the gateway sends it
     (`body`: Content-Length n, chunked, or none) in place of the crawler's; no Expect (the gateway met it: the body
     is sent with the head, and no 100 is asked of the proxy)."""
     named = {t.strip().lower() for v in head.get("connection") + head.get("proxy-connection") for t in v.split(",")}
@@ -446,8 +448,17 @@ def upstream_head(head: Head, target: Target, body: Framing | None = None, absol
         lines.append(f"Content-Length: {body.length}")
     elif body is not None and body.kind == "chunked":
         lines.append("Transfer-Encoding: chunked")
-    lines.append("Connection: close")
+    if close:
+        lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def reusable(raw: bytes, headers: list[tuple[str, str]], framing: Framing) -> bool:
+    """May the upstream connection carry another request after this response: HTTP/1.1, its end known by its
+    framing, and no `Connection: close`."""
+    if not raw.startswith(b"HTTP/1.1 ") or framing.kind == "close":
+        return False
+    return not any(k.lower() == "connection" and "close" in v.lower() for k, v in headers)
 
 
 def expects_continue(head: Head, body: Framing) -> bool:

@@ -156,8 +156,7 @@ class Http1:
                         if kind == "connect":
                             outcome, again = await self._connect(client, opts, target, reader, writer), False
                         else:
-                            outcome, again = await self._plain(client, opts, target, head, reader, writer,
-                                                               tls=inside is not None)
+                            outcome, again = await self._plain(client, opts, target, head, reader, writer, inside)
             except Refused as exc:
                 outcome = exc.label or "bad_request"
                 extra = PROXY_AUTHENTICATE if exc.status == 407 else ()
@@ -267,7 +266,11 @@ class Http1:
                      target=target.host, error=type(exc).__name__))
             conn.close(httpguard.TLS_HANDSHAKE)
             return httpguard.TLS_HANDSHAKE
-        await self.serve(conn, reader, writer, Inside(client, opts, target))
+        inside = Inside(client, opts, target)
+        try:
+            await self.serve(conn, reader, writer, inside)
+        finally:
+            await inside.drop(self.core)
         return "intercepted"
 
     async def _control(self, client: Client, opts: Options, head: Head, target: Target,
@@ -308,7 +311,9 @@ class Http1:
         return outcome
 
     async def _plain(self, client: Client, opts: Options, target: Target, head: Head, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter, tls: bool = False) -> tuple[str, bool]:
+                     writer: asyncio.StreamWriter, inside: Inside | None = None) -> tuple[str, bool]:
+        """One plain request (or one inside an intercepted connection, `inside`: on the gateway's TLS to the
+        origin, whose connection and lease are kept for the next request when the response allows it)."""
         c = self.config
         framing = decide.request_framing(head, c.max_body)
         if decide.expects_continue(head, framing):  # the head passed every check: the crawler may send its body
@@ -340,14 +345,24 @@ class Http1:
         kept = rest is None
         resendable = decide.may_resend(head.method, kept)
         keep_alive = head.keep_alive()
-        attempts = self.core.attempts(client, opts, target, tunnel=False, tls=tls)
+        attempts = self.core.attempts(client, opts, target, tunnel=False, tls=inside is not None)
         rule = attempts.rule
+        # an intercepted connection keeps its upstream for the next request, unless the site's pace must be
+        # asked per request
+        keeps = inside is not None and not rule.per_proxy_per_second
         sent_unkept = False
         last_ban: tuple[bytes, bytes, str] | None = None
-        while (attempt := await attempts.next()) is not None:
+        while True:
+            held = await inside.take(self.core) if keeps and inside is not None else None
+            attempt = attempts.adopt(held[0]) if held is not None else await attempts.next()
+            if attempt is None:
+                break
+            since = held[1] if held is not None else asyncio.get_running_loop().time()
             proxy = attempt.upstream.proxy
             up_reader, up_writer = attempt.channel.reader, attempt.channel.writer
-            upstream_head = decide.upstream_head(head, target, sent, absolute=attempt.channel.absolute_form)
+            upstream_head = decide.upstream_head(head, target, sent, absolute=attempt.channel.absolute_form,
+                                                 close=not keeps)
+            kept = False
             try:
                 if rest is None:
                     up_writer.write(upstream_head + body)
@@ -366,6 +381,9 @@ class Http1:
                     framing_down = decide.response_framing(head.method, status, headers)
                     start = await self._body_start(up_reader, framing_down, status, rule)
                 except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+                    if held is not None and not sent_unkept:  # the origin closed the kept connection meanwhile
+                        await attempts.forget(attempt)
+                        continue
                     if await attempts.failed(attempt, decide.BROKEN, resendable):
                         continue
                     break
@@ -384,9 +402,11 @@ class Http1:
                 else:
                     attempts.ok(attempt)
                 again = keep_alive and framing_down.kind != "close"
+                keep = keeps and again and not banned and decide.reusable(raw, headers, framing_down)
 
-                async def done(attempt: Attempt = attempt) -> None:  # before the crawler has the last byte: its next request finds room
-                    await attempts.release(attempt)
+                async def done(attempt: Attempt = attempt, keep: bool = keep) -> None:
+                    if not keep:  # released before the crawler has the last byte: its next request finds room
+                        await attempts.release(attempt)
 
                 if start.complete:
                     await done()
@@ -402,10 +422,14 @@ class Http1:
                     # connection closes, so it sees the response end short (a chunked one without its last chunk)
                     log.info("a response broke off mid-body", extra=kv(proxy=proxy, error=type(exc).__name__))
                     return "broken", False
+                if keep and inside is not None:
+                    inside.kept = (attempt, since)
+                    kept = True
                 return ("banned" if banned else "ok"), again
             finally:
-                attempt.channel.close()
-                await attempts.release(attempt)
+                if not kept:
+                    attempt.channel.close()
+                    await attempts.release(attempt)
         if last_ban is not None:  # every proxy tried was banned (or failed after a ban): the origin's answer
             raw, ban_body, proxy = last_ban
             writer.write(decide.client_head(raw, keep_alive, proxy) + ban_body)
@@ -490,14 +514,37 @@ class Http1:
         return start
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(eq=False, slots=True)
 class Inside:
     """An intercepted connection: its requests are the CONNECT client's, with its options, to the CONNECT's
-    `target` (host and port)."""
+    `target` (host and port); `kept`: the proxy leased and the TLS to the origin of its last request, kept for
+    its next one (as a tunnel holds one proxy), with when it was leased."""
 
     client: Client
     options: Options
     target: Target
+    kept: tuple[Attempt, float] | None = None
+
+    async def take(self, core: Core) -> tuple[Attempt, float] | None:
+        """The kept attempt (and when it was leased) while its lease is young (under half its TTL: never renewed)
+        and its connection open; else None, an old one released."""
+        if self.kept is None:
+            return None
+        attempt, since = self.kept
+        self.kept = None
+        fresh = asyncio.get_running_loop().time() - since < core.config.lease_ttl / 2
+        if fresh and not attempt.channel.reader.at_eof() and not attempt.channel.writer.is_closing():
+            return attempt, since
+        attempt.channel.close()
+        await core._release(attempt.lease_id)
+        return None
+
+    async def drop(self, core: Core) -> None:
+        if self.kept is not None:
+            attempt, _ = self.kept
+            self.kept = None
+            attempt.channel.close()
+            await core._release(attempt.lease_id)
 
 
 @dataclass

@@ -32,7 +32,7 @@ import pytest
 from fleet.store import keys
 from fleet.testing.http import Quiet
 from fleet.testing.tls import https_server, self_signed
-from tests.integration.test_gateway import TOKEN, Lab, auth, read_head
+from tests.integration.test_gateway import TOKEN, Lab, auth, read_head, wait_for
 from tests.integration.test_scrapy import CONCURRENCY, crawl
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
@@ -50,6 +50,7 @@ class _Origin(Quiet):
     protocol_version = "HTTP/1.1"
     bans: ClassVar[dict[str, str]] = {}  # exit address → "429" or "captcha"
     seen: ClassVar[list[tuple[str, str, str, str]]] = []
+    connections: ClassVar[list[tuple[str, int]]] = []  # (path, the client's port): which connection carried it
     lock = threading.Lock()
 
     def do_GET(self) -> None:
@@ -57,12 +58,18 @@ class _Origin(Quiet):
         ban = self.bans.get(addr, "") if me == BANNING else ""
         with self.lock:
             self.seen.append((me, addr, self.path, ban or "page"))
+            self.connections.append((self.path, self.client_address[1]))
+        if self.path.startswith("/hang-up"):  # closes the connection after answering, without saying so
+            self.close_connection = True
         if ban == "429":
             self.reply(429, b"slow down\n", {"Retry-After": "60"})
         elif ban == "captcha":
             self.reply(200, b"<html><body>please solve this CAPTCHA</body></html>", {"Content-Type": "text/html"})
         else:
             self.reply(200, f"<html><body>page {self.path}</body></html>".encode(), {"Content-Type": "text/html"})
+        if self.path.startswith("/hang-up-late"):  # the next request is on its way when the connection closes
+            time.sleep(0.5)
+            self.close_connection = True
 
 
 class Site:
@@ -109,7 +116,7 @@ def site(tmp_path, redis_server, make_provider, port_window):  # noqa: F811
     origin_dir.mkdir()
     cert = self_signed(origin_dir, BANNING, CALM)
     _Origin.bans = {egress["crawl/a"]: "429", egress["crawl/b"]: "captcha"}
-    _Origin.seen = []
+    _Origin.seen, _Origin.connections = [], []
     with contextlib.ExitStack() as stack:
         urls = {host: stack.enter_context(https_server(_Origin, origin_dir, f"origin-{host}", host, cert)).url
                 for host in (BANNING, CALM)}
@@ -277,3 +284,30 @@ def test_hostile_handshakes_and_a_loose_ca_key(site, tmp_path):
                          timeout=60)  # refused before it would listen (on gw's port, which is taken)
     assert run.returncode == 2 and "readable by others (mode 0644)" in run.stderr, run.stderr
     assert "PRIVATE KEY" not in run.stderr
+
+
+def test_an_intercepted_connection_keeps_its_upstream_until_the_origin_closes_it(site):
+    import requests
+
+    gw = site.gateway(FLEET_GATEWAY_IDLE_TIMEOUT="2s")
+    proxies = {"https": f"http://spy:{SPY_TOKEN}@127.0.0.1:{gw.port}"}
+    ca = str(site.ca / "ca.crt")  # per request: requests lets REQUESTS_CA_BUNDLE win over a Session's verify
+    with requests.Session() as http:
+        got = [http.get(f"{site.urls[CALM]}/keep/{n}", proxies=proxies, verify=ca, timeout=20) for n in range(5)]
+        assert [r.status_code for r in got] == [200] * 5 and len({r.headers["X-Fleet-Proxy"] for r in got}) == 1
+        # the origin saw one connection for all five: one lease, one tunnel, one TLS handshake upstream
+        assert len({port for path, port in _Origin.connections if path.startswith("/keep/")}) == 1
+        # the origin hangs up after a request without saying so: the next request finds a fresh upstream, and
+        # no proxy is blamed for the closed one
+        assert http.get(f"{site.urls[CALM]}/hang-up", proxies=proxies, verify=ca, timeout=20).status_code == 200
+        time.sleep(0.2)
+        assert http.get(f"{site.urls[CALM]}/after", proxies=proxies, verify=ca, timeout=20).status_code == 200
+        # and when it hangs up as the next request arrives, that request is sent again on a fresh upstream
+        assert http.get(f"{site.urls[CALM]}/hang-up-late", proxies=proxies, verify=ca, timeout=20).status_code == 200
+        assert http.get(f"{site.urls[CALM]}/last", proxies=proxies, verify=ca, timeout=20).status_code == 200
+    ports = dict(_Origin.connections)
+    assert ports["/after"] != ports["/hang-up"] and ports["/last"] != ports["/hang-up-late"]
+    assert site.lab.r.hlen(keys.LEASE_ERRORS) == 0 and site.cooling() == set()
+    # the kept lease ends with the crawler's connection (here closed by the gateway's idle timeout: requests keeps
+    # its pooled connection open)
+    wait_for(lambda: site.lab.loads() and max(site.lab.loads().values()) == 0, 10, "the kept lease released")
