@@ -671,10 +671,17 @@ async def _answer_and_linger(reader: asyncio.StreamReader, writer: asyncio.Strea
 Done = Callable[[], Awaitable[None]]
 
 
+async def _read(src: asyncio.StreamReader, n: int, idle: float) -> bytes:
+    """Up to `n` bytes within `idle` s (else TimeoutError): a timer on this task, not wait_for's task per read, on
+    the relay's hot path."""
+    async with asyncio.timeout(idle):
+        return await src.read(n)
+
+
 async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, n: int, counts: dict[str, int],
                 direction: str, idle: float, before_last: Done | None = None) -> None:
     while n > 0:
-        data = await asyncio.wait_for(src.read(min(CHUNK, n)), idle)
+        data = await _read(src, min(CHUNK, n), idle)
         if not data:
             raise asyncio.IncompleteReadError(b"", n)
         n -= len(data)
@@ -698,7 +705,7 @@ async def _relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, fram
             await done()
         await _copy(src, dst, left, counts, "down", idle, done)
     elif framing.kind == "close":
-        while data := await asyncio.wait_for(src.read(CHUNK), idle):
+        while data := await _read(src, CHUNK, idle):
             dst.write(data)
             counts["down"] += len(data)
             await dst.drain()
