@@ -291,7 +291,7 @@ def parse_ban(head: Head, target: Target) -> Ban:
     if set(args) - {"host", "proxy"} or any(len(v) > 1 for v in args.values()):
         raise Refused(400, "bad-request", "the query takes host (required) and proxy, each once")
     host, proxy = args.get("host", [""])[0].lower(), args.get("proxy", [""])[0]
-    if not (names.is_hostname(host) or _is_ip(host)):
+    if not (names.is_hostname(host) or is_ip(host)):
         raise Refused(400, "bad-request", f"host must be the banning site's host name, got {show(host)}")
     ns, _, name = proxy.partition("/")
     if proxy and not (names.is_label(ns) and names.is_subdomain(name)):
@@ -299,7 +299,7 @@ def parse_ban(head: Head, target: Target) -> Ban:
     return Ban(host, proxy)
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
         return True

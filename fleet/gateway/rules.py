@@ -185,17 +185,9 @@ def parse_domain(text: object) -> str:
     rest = glob[2:] if glob.startswith("*.") else glob
     if "*" in rest:
         raise ValueError(f"* is a wildcard only alone (*) or as the whole first label (*.shop.example) (got {show(text)})")
-    if names.is_hostname(rest) or (rest is glob and _is_ip(rest)):
+    if names.is_hostname(rest) or (rest is glob and decide.is_ip(rest)):
         return glob
     raise ValueError(f"must be a host name, an IP address, *.DOMAIN or * (got {show(text)})")
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return False
 
 
 def glob_matches(glob: str, host: str) -> bool:

@@ -321,8 +321,25 @@ class Lab:
         self.gateways.append(gw)
         return gw.start()
 
+    def egress(self) -> dict[str, str]:
+        """proxy key → the address its requests leave from (a provider made with `egressRange`)."""
+        return {key: self.provider.store.read(pid.split("/", 1)[1]).egressAddress
+                for key, (pid, _) in self.squids.items()}
+
     def loads(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.zrange(keys.LEASE_LOAD, 0, -1, withscores=True)}
+
+
+def exits_lab(tmp_path: Path, redis_server, make_provider, port_window, *proxies: str) -> Lab:  # noqa: F811
+    """A Lab whose Squids (`proxies`, started) leave from distinct loopback addresses (127.0.1.x)."""
+    if squid_binary() is None:
+        pytest.fail("squid is not installed: run `make test`, which installs it")
+    import itertools
+
+    lab = Lab(tmp_path, redis_server, make_provider(egressRange="127.0.1.0/24"), itertools.count(port_window[0]))
+    for key in proxies:
+        lab.squid(key)
+    return lab
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 
 from fleet.store import keys
 from fleet.testing.http import LoopbackServer, Quiet
-from tests.integration.test_gateway import Lab, plain, wait_for
+from tests.integration.test_gateway import Lab, exits_lab, plain, wait_for
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -58,18 +58,12 @@ def sites():
 
 @pytest.fixture
 def lab(tmp_path, redis_server, make_provider, port_window):  # noqa: F811
-    if squid_binary() is None:
-        pytest.fail("squid is not installed: run `make test`, which installs it")
-    lab = Lab(tmp_path, redis_server, make_provider(egressRange="127.0.1.0/24"), itertools.count(port_window[0]))
+    lab = exits_lab(tmp_path, redis_server, make_provider, port_window)
     yield lab
     for gw in lab.gateways:
         gw.stop()
     for gw in lab.gateways:
         assert "Traceback" not in gw.log(), gw.log()[-3000:]
-
-
-def _egress(lab: Lab) -> dict[str, str]:
-    return {key: lab.provider.store.read(pid.split("/", 1)[1]).egressAddress for key, (pid, _) in lab.squids.items()}
 
 
 def _cooling(lab: Lab) -> dict[str, float]:
@@ -81,7 +75,7 @@ def _cooling(lab: Lab) -> dict[str, float]:
 def test_each_site_has_its_own_ban_conditions_cooldown_and_retries(lab, sites, tmp_path):
     for key in ("crawl/a", "crawl/b", "crawl/c"):
         lab.squid(key)
-    egress = _egress(lab)
+    egress = lab.egress()
     rules = tmp_path / "rules.yaml"
     rules.write_text(f"""
 rules:
@@ -124,7 +118,7 @@ rules:
 def test_a_waterfall_goes_to_the_next_pool_when_the_first_is_banned_or_has_no_proxy(lab, sites, tmp_path):
     lab.squid("crawl/dc1", pool="datacenter")
     lab.squid("crawl/res1", pool="residential")
-    egress = _egress(lab)
+    egress = lab.egress()
     rules = tmp_path / "rules.yaml"
     rules.write_text(f"""
 rules:
@@ -181,7 +175,7 @@ rules:
 def test_an_edited_rules_file_is_followed_and_a_broken_one_is_logged_and_the_last_good_kept(lab, sites, tmp_path):
     lab.squid("crawl/a")
     lab.squid("crawl/b")
-    egress = _egress(lab)
+    egress = lab.egress()
     rules = tmp_path / "rules.yaml"
     rules.write_text(f'rules:\n  - domains: ["{A}"]\n    bans: {{statuses: [418]}}\n')
     gw = lab.gateway(FLEET_GATEWAY_RULES_FILE=str(rules))

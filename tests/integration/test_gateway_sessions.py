@@ -6,7 +6,6 @@ reason."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import time
 import pytest
 
 from fleet.testing.http import LoopbackServer, Quiet
-from tests.integration.test_gateway import TOKEN, Lab, plain
+from tests.integration.test_gateway import TOKEN, exits_lab, plain
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -33,11 +32,7 @@ class _Exit(Quiet):
 
 @pytest.fixture
 def lab(tmp_path, redis_server, make_provider, port_window):  # noqa: F811
-    if squid_binary() is None:
-        pytest.fail("squid is not installed: run `make test`, which installs it")
-    lab = Lab(tmp_path, redis_server, make_provider(egressRange="127.0.1.0/24"), itertools.count(port_window[0]))
-    for key in ("crawl/a", "crawl/b", "crawl/c"):
-        lab.squid(key)
+    lab = exits_lab(tmp_path, redis_server, make_provider, port_window, "crawl/a", "crawl/b", "crawl/c")
     doc = json.loads(lab.clients.read_text())
     doc["clients"]["acme"]["sessions"] = {"maxUses": 3, "maxAge": 3}
     lab.clients.write_text(json.dumps(doc))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ import pytest
 from fleet.store import keys
 from fleet.testing.http import Quiet
 from fleet.testing.tls import https_server, self_signed
-from tests.integration.test_gateway import TOKEN, Lab, auth, read_head, wait_for
+from tests.integration.test_gateway import TOKEN, Lab, auth, exits_lab, read_head, wait_for
 from tests.integration.test_scrapy import CONCURRENCY, crawl
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
@@ -98,12 +97,8 @@ class Site:
 
 @pytest.fixture
 def site(tmp_path, redis_server, make_provider, port_window):  # noqa: F811
-    if squid_binary() is None:
-        pytest.fail("squid is not installed: run `make test`, which installs it")
-    lab = Lab(tmp_path, redis_server, make_provider(egressRange="127.0.1.0/24"), itertools.count(port_window[0]))
-    for key in ("crawl/a", "crawl/b", "crawl/c"):
-        lab.squid(key)
-    egress = {key: lab.provider.store.read(pid.split("/", 1)[1]).egressAddress for key, (pid, _) in lab.squids.items()}
+    lab = exits_lab(tmp_path, redis_server, make_provider, port_window, "crawl/a", "crawl/b", "crawl/c")
+    egress = lab.egress()
     doc = json.loads(lab.clients.read_text())
     doc["clients"]["spy"] = {"token": SPY_TOKEN, "ports": "*", "intercept": True}
     lab.clients.write_text(json.dumps(doc))
