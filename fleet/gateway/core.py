@@ -170,8 +170,6 @@ def gave_up(failures: list[str], lease_answer: str, retry_after: int | None = No
     'grace', 'unavailable')."""
     if decide.UNTRUSTED_ORIGIN in failures:
         return UntrustedOrigin(detail)
-    if lease_answer == "paced" and not failures:
-        return Paced(retry_after or 1)
     if failures:
         if all(f == decide.TIMEOUT for f in failures):
             return UpstreamTimeout(len(failures))
@@ -249,7 +247,7 @@ class Leases(Protocol):
                      cooldown_global: float) -> Any: ...
     async def renew(self, call: RenewCall, now: float) -> Any: ...
     async def sessions_active(self, now: float) -> int: ...
-    async def pace(self, *, proxy: str, target: str, interval: float, most: float, now: float) -> float | None: ...
+    async def pace(self, *, proxy: str, target: str, interval: float, most: float, now: float) -> float: ...
 
 
 class Clients(Protocol):
@@ -279,6 +277,7 @@ class Attempts:
     tries: int = 0  # in all
     here: int = 0  # in the current pool of the rule's waterfall
     pool_index: int = 0
+    paced: int | None = None  # seconds until the nearest turn of a proxy whose pace was full (None: none was)
 
     @property
     def pool(self) -> str:
@@ -333,11 +332,10 @@ class Attempts:
                                           most=rule.queue_for, now=core.clock())
         except _Unavailable:
             return True  # no pace without Redis: the lease itself needed it, so this is a moment's loss
-        if wait is None or wait > rule.queue_for:
+        if wait > rule.queue_for:  # not taken
             self.skip.append(proxy)
-            self.lease_answer = "paced"
-            later = max(1, int((wait or rule.queue_for) + 0.999))
-            self.retry_after = later if self.retry_after is None else min(self.retry_after, later)
+            later = max(1, int(wait + 0.999))
+            self.paced = later if self.paced is None else min(self.paced, later)
             await core._release(lease_id)
             return False
         if wait > 0:
@@ -404,6 +402,8 @@ class Attempts:
             await self.core._release(attempt.lease_id)
 
     def outcome(self) -> Refusal:
+        if self.paced is not None and not self.failures:  # the proxies left were all at their pace for this host
+            return Paced(self.paced)
         return gave_up(self.failures, self.lease_answer, self.retry_after, self.detail)
 
 

@@ -497,13 +497,13 @@ class AsyncLeases:
             return got, int(acked)
         raise AssertionError("unreachable")
 
-    async def pace(self, *, proxy: str, target: str, interval: float, most: float, now: float) -> float | None:
-        """Seconds to wait for `proxy`'s next turn at `target` (one per `interval` s, every replica's turns counted),
-        the turn taken; None when it is more than `most` seconds away (not taken)."""
+    async def pace(self, *, proxy: str, target: str, interval: float, most: float, now: float) -> float:
+        """Seconds until `proxy`'s next turn at `target` (one per `interval` s, every replica's turns counted): the
+        turn taken when it is at most `most` seconds away, else not."""
         keys_ = [*_KEYS7_B, (keys.LEASE_PACE + f"{proxy}|{target}").encode()]
         got = plain(await self._eval(self._pace, keys_, argv("pace", now=repr(now), interval=repr(interval),
                                                                    most=repr(most))))
-        return float(got[1]) if got[0] == "ok" else None
+        return float(got[1])
 
     async def sessions_active(self, now: float) -> int:
         """Gateway sessions with a life whose binding has not lapsed (every replica's)."""

@@ -43,25 +43,35 @@ class FakeLeases:
     leased: list[LeaseCall] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     reports: list[tuple[str, str, str]] = field(default_factory=list)
+    waits: dict[str, float] = field(default_factory=dict)  # a rule's pace: seconds until the proxy's next turn
+    pools: dict[str, str] = field(default_factory=dict)  # proxy → its ProxyPool (a lease naming a pool gets only those)
+    cooldowns: list[float] = field(default_factory=list)  # the blocked cooldown each report carried
+    paced: list[str] = field(default_factory=list)
 
     async def lease(self, call: LeaseCall, now: float, rand: float) -> tuple[Any, None, None]:
         self.leased.append(call)
         for proxy, (ip, port) in self.endpoints.items():
-            if proxy not in call.skip:
+            if proxy not in call.skip and (not call.pool or self.pools.get(proxy) == call.pool):
                 return Granted(proxy, json.dumps({"ip": ip, "port": port})), None, None
         return NoProxy(), None, None
 
     async def release(self, lease_id: str, now: float) -> None:
         self.released.append(lease_id)
 
-    async def report(self, call: ReportCall, now: float, *args: Any) -> None:
+    async def report(self, call: ReportCall, now: float, blocked: float, *args: Any) -> None:
         self.reports.append((call.proxy, call.target, call.outcome))
+        self.cooldowns.append(blocked)
 
     async def renew(self, call: Any, now: float) -> Any:  # pragma: no cover - no test holds a tunnel that long
         raise AssertionError("no renewal expected")
 
     async def sessions_active(self, now: float) -> int:
         return 0
+
+    async def pace(self, *, proxy: str, target: str, interval: float, most: float, now: float) -> float:
+        """Each proxy's wait in `waits` (0 when not named)."""
+        self.paced.append(proxy)
+        return self.waits.get(proxy, 0.0)
 
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
