@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from fleet import kube
-from fleet.cli import common
+from fleet.cli import common, listing
 from fleet.durations import age
 from fleet.pools.schema import MAX_REPLICAS
 from providers.text import show
@@ -83,10 +83,8 @@ def _standalone_pools(args: argparse.Namespace, settings: Any, store: Any, warne
     return [o for o in items if not args.namespace or o["metadata"]["namespace"] == args.namespace]
 
 
-def pools_source(args: argparse.Namespace) -> Any:
+def pools_source(args: argparse.Namespace) -> listing.Source:
     """`fleet get pools`: the cluster's ProxyPools, or standalone (`--proxies`) the manifests' with their status."""
-    from fleet.cli import listing
-
     _name(args.name)
     ns = args.namespace or DEFAULT_NAMESPACE
     all_namespaces, wide = not args.namespace and args.name is None, args.output == "wide"

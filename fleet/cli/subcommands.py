@@ -70,6 +70,7 @@ from providers.text import show
 # fleet.config, PyYAML through the tables) when it runs. tests/integration/test_cli_imports.py holds this.
 
 if TYPE_CHECKING:
+    from fleet.cli.listing import Source
     from fleet.config import ProviderConfig, ProvidersConfig
     from fleet.health.results import CheckResult
 
@@ -267,7 +268,7 @@ def get_scope(args: argparse.Namespace) -> None:
         raise BadInput("a NAME cannot be looked up across all namespaces (-A): give -n NAMESPACE instead")
 
 
-def ph_source(args: argparse.Namespace) -> Any:
+def ph_source(args: argparse.Namespace) -> Source:
     """ProviderHealth: the providers file's providers (else those with results), judged as the controller would."""
     from fleet.config import validate_name  # pydantic: not for px
 
@@ -301,7 +302,7 @@ def ph_source(args: argparse.Namespace) -> Any:
     return listing.Source(read, store.close, f"providerhealth {args.name!r} not found")
 
 
-def proxies_source(args: argparse.Namespace) -> Any:
+def proxies_source(args: argparse.Namespace) -> Source:
     """Standalone Proxies from Redis, as `kubectl get px` shows cluster ones."""
     from fleet.cli import listing
     from fleet.proxies import table
@@ -342,7 +343,7 @@ SESSION_COLUMNS = ("CLIENT", "SESSION", "PROXY", "USES", "AGE", "ERROR SCORE", "
 SESSION_WIDE_COLUMNS = ("ENDPOINT", "EGRESS IP")  # `-o wide`: its proxy's address and the egress address the prober saw
 
 
-def sessions_source(args: argparse.Namespace) -> Any:
+def sessions_source(args: argparse.Namespace) -> Source:
     """The gateway's sessions from Redis (every replica's): client, session, proxy, uses, age, error score."""
     from fleet.cli import listing
     from fleet.store import Store, StoreError
