@@ -346,6 +346,24 @@ def test_version(capsys):
     assert exc.value.code == 0 and capsys.readouterr().out == f"fleet {metadata.version('fleet')}\n"
 
 
+def test_a_reader_gone_before_the_output_is_flushed_exits_141_quietly():
+    """`fleet version | (reader already gone)`: the little output sits in the buffer until the end, where main's
+    flush finds the pipe closed; stdout is pointed at /dev/null so the interpreter's own last flush stays quiet."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "PYTHONUNBUFFERED"}  # buffered
+    try:
+        got = subprocess.run([sys.executable, "-m", "fleet.cli", "version"], stdout=w, stderr=subprocess.PIPE,
+                             timeout=60, check=False, env=env)
+    finally:
+        os.close(w)
+    assert got.returncode == 141 and got.stderr == b"", got.stderr.decode()
+
+
 def test_a_closed_pipe_exits_141_quietly(capsys, monkeypatch):
     def closed(args):
         raise BrokenPipeError(32, "Broken pipe")
