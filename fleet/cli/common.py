@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from fleet.config import ProvidersConfig
 
 EXIT_OK, EXIT_NOT_READY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for git or kubectl whose reader went away
+
+# The names `fleet get` and `fleet describe` know each resource by (kubectl's: singular, plural, short name).
+PROXY_NAMES = ("px", "proxy", "proxies")
+PH_NAMES = ("ph", "providerhealth", "providerhealths")
 
 ALL_GROUPS: tuple[str, ...] = tuple(GROUPS)
 # The settings groups of the Celery processes (worker, controller, beat): one app, every task's settings.

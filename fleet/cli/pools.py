@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from fleet import kube
-from fleet.cli import common
+from fleet.cli import common, listing
 from fleet.durations import age
 from fleet.pools.schema import MAX_REPLICAS
 from providers.text import show
@@ -65,7 +65,7 @@ def _standalone(args: argparse.Namespace) -> tuple[Any, Any] | None:
     return settings, Store.from_url(settings.broker)
 
 
-def _standalone_pools(args: argparse.Namespace, settings: Any, store: Any) -> list[dict[str, Any]]:
+def _standalone_pools(args: argparse.Namespace, settings: Any, store: Any, warned: set[str]) -> list[dict[str, Any]]:
     from fleet.pools.standalone import InRedis
     from fleet.proxies.standalone import Standalone
     from fleet.store import StoreError
@@ -77,69 +77,112 @@ def _standalone_pools(args: argparse.Namespace, settings: Any, store: Any) -> li
     except StoreError as exc:
         raise common.Unreachable(f"cannot read ProxyPools from Redis: {show(str(exc), 200)}") from None
     for e in m.errors:
-        print(f"warning: {e}", file=sys.stderr)
+        if str(e) not in warned:  # once: a watch reads again every 2 s
+            warned.add(str(e))
+            print(f"warning: {e}", file=sys.stderr)
     return [o for o in items if not args.namespace or o["metadata"]["namespace"] == args.namespace]
 
 
-def get_pools(args: argparse.Namespace) -> int:
+def pools_source(args: argparse.Namespace) -> listing.Source:
+    """`fleet get pools`: the cluster's ProxyPools, or standalone (`--proxies`) the manifests' with their status."""
     _name(args.name)
+    ns = args.namespace or DEFAULT_NAMESPACE
+    all_namespaces, wide = not args.namespace and args.name is None, args.output == "wide"
     standalone = _standalone(args)
     if standalone is not None:
         settings, store = standalone
-        try:
-            items = _standalone_pools(args, settings, store)
-        finally:
-            store.close()
-        if args.name is not None:
-            ns = args.namespace or DEFAULT_NAMESPACE
-            items = [o for o in items if o["metadata"]["name"] == args.name and o["metadata"]["namespace"] == ns]
-            if not items:
-                print(f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}", file=sys.stderr)
-                return common.EXIT_NOT_READY
-        return _show(args, items)
-    api = _client(args)
-    try:
-        if args.name is not None:
-            ns = args.namespace or DEFAULT_NAMESPACE
-            items = [_get(api, ns, args.name)]
-        else:
-            listed = kube.list_page(api, kube.PROXY_POOL, namespace=args.namespace or None)
-            items = [i for i in listed.get("items") or [] if isinstance(i, dict)]
-    except kube.NotFound:
-        print(f"proxypool {args.name!r} not found in namespace {args.namespace or DEFAULT_NAMESPACE!r}", file=sys.stderr)
-        return common.EXIT_NOT_READY
-    except kube.KubeError as exc:
-        raise _unreachable(exc) from None
-    return _show(args, items)
+        warned: set[str] = set()
+
+        def read_items() -> list[dict[str, Any]]:
+            items = _standalone_pools(args, settings, store, warned)
+            if args.name is not None:
+                items = [o for o in items if o["metadata"]["name"] == args.name and o["metadata"]["namespace"] == ns]
+            return items
+
+        close, missing = store.close, f"proxypool {args.name!r} not found in namespace {ns!r} of {settings.proxies}"
+    else:
+        api = _client(args)
+
+        def read_items() -> list[dict[str, Any]]:
+            try:
+                if args.name is not None:
+                    try:
+                        return [_get(api, ns, args.name)]
+                    except kube.NotFound:
+                        return []
+                listed = kube.list_page(api, kube.PROXY_POOL, namespace=args.namespace or None)
+                return [i for i in listed.get("items") or [] if isinstance(i, dict)]
+            except kube.KubeError as exc:
+                raise _unreachable(exc) from None
+
+        close, missing = (lambda: None), f"proxypool {args.name!r} not found in namespace {ns!r}"
+
+    def read() -> listing.Listing:
+        items = sorted(read_items(), key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"].get("name", "")))
+        head, rows = table(items, time.time(), all_namespaces, wide)
+        shown = [listing.Item(f"{o['metadata'].get('namespace', '')}/{o['metadata'].get('name', '')}", row,
+                              name_of(o, all_namespaces), o, sig=_steady(o)) for o, row in zip(items, rows, strict=True)]
+        where = f"namespace {args.namespace!r}" if args.namespace else "any namespace"
+        return listing.Listing(head, shown, f"No ProxyPools in {where}", lambda fmt: _document(args, items, fmt),
+                               volatile=(head.index("AGE"),))
+
+    return listing.Source(read, close, missing)
 
 
-def _show(args: argparse.Namespace, items: list[dict[str, Any]]) -> int:
+NAME_PREFIX = "proxypool.crawl.example.com"
+
+
+def name_of(o: dict[str, Any], all_namespaces: bool) -> str:
+    """A pool's `-o name` line: `proxypool.crawl.example.com/NAME`, `.../NAMESPACE/NAME` across all namespaces."""
+    meta = o.get("metadata") or {}
+    if all_namespaces:
+        return f"{NAME_PREFIX}/{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return f"{NAME_PREFIX}/{meta.get('name', '')}"
+
+
+def _steady(o: dict[str, Any]) -> str:
+    """What a change of a pool is (`--watch -o json|yaml`): the object but its resourceVersion and managedFields,
+    which move with every write."""
+    meta = {k: v for k, v in (o.get("metadata") or {}).items() if k not in ("resourceVersion", "managedFields")}
+    return json.dumps({**o, "metadata": meta}, sort_keys=True, default=str)
+
+
+def _document(args: argparse.Namespace, items: list[dict[str, Any]], fmt: str) -> str:
     import yaml
 
-    from fleet.cli import tables
-
-    if args.output == "json":
-        print(json.dumps(items[0] if args.name else items, indent=2, sort_keys=True))
-    elif args.output == "yaml":
-        print(yaml.safe_dump(items[0] if args.name else items, sort_keys=True).rstrip())
-    elif not items:
-        where = f"namespace {args.namespace!r}" if args.namespace else "any namespace"
-        print(f"No ProxyPools in {where}", file=sys.stderr)
-    else:
-        print(tables.grid(*table(items, time.time(), all_namespaces=not args.namespace and args.name is None)))
-    return common.EXIT_OK
+    if fmt == "json":
+        return json.dumps(items[0] if args.name and items else items, indent=2, sort_keys=True)
+    return yaml.safe_dump(items[0] if args.name and items else items, sort_keys=True).rstrip()
 
 
-def table(items: list[dict[str, Any]], now: float, all_namespaces: bool) -> tuple[list[str], list[list[Any]]]:
-    """`kubectl get pxp`'s columns (the CRD's printer columns)."""
+def table(items: list[dict[str, Any]], now: float, all_namespaces: bool,
+          wide: bool = False) -> tuple[list[str], list[list[Any]]]:
+    """`kubectl get pxp`'s columns (the CRD's printer columns); `wide` adds UP-TO-DATE and UNHEALTHY members, the
+    PROVIDERS with their weights and the AUTOSCALE range."""
     head = ["NAME", "DESIRED", "READY", "AVAILABLE", "AGE"]
+    if wide:
+        head += ["UP-TO-DATE", "UNHEALTHY", "PROVIDERS", "AUTOSCALE"]
     rows = []
     for o in sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"].get("name", ""))):
         meta, spec, st = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
         row = [meta.get("name", ""), spec.get("replicas", ""), st.get("readyReplicas", 0), st.get("availableReplicas", 0),
                age(meta.get("creationTimestamp"), now)]
+        if wide:
+            row += [st.get("updatedReplicas", 0), st.get("unhealthyReplicas", 0), _providers(spec), _autoscale(spec)]
         rows.append([meta.get("namespace", ""), *row] if all_namespaces else row)
     return (["NAMESPACE", *head] if all_namespaces else head), rows
+
+
+def _providers(spec: dict[str, Any]) -> str:
+    """`a:2,b:1`: each provider with its weight (1 unless set), as spread; `<none>` without any."""
+    got = [p for p in spec.get("providers") or [] if isinstance(p, dict)]
+    return ",".join(f"{p.get('provider', '')}:{p.get('weight', 1)}" for p in got) or "<none>"
+
+
+def _autoscale(spec: dict[str, Any]) -> str:
+    """`MIN-MAX` when it autoscales, `<none>` when not."""
+    a = spec.get("autoscale")
+    return f"{a.get('min', 0)}-{a.get('max', MAX_REPLICAS)}" if isinstance(a, dict) else "<none>"
 
 
 def _get(api: Any, namespace: str, name: str) -> dict[str, Any]:

@@ -16,7 +16,9 @@ Exit codes:
   (argparse's usage errors are 2 as well).
 - 3: cannot reach a backend fleet itself needs (Redis for `fleet get ph`).
   A provider's unreachable backend is a verdict, not an exit code.
-- 130: interrupted (Ctrl-C), quietly.
+- 130: interrupted (Ctrl-C), quietly (`fleet get --watch` ends so: 0).
+- 141: the reader of the output went away (`fleet get px -o yaml | head -1`),
+  quietly: 128 + SIGPIPE, what the shell reports for git and kubectl there.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet import logs
 from fleet.cli import api as api_cli
+from fleet.cli import describe as describe_cli
 from fleet.cli import gateway as gateway_cli
 from fleet.cli import gc as gc_cli
 from fleet.cli import pools as pools_cli
@@ -42,10 +45,13 @@ from fleet.cli.common import (
     ALL_GROUPS,
     CELERY_GROUPS,
     EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_NOT_READY,
     EXIT_OK,
     EXIT_UNREACHABLE,
+    PH_NAMES,
+    PROXY_NAMES,
     BadInput,
     Unreachable,
     command,
@@ -64,6 +70,7 @@ from providers.text import show
 # fleet.config, PyYAML through the tables) when it runs. tests/integration/test_cli_imports.py holds this.
 
 if TYPE_CHECKING:
+    from fleet.cli.listing import Source
     from fleet.config import ProviderConfig, ProvidersConfig
     from fleet.health.results import CheckResult
 
@@ -226,68 +233,78 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.all_ready for r in results) else EXIT_NOT_READY
 
 
-PROXY_NAMES = ("px", "proxy", "proxies")
-PH_NAMES = ("ph", "providerhealth", "providerhealths")
-
-
 SESSION_NAMES = ("sessions", "session")
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    from fleet.cli import listing
+
+    get_scope(args)
     if args.resource in PROXY_NAMES:
-        return get_proxies(args)
-    if args.resource in SESSION_NAMES:
-        return get_sessions(args)
-    if args.selector is not None:
+        source = proxies_source(args)
+    elif args.resource in SESSION_NAMES:
+        source = sessions_source(args)
+    elif args.selector is not None:
         raise BadInput("-l/--selector: only fleet get px has one")
-    if args.resource in pools_cli.POOL_NAMES:
-        return pools_cli.get_pools(args)
-    if args.resource not in PH_NAMES:
+    elif args.resource in pools_cli.POOL_NAMES:
+        source = pools_cli.pools_source(args)
+    elif args.resource in PH_NAMES:
+        source = ph_source(args)
+    else:
         raise BadInput(f"unknown resource {show(args.resource)}: fleet get knows ph (providerhealth), px (proxies), "
                        "pools (proxypools) and sessions (the gateway's)")
+    return listing.run(source, args.output, args.name, args.watch)
+
+
+def get_scope(args: argparse.Namespace) -> None:
+    """-A/--all-namespaces as kubectl takes it: every namespace (what no -n means too), never with -n, and never
+    with a NAME of a namespaced resource (ph has no namespace: -A changes nothing there)."""
+    if not args.all_namespaces:
+        return
+    if args.namespace is not None:
+        raise BadInput("-A/--all-namespaces and -n/--namespace cannot be given together: -A lists every namespace, "
+                       "-n one")
+    if args.name is not None and args.resource not in PH_NAMES:
+        raise BadInput("a NAME cannot be looked up across all namespaces (-A): give -n NAMESPACE instead")
+
+
+def ph_source(args: argparse.Namespace) -> Source:
+    """ProviderHealth: the providers file's providers (else those with results), judged as the controller would."""
     from fleet.config import validate_name  # pydantic: not for px
 
     if args.name is not None and validate_name(args.name):
         raise BadInput(f"NAME {validate_name(args.name)} (got {show(args.name)})")
-    from fleet.celery import beat, routing
-    from fleet.cli import tables
-    from fleet.health.decide import current_verdict
-    from fleet.health.stored import StoredResults
+    from fleet.cli import health, listing, tables
     from fleet.store import Store, StoreError
 
     settings = settings_from(args)
     config = config_from(settings, required=False)
     store = Store.from_url(settings.broker)
-    now = time.time()
-    try:
-        stored = StoredResults(store).all()
-        names = config.names() if config else sorted(stored)
-        types = {p.name: p.type for p in config.providers} if config else {}
-        if args.name:
-            if args.name not in names and args.name not in stored:
-                print(f"providerhealth {args.name!r} not found", file=sys.stderr)
-                return EXIT_NOT_READY
-            names = [args.name]
-        after, enabled, note = effective_schedule(beat.published_schedule(store), settings)
-        last_round = beat.last_round(store)
-        rows = []
-        for name in names:
-            r = stored.get(name)
-            v = current_verdict(r, store.marks.seen(name), now, after, routing.provider_queue(name), enabled, last_round)
-            rows.append(tables.summary(r, v, name, types.get(name, "")))
-    except StoreError as exc:
-        raise Unreachable(f"cannot read results from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
-    finally:
-        store.close()
-    if note:
-        print(note, file=sys.stderr)
-    print(tables.render_rows(rows, args.output, now))
-    return EXIT_OK
+    wide = args.output == "wide"
+    told = [False]  # the schedule's note: with the first read only
+
+    def read() -> listing.Listing:
+        now = time.time()
+        try:
+            rows, note = health.summaries(store, settings, config, now, args.name)
+            workers = store.heartbeats.live() if wide else {}
+        except StoreError as exc:
+            raise Unreachable(f"cannot read results from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
+        items = [listing.Item(r["provider"], tables.ph_row(r, now, len(workers.get(r["provider"], ())) if wide else None),
+                              f"{tables.PH_NAME_PREFIX}/{r['provider']}", r, sig=tables.ph_sig(r), notes=tables.ph_notes(r))
+                 for r in rows]
+        said, told[0] = ("" if told[0] else note), True
+        return listing.Listing((*tables.PH_COLUMNS, *tables.PH_WIDE_COLUMNS) if wide else tables.PH_COLUMNS, items,
+                               "No providers (no providers file, and no results in Redis)",
+                               lambda fmt: tables.render_rows(rows, fmt, now), sort_keys=False, note=said,
+                               volatile=(tables.PH_COLUMNS.index("LAST CHECK"),))
+
+    return listing.Source(read, store.close, f"providerhealth {args.name!r} not found")
 
 
-def get_proxies(args: argparse.Namespace) -> int:
+def proxies_source(args: argparse.Namespace) -> Source:
     """Standalone Proxies from Redis, as `kubectl get px` shows cluster ones."""
-    from fleet.cli import tables
+    from fleet.cli import listing
     from fleet.proxies import table
     from fleet.proxies.standalone import Standalone
     from fleet.store import Store, StoreError
@@ -295,67 +312,103 @@ def get_proxies(args: argparse.Namespace) -> int:
     pool = pool_selector(args.selector)
     settings = settings_from(args)
     store = Store.from_url(settings.broker)
-    try:
-        proxies = Standalone(store.proxies, settings.proxies or "", settings.installation_id).all()
-    except StoreError as exc:
-        raise Unreachable(f"cannot read Proxies from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
-    finally:
-        store.close()
-    if args.namespace:
-        proxies = [p for p in proxies if p.namespace == args.namespace]
-    if pool is not None:
-        proxies = [p for p in proxies if p.pool == pool]
-    if args.name is not None:
-        proxies = [p for p in proxies if p.name == args.name]
-        if not proxies:
-            print(f"proxy {args.name!r} not found", file=sys.stderr)
-            return EXIT_NOT_READY
-    if args.output == "json":
-        print(table.as_json(proxies))
-    elif args.output == "yaml":
-        print(table.as_yaml(proxies).rstrip())
-    elif not proxies:
-        print("No Proxies in Redis (standalone mode; with a cluster: kubectl get px -A)", file=sys.stderr)
-    else:
-        all_namespaces = not args.namespace
-        print(tables.grid(table.columns(all_namespaces), table.rows(proxies, time.time(), all_namespaces)))
-    return EXIT_OK
+    standalone = Standalone(store.proxies, settings.proxies or "", settings.installation_id)
+    all_namespaces, wide = not args.namespace, args.output == "wide"
+
+    def read() -> listing.Listing:
+        try:
+            proxies = standalone.all()
+        except StoreError as exc:
+            raise Unreachable(f"cannot read Proxies from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
+        proxies = [p for p in table.ordered(proxies) if (not args.namespace or p.namespace == args.namespace)
+                   and (pool is None or p.pool == pool) and (args.name is None or p.name == args.name)]
+        now = time.time()
+        items = []
+        for p in proxies:
+            obj = table.to_object(p)
+            items.append(listing.Item(p.key, table.row(p, now, all_namespaces, wide), table.name(p, all_namespaces), obj,
+                                      sig=json.dumps(obj, sort_keys=True)))
+
+        def document(fmt: str) -> str:
+            return table.as_json(proxies) if fmt == "json" else table.as_yaml(proxies).rstrip()
+
+        return listing.Listing(table.columns(all_namespaces, wide), items,
+                               "No Proxies in Redis (standalone mode; with a cluster: kubectl get px -A)", document,
+                               indent=4, volatile=(table.AGE_COLUMN + all_namespaces,))
+
+    return listing.Source(read, store.close, f"proxy {args.name!r} not found")
 
 
-def get_sessions(args: argparse.Namespace) -> int:
+SESSION_COLUMNS = ("CLIENT", "SESSION", "PROXY", "USES", "AGE", "ERROR SCORE", "LAPSES IN")
+SESSION_WIDE_COLUMNS = ("ENDPOINT", "EGRESS IP")  # `-o wide`: its proxy's address and the egress address the prober saw
+
+
+def sessions_source(args: argparse.Namespace) -> Source:
     """The gateway's sessions from Redis (every replica's): client, session, proxy, uses, age, error score."""
-    from fleet.cli import tables
+    from fleet.cli import listing
     from fleet.store import Store, StoreError
 
     settings = settings_from(args)
     store = Store.from_url(settings.broker)
-    now = time.time()
-    try:
-        rows = store.leases.sessions(now)
-    except StoreError as exc:
-        raise Unreachable(f"cannot read sessions from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
-    finally:
-        store.close()
-    out = []
-    for r in rows:
-        _, client, session = (r["sticky"].split("/", 2) + ["", ""])[:3]
-        if (args.name is None or args.name == session) and (args.namespace is None or args.namespace == client):
-            out.append({"client": client, "session": session, "proxy": r["proxy"], "uses": r["uses"],
-                        "age": max(0.0, now - r["born"]), "errorScore": r["score"], "lapsesIn": r["lapses"] - now})
-    if args.output == "json":
-        print(json.dumps(out, indent=2))
-    elif args.output == "yaml":
-        import yaml
+    wide = args.output == "wide"
 
-        print(yaml.safe_dump(out, sort_keys=False).rstrip())
-    elif not out:
-        print("No gateway sessions in Redis", file=sys.stderr)
-    else:
-        print(tables.grid(("CLIENT", "SESSION", "PROXY", "USES", "AGE", "ERROR SCORE", "LAPSES IN"),
-                          [(o["client"], o["session"], o["proxy"] or "<moving>", o["uses"],
-                            format_duration(round(o["age"])), f"{o['errorScore']:g}",
-                            format_duration(round(o["lapsesIn"]))) for o in out]))
-    return EXIT_OK
+    def read() -> listing.Listing:
+        now = time.time()
+        try:
+            rows = store.leases.sessions(now)
+            endpoints = store.proxies.endpoints() if wide else {}
+            verdicts = store.proxies.verdicts() if wide else {}
+        except StoreError as exc:
+            raise Unreachable(f"cannot read sessions from Redis at {redact_url(settings.broker)}: {show(str(exc), 200)}") from None
+        out = []
+        for r in rows:
+            _, client, session = (r["sticky"].split("/", 2) + ["", ""])[:3]
+            if (args.name is None or args.name == session) and (args.namespace is None or args.namespace == client):
+                out.append({"client": client, "session": session, "proxy": r["proxy"], "uses": r["uses"],
+                            "age": max(0.0, now - r["born"]), "errorScore": r["score"], "lapsesIn": r["lapses"] - now})
+        items = []
+        for o in out:
+            row: list[Any] = [o["client"], o["session"], o["proxy"] or "<moving>", o["uses"], format_duration(round(o["age"])),
+                              f"{o['errorScore']:g}", format_duration(round(o["lapsesIn"]))]
+            if wide:
+                row += list(_exit_of(o["proxy"], endpoints, verdicts))
+            steady = {k: v for k, v in o.items() if k not in ("age", "lapsesIn")}
+            items.append(listing.Item(f"{o['client']}/{o['session']}", row, session_name(o, args.namespace is None), o,
+                                      sig=json.dumps(steady, sort_keys=True)))
+
+        def document(fmt: str) -> str:
+            if fmt == "json":
+                return json.dumps(out, indent=2)
+            import yaml
+
+            return yaml.safe_dump(out, sort_keys=False).rstrip()
+
+        return listing.Listing((*SESSION_COLUMNS, *SESSION_WIDE_COLUMNS) if wide else SESSION_COLUMNS, items,
+                               "No gateway sessions in Redis", document, sort_keys=False,
+                               volatile=(SESSION_COLUMNS.index("AGE"), SESSION_COLUMNS.index("LAPSES IN")))
+
+    return listing.Source(read, store.close)
+
+
+def session_name(o: dict[str, Any], all_clients: bool) -> str:
+    """A session's `-o name` line: `session/CLIENT/SESSION`, `session/SESSION` with -n CLIENT (the client is its
+    namespace)."""
+    return f"session/{o['client']}/{o['session']}" if all_clients else f"session/{o['session']}"
+
+
+def _exit_of(proxy: str, endpoints: dict[str, bytes | str], verdicts: dict[str, bytes | str]) -> tuple[str, str]:
+    """(ip:port, egress address) of a proxy key from its endpoint and the prober's verdict; `<none>` unknown."""
+    def doc(raw: bytes | str | None) -> dict[str, Any]:
+        try:
+            got = json.loads(raw) if raw else {}
+        except ValueError:
+            return {}
+        return got if isinstance(got, dict) else {}
+
+    e, v = doc(endpoints.get(proxy)), doc(verdicts.get(proxy))
+    endpoint = f"{e['ip']}:{e['port']}" if e.get("ip") and e.get("port") else "<none>"
+    egress = v.get("egressIP") if v.get("uid") == e.get("uid") and v.get("egressIP") else "<none>"
+    return endpoint, str(egress)
 
 
 def pool_selector(selector: str | None) -> str | None:
@@ -373,19 +426,6 @@ def pool_selector(selector: str | None) -> str | None:
     if validate_name(value):
         raise BadInput(f"-l/--selector: pool {validate_name(value)} (got {show(value)})")
     return value
-
-
-def effective_schedule(published: dict[str, Any] | None, settings: Settings) -> tuple[float, bool, str]:
-    """(overdue after, checks on, a note for stderr) to judge stored results
-    by: the schedule the deployed beat published, else this command's own
-    flags, said so (a 10 s deployment judged by the default 1m would show a
-    stale True for minutes)."""
-    if published is not None:
-        return float(published["overdue_after"]), float(published["interval"]) > 0, ""
-    return settings.overdue_after, settings.checks_enabled, (
-        "fleet get: no schedule published by beat in this Redis; judging overdue by "
-        f"--provider-check-interval={format_duration(settings.provider_check_interval)}"
-    )
 
 
 def _prepare(args: argparse.Namespace, need_config: bool = True) -> dict[str, str]:
@@ -514,6 +554,7 @@ def parser() -> argparse.ArgumentParser:
     """The `fleet` parser: each command with its own arguments and the settings groups it reads (said here,
     or in its module's `add_parser`, once)."""
     p = argparse.ArgumentParser(prog="fleet", description="Egress-proxy fleet manager on Celery.")
+    p.add_argument("--version", action=_Version, help="print fleet's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = command(sub, "validate",
@@ -533,8 +574,9 @@ def parser() -> argparse.ArgumentParser:
     gc_cli.add_parser(sub)
 
     s = command(sub, "get",
-                help="show provider health, standalone Proxies from Redis, or ProxyPools (cluster or standalone)",
-                example="fleet get ph -c providers.yaml; fleet get px -l pool=crawl",
+                help="show provider health, standalone Proxies from Redis, ProxyPools (cluster or standalone) or the "
+                     "gateway's sessions, as kubectl get shows objects",
+                example="fleet get ph -c providers.yaml; fleet get px -l pool=crawl -o wide; fleet get px -w",
                 groups=("process", "store", "providers", "cluster", "health", "proxies"))
     s.add_argument("resource", help=("ph (providerhealth), px (proxies), pools (proxypools: the cluster's, or with "
                                      "--proxies the manifests' with their status from Redis) or sessions (the "
@@ -542,9 +584,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("name", nargs="?")
     s.add_argument("-n", "--namespace", help="px, pools: only this namespace (default: all, with a NAMESPACE column); "
                                              "sessions: only this client's")
+    s.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="every namespace (the default without -n; sessions: every client), as kubectl's -A")
     s.add_argument("-l", "--selector", help="px: only a ProxyPool's members, pool=NAME (standalone: from Redis)")
-    s.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    s.add_argument("-o", "--output", choices=("table", "wide", "name", "json", "yaml"), default="table",
+                   help="table (default); wide: more columns; name: one TYPE/NAME line per object "
+                        "(TYPE/NAMESPACE/NAME across all namespaces); json or yaml: the objects")
+    s.add_argument("-w", "--watch", action="store_true",
+                   help="after the listing, read again every 2s and print what changed, until Ctrl-C")
     s.set_defaults(fn=cmd_get)
+
+    describe_cli.add_parser(sub)  # `fleet describe px|ph NAME`
+
+    s = command(sub, "version", help="print fleet's version, the Python it runs on and its git commit when known",
+                example="fleet version -o json", groups=())
+    s.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    s.set_defaults(fn=cmd_version)
 
     s = command(sub, "worker", help="run the worker of one provider",
                 example="fleet worker -p hetzner-fsn -c providers.yaml", groups=CELERY_GROUPS)
@@ -603,7 +658,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             pre = settings_from(args)
             logs.setup(pre.log_format, pre.log_level)
             fn: Callable[[argparse.Namespace], int] = args.fn  # set by each subparser
-            return fn(args)
+            code = fn(args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            return code
         except BadInput as exc:
             print(f"fleet {args.command}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -613,6 +670,80 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C before a command installs its own handling: no traceback
         print(file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as git and kubectl do
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still buffered does not fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def distribution_version() -> str:
+    """The installed distribution's version ("unknown" when fleet runs from a tree not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("fleet")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def git_commit() -> str:
+    """The commit of the tree fleet runs from when it is a git checkout and git is at hand ("" otherwise: an
+    installed image has neither)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    git = shutil.which("git")
+    if git is None or not (root / ".git").exists():
+        return ""
+    try:
+        got = subprocess.run([git, "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             timeout=2, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return got.stdout.strip() if got.returncode == 0 else ""
+
+
+def version_info() -> dict[str, str]:
+    import platform
+
+    out = {"fleet": distribution_version(), "python": f"{platform.python_version()} ({platform.python_implementation()})"}
+    commit = git_commit()
+    if commit:
+        out["commit"] = commit
+    return out
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    info = version_info()
+    if args.output == "json":
+        print(json.dumps(info, indent=2))
+    else:
+        print("\n".join(f"{k} {v}" for k, v in info.items()))
+    return EXIT_OK
+
+
+class _Version(argparse.Action):
+    """`fleet --version`: the distribution's version, looked up only when asked (the parser is built by every
+    command)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"fleet {distribution_version()}")
+        parser.exit()
 
 
 if __name__ == "__main__":

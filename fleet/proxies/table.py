@@ -3,7 +3,13 @@
 show them. Pure: Proxies in, rows or text out.
 
 The columns are the CRD's printer columns, with NAMESPACE first when listing
-every namespace (kubectl's `-A`). Cells follow kubectl: PORT is
+every namespace (kubectl's `-A`); `-o wide` adds what the object knows
+besides: the placement's REGION and ZONE, the POOL it belongs to, the
+EGRESS IP the prober saw and the provider's INSTANCE id (`<none>` where
+unset, as kubectl's wide columns). `-o name` prints `proxy.crawl.example.com/NAME`,
+kubectl's form, with the namespace in front of the name
+(`proxy.crawl.example.com/NAMESPACE/NAME`) when listing every namespace,
+as the table adds its NAMESPACE column then: each line names one object. Cells follow kubectl: PORT is
 `.status.port` (blank until the controller has written one, as a printer
 column on a missing field is), READY the Ready condition's status, AGE
 kubectl's own rounding (`45s`, `3m12s`, `5h4m`, `2d3h`, `<unknown>` without a
@@ -33,31 +39,52 @@ from fleet.proxies import model
 from fleet.proxies.model import LAST_APPLIED, READY, Proxy
 
 COLUMNS = ("NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE")
+WIDE_COLUMNS = ("REGION", "ZONE", "POOL", "EGRESS IP", "INSTANCE")  # `-o wide`: after COLUMNS
 NAMESPACE_COLUMN = "NAMESPACE"
+AGE_COLUMN = COLUMNS.index("AGE")  # of a row without NAMESPACE
+NONE = "<none>"
+NAME_PREFIX = f"{model.KIND.lower()}.{model.API_VERSION.split('/')[0]}"  # proxy.crawl.example.com
 
 
-def columns(all_namespaces: bool = False) -> tuple[str, ...]:
-    """The header row: COLUMNS, after NAMESPACE when listing all namespaces."""
-    return (NAMESPACE_COLUMN, *COLUMNS) if all_namespaces else COLUMNS
+def columns(all_namespaces: bool = False, wide: bool = False) -> tuple[str, ...]:
+    """The header row: COLUMNS (and WIDE_COLUMNS), after NAMESPACE when listing all namespaces."""
+    head = (*COLUMNS, *WIDE_COLUMNS) if wide else COLUMNS
+    return (NAMESPACE_COLUMN, *head) if all_namespaces else head
 
 
-def rows(proxies: Sequence[Proxy], now: float, all_namespaces: bool = False) -> list[list[str]]:
-    """One row of cells per Proxy, in `columns(all_namespaces)` order,
+def row(p: Proxy, now: float, all_namespaces: bool = False, wide: bool = False) -> list[str]:
+    """The Proxy's cells in `columns(all_namespaces, wide)` order; `now` is a Unix time, for AGE."""
+    ready = p.status.condition(READY)
+    cells = [
+        p.name,
+        p.spec.provider,
+        p.status.phase,
+        p.status.ip,
+        str(p.status.port) if p.status.port else "",
+        ready.status if ready is not None else "",
+        age(p.created_at, now),
+    ]
+    if wide:
+        pl = p.spec.placement
+        cells += [pl.region or NONE, pl.zone or NONE, p.pool or NONE, p.status.egress_ip or NONE,
+                  p.status.provider_id or NONE]
+    return [p.namespace, *cells] if all_namespaces else cells
+
+
+def rows(proxies: Sequence[Proxy], now: float, all_namespaces: bool = False, wide: bool = False) -> list[list[str]]:
+    """One row of cells per Proxy, in `columns(all_namespaces, wide)` order,
     sorted by namespace then name; `now` is a Unix time, for AGE."""
-    out = []
-    for p in sorted(proxies, key=lambda p: (p.namespace, p.name)):
-        ready = p.status.condition(READY)
-        row = [
-            p.name,
-            p.spec.provider,
-            p.status.phase,
-            p.status.ip,
-            str(p.status.port) if p.status.port else "",
-            ready.status if ready is not None else "",
-            age(p.created_at, now),
-        ]
-        out.append([p.namespace, *row] if all_namespaces else row)
-    return out
+    return [row(p, now, all_namespaces, wide) for p in ordered(proxies)]
+
+
+def ordered(proxies: Sequence[Proxy]) -> list[Proxy]:
+    """By namespace, then name: as the API lists them."""
+    return sorted(proxies, key=lambda p: (p.namespace, p.name))
+
+
+def name(p: Proxy, all_namespaces: bool = False) -> str:
+    """Its `-o name` line: `proxy.crawl.example.com/NAME`, `.../NAMESPACE/NAME` when listing all namespaces."""
+    return f"{NAME_PREFIX}/{p.namespace}/{p.name}" if all_namespaces else f"{NAME_PREFIX}/{p.name}"
 
 
 REDACTED = re.compile(r"<redacted: [0-9]+ bytes>")
@@ -81,7 +108,7 @@ def to_object(proxy: Proxy) -> dict[str, Any]:
 
 def as_list(proxies: Sequence[Proxy]) -> dict[str, Any]:
     """The objects in a `List`, as `kubectl get -o yaml` wraps several."""
-    items = [to_object(p) for p in sorted(proxies, key=lambda p: (p.namespace, p.name))]
+    items = [to_object(p) for p in ordered(proxies)]
     return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
 
 

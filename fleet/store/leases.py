@@ -403,6 +403,30 @@ class Leases:
     def held(self, proxy: str, now: float) -> int:
         return int(self._redis.zcount(HELD + proxy, f"({now!r}", "+inf"))
 
+    def of_proxy(self, proxy: str, now: float) -> dict[str, Any]:
+        """One proxy's lease state at `now` (`fleet describe px`): "leases", its open leases soonest to expire
+        first, each {"id", "expires", "doc"} (doc the stored lease, None if gone); "cooldowns", target → until, of its
+        target cooldowns in force; "global", the end of its global cooldown in force (None: none); "errors", its error
+        reports in a row. A read only: expired leases are left to the lease API's sweep."""
+        low = f"({now!r}"
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.zrangebyscore(HELD + proxy, low, "+inf", withscores=True)
+        pipe.zscore(COOL_GLOBAL, proxy)
+        pipe.hget(ERRORS, proxy)
+        held, global_until, errors = pipe.execute()
+        ids = [keys.text(i) for i, _ in held]
+        docs: list[Any] = list(self._redis.hmget(DOCS, ids)) if ids else []
+        prefix = proxy + "|"
+        cooldowns = {keys.text(member)[len(prefix):]: float(until)
+                     for member, until in self._redis.zscan_iter(COOL_TARGET, match=_glob_escape(prefix) + "*", count=1000)
+                     if float(until) > now and keys.text(member).startswith(prefix)}
+        return {
+            "leases": [{"id": i, "expires": float(e), "doc": d} for i, (_, e), d in zip(ids, held, docs, strict=True)],
+            "cooldowns": dict(sorted(cooldowns.items(), key=lambda kv: kv[1])),
+            "global": float(global_until) if global_until is not None and float(global_until) > now else None,
+            "errors": int(errors or 0),
+        }
+
     def usage(self, now: float) -> tuple[dict[str, int], dict[str, int]]:
         """(open leases, active cooldowns) by proxy key at `now`, in one round trip (the pool
         controller's scale-down order): the load set, and the target and global cooldowns in force."""
@@ -434,6 +458,11 @@ class Leases:
             else:
                 out[name] = self._redis.get(name)
         return out
+
+
+def _glob_escape(text: str) -> str:
+    """`text` matched literally by a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def online_replicas(info: dict[str, Any]) -> int:

@@ -248,6 +248,14 @@ class Proxies:
         """Every Running Proxy's endpoint document, by key (the prober's work list)."""
         return {keys.text(k): v for k, v in self._redis.hgetall(keys.PX_ENDPOINTS).items()}
 
+    def endpoint(self, key: str) -> Raw:
+        """One Running Proxy's endpoint document (None: not Running, or unknown)."""
+        return self._redis.hget(keys.PX_ENDPOINTS, key)
+
+    def phase(self, key: str) -> Raw:
+        """One Proxy's `phase|since` as the reconciler stored it (None: none)."""
+        return self._redis.hget(keys.PX_PHASE, key)
+
     # -- the prober's verdicts ---------------------------------------------------------------------
 
     def put_verdict(self, key: str, doc: str, now: float) -> None:

@@ -30,6 +30,11 @@ def test_get_pools_prints_the_printer_columns(env, capsys):  # noqa: F811
     assert out[0].split()[:4] == ["NAME", "DESIRED", "READY", "AVAILABLE"] and out[1].split()[:4] == ["web", "4", "4", "4"]
     assert fleet(api, "get", "pools", "nope", "-n", NS) == 1
     assert "proxypool 'nope' not found" in capsys.readouterr().err
+    assert fleet(api, "get", "pools", "-o", "name") == 0
+    assert capsys.readouterr().out == f"proxypool.crawl.example.com/{NS}/web\n"
+    assert fleet(api, "get", "pools", "-n", NS, "-o", "wide") == 0
+    head, row = (line.split() for line in capsys.readouterr().out.splitlines())
+    assert head[-4:] == ["UP-TO-DATE", "UNHEALTHY", "PROVIDERS", "AUTOSCALE"] and row[-2] != "<none>"
 
 
 def test_scale_pool_patches_the_scale_subresource_and_the_controller_follows(env, capsys):  # noqa: F811

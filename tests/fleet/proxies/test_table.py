@@ -13,7 +13,7 @@ import yaml
 from fleet.durations import age, human_duration
 from fleet.proxies.manifests import parse_proxy
 from fleet.proxies.model import CloudInit, Condition, Proxy, ProxySpec, ProxyStatus, SecretRef
-from fleet.proxies.table import COLUMNS, as_json, as_list, as_yaml, columns, rows, to_object
+from fleet.proxies.table import COLUMNS, WIDE_COLUMNS, as_json, as_list, as_yaml, columns, name, rows, to_object
 from providers.base import Placement
 
 SENTINEL = "s3cr3t-SENTINEL-7f1c"
@@ -55,6 +55,28 @@ def test_rows() -> None:
         ["zz", "a", "kvm", "Failed", "", "", "False", "62m"],
     ]
     assert rows([], now, True) == []
+
+
+def test_wide_adds_placement_pool_egress_and_instance_after_the_printer_columns() -> None:
+    assert WIDE_COLUMNS == ("REGION", "ZONE", "POOL", "EGRESS IP", "INSTANCE")
+    assert columns(wide=True) == (*COLUMNS, *WIDE_COLUMNS)
+    assert columns(all_namespaces=True, wide=True) == ("NAMESPACE", *COLUMNS, *WIDE_COLUMNS)
+    placed = proxy("web-1", spec=ProxySpec(provider="kvm", placement=Placement(region="fsn1", zone="fsn1-dc14")),
+                   status=ProxyStatus(**{**RUNNING.__dict__, "egress_ip": "203.0.113.9"}), pool="crawl")
+    bare = proxy("web-2")
+    now = T0 + 60
+    assert rows([bare, placed], now, all_namespaces=True, wide=True) == [
+        ["default", "web-1", "kvm", "Running", "10.0.0.7", "3128", "True", "60s",
+         "fsn1", "fsn1-dc14", "crawl", "203.0.113.9", "kvm://nas1/px-u-1"],
+        ["default", "web-2", "kvm", "", "", "", "", "60s", "<none>", "<none>", "<none>", "<none>", "<none>"],
+    ]
+    assert rows([placed], now, wide=False) == [["web-1", "kvm", "Running", "10.0.0.7", "3128", "True", "60s"]]
+
+
+def test_name_is_kubectls_with_the_namespace_across_all_namespaces() -> None:
+    p = proxy("web-1", namespace="crawl")
+    assert name(p) == "proxy.crawl.example.com/web-1"  # `kubectl get px -n crawl -o name`
+    assert name(p, all_namespaces=True) == "proxy.crawl.example.com/crawl/web-1"
 
 
 def test_port_is_the_status_port_not_the_spec_port() -> None:
