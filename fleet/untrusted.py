@@ -351,6 +351,11 @@ def documents(text: str, limits: YamlLimits, *, single: bool = False) -> Iterato
         yield item if isinstance(item, YamlProblem) else item.data
 
 
+def located_documents(text: str, limits: YamlLimits) -> Iterator[Located | YamlProblem]:
+    """`documents`, each with where its fields are (`Located`)."""
+    return _documents(text, limits, False)
+
+
 def _documents(text: str, limits: YamlLimits, single: bool) -> Iterator[Located | YamlProblem]:
     stream = _Stream(text, limits)
     seen = 0

@@ -31,8 +31,10 @@ Identity: a manifest carries no uid and no generation; they stay "" and 0 here
 assigns both (uids in Redis) -- nothing here invents them.
 
 Errors are `ManifestError`s: `<source>#<document>: <field path>: <why>, got
-<value>`, the value shown through `providers.text.show` so no value floods a
-message. Documents are counted from 1 in a file. Cloud-init text never appears
+<value> (line N)`, the value shown through `providers.text.show` so no value floods a
+message. A document's every problem is reported at once, in the file's order
+(a missing field at its enclosing mapping's line); `parse_proxy` raises the first.
+Documents are counted from 1 in a file. Cloud-init text never appears
 in a message or a repr, only its length.
 
 The files are hostile input, read through `fleet.untrusted` (the reader
@@ -56,10 +58,10 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from fleet.proxies import schema
 from fleet.proxies.model import (
@@ -73,7 +75,7 @@ from fleet.proxies.model import (
     ProxyStatus,
     SecretRef,
 )
-from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, documents, key_step, read_bounded
+from fleet.untrusted import FileProblem, Located, YamlLimits, YamlProblem, decode, key_step, located_documents, read_bounded
 from providers import names
 from providers.base import Placement
 from providers.text import show
@@ -112,27 +114,43 @@ _PLACEMENT = {key: re.sub("([A-Z])", lambda m: "_" + m[1].lower(), key) for key 
 _CLOUD_INIT = schema.CLOUD_INIT.names()
 _SECRET_REF = schema.SECRET_REF.names()
 
+T = TypeVar("T")
+
 
 class ManifestError(ValueError):
-    """One unusable Proxy object or document: where (`source`, e.g.
-    `proxies.yaml#2`, and the field `path`) and why (`message`)."""
+    """One problem of a Proxy object or document: where (`source`, e.g.
+    `proxies.yaml#2`, the field `path`, and the file's `line` when known) and why (`message`)."""
 
-    def __init__(self, path: str, message: str, *, source: str = "") -> None:
+    def __init__(self, path: str, message: str, *, source: str = "", line: int | None = None) -> None:
         self.path = path
         self.message = message
         self.source = source
+        self.line = line
         super().__init__(path, message)
 
     def __str__(self) -> str:
-        return ": ".join(part for part in (self.source, self.path, self.message) if part)
+        text = ": ".join(part for part in (self.source, self.path, self.message) if part)
+        return f"{text} (line {self.line})" if self.line is not None else text
 
     def __repr__(self) -> str:
         return f"ManifestError({str(self)!r})"
 
-    def moved(self, source: str, prefix: str = "") -> ManifestError:
-        """The same error placed in `source`, its path under `prefix` (a List item)."""
+    def moved(self, source: str, prefix: str = "", *, located: Located | None = None) -> ManifestError:
+        """The same error placed in `source`, its path under `prefix` (a List item), its line
+        looked up in the document it was read from (`located`)."""
         path = f"{prefix}.{self.path}" if prefix and self.path else prefix or self.path
-        return ManifestError(path, self.message, source=source)
+        line = located.line(path) if located is not None else self.line
+        return ManifestError(path, self.message, source=source, line=line)
+
+
+def _take(problems: list[ManifestError], parse: Callable[..., T], *args: Any, default: T) -> T:
+    """`parse(*args)`, or `default` with its problem added to `problems`: a document's every problem is
+    reported at once, not one per edit."""
+    try:
+        return parse(*args)
+    except ManifestError as exc:
+        problems.append(exc)
+        return default
 
 
 # --- one object -------------------------------------------------------------------
@@ -140,41 +158,58 @@ class ManifestError(ValueError):
 
 def parse_proxy(obj: Mapping[str, Any], *, source: str = "") -> Proxy:
     """One Proxy object (from the API, or a manifest document) as a `Proxy`.
-    Raises `ManifestError` naming `source`, the field and its value."""
-    try:
-        return _proxy(obj)
-    except ManifestError as exc:
-        raise exc.moved(source) from None
+    Raises `ManifestError` naming `source`, the field and its value (the first problem; `proxy_problems`
+    has them all)."""
+    problems: list[ManifestError] = []
+    proxy = _proxy(obj, problems)
+    if proxy is None:
+        raise problems[0].moved(source)
+    return proxy
 
 
-def _proxy(obj: Any) -> Proxy:
+def _proxy(obj: Any, problems: list[ManifestError]) -> Proxy | None:
+    """The Proxy, or None with every problem found added to `problems`."""
     if not isinstance(obj, Mapping):
-        raise ManifestError("", f"a Proxy must be a mapping, got {show(obj)}")
-    _no_unknown("", obj, _TOP)
+        problems.append(ManifestError("", f"a Proxy must be a mapping, got {show(obj)}"))
+        return None
+    found = len(problems)
+    _no_unknown("", obj, _TOP, problems)
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if api_version != API_VERSION:
-        raise ManifestError("apiVersion", f"must be {API_VERSION!r}, got {show(api_version)}")
+        problems.append(ManifestError("apiVersion", f"must be {API_VERSION!r}, got {show(api_version)}"))
     if kind != KIND:
-        raise ManifestError("kind", f"must be {KIND!r}, got {show(kind)}")
+        problems.append(ManifestError("kind", f"must be {KIND!r}, got {show(kind)}"))
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
-        raise ManifestError("metadata", f"is required and must be a mapping, got {show(meta)}")
-    name = _name(meta.get("name"), "metadata.name", _SUBDOMAIN, MAX_NAME, "subdomain")
+        problems.append(ManifestError("metadata", f"is required and must be a mapping, got {show(meta)}"))
+        meta = {}
+    name = _take(problems, _name, meta.get("name"), "metadata.name", _SUBDOMAIN, MAX_NAME, "subdomain", default="")
     namespace = meta.get("namespace")
-    namespace = DEFAULT_NAMESPACE if namespace is None else _name(namespace, "metadata.namespace", _LABEL, MAX_LABEL, "label")
+    namespace = DEFAULT_NAMESPACE if namespace is None else _take(
+        problems, _name, namespace, "metadata.namespace", _LABEL, MAX_LABEL, "label", default="")
+    uid = _take(problems, _string, meta.get("uid"), "metadata.uid", default="")
+    generation = _take(problems, _generation, meta.get("generation"), default=0)
+    spec = _spec(obj.get("spec"), problems)
+    deletion = _take(problems, _timestamp, meta.get("deletionTimestamp"), "metadata.deletionTimestamp", default="")
+    finalizers: tuple[str, ...] = _take(problems, _finalizers, meta.get("finalizers"), default=())
+    annotations: dict[str, str] = _take(problems, _annotations, meta.get("annotations"), default={})
+    version = _take(problems, _string, meta.get("resourceVersion"), "metadata.resourceVersion", default="")
+    created = _take(problems, _timestamp, meta.get("creationTimestamp"), "metadata.creationTimestamp", default="")
+    if len(problems) > found or spec is None:
+        return None
     return Proxy(
         namespace=namespace,
         name=name,
-        uid=_string(meta.get("uid"), "metadata.uid"),
-        generation=_generation(meta.get("generation")),
-        spec=_spec(obj.get("spec")),
+        uid=uid,
+        generation=generation,
+        spec=spec,
         status=_status(obj.get("status")),
         deleting=meta.get("deletionTimestamp") is not None,
-        deletion_timestamp=_timestamp(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
-        finalizers=_finalizers(meta.get("finalizers")),
-        annotations=_annotations(meta.get("annotations")),
-        resource_version=_string(meta.get("resourceVersion"), "metadata.resourceVersion"),
-        created_at=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
+        deletion_timestamp=deletion,
+        finalizers=finalizers,
+        annotations=annotations,
+        resource_version=version,
+        created_at=created,
         pool=_pool(meta.get("labels")),
     )
 
@@ -186,27 +221,31 @@ def _pool(labels: Any) -> str:
     return value if isinstance(value, str) and len(value) <= MAX_LABEL and _LABEL.fullmatch(value) else ""
 
 
-def _spec(spec: Any) -> ProxySpec:
+def _spec(spec: Any, problems: list[ManifestError]) -> ProxySpec | None:
     if not isinstance(spec, Mapping):
-        raise ManifestError("spec", f"is required and must be a mapping, got {show(spec)}")
-    _no_unknown("spec", spec, _SPEC)
-    provider = _name(spec.get("provider"), "spec.provider", _PROVIDER, MAX_PROVIDER, "label")
-    return ProxySpec(
-        provider=provider,
-        placement=_placement(spec.get("placement")),
-        cloud_init=_cloud_init(spec.get("cloudInit")),
-        port=_port(spec.get("port")),
-    )
+        problems.append(ManifestError("spec", f"is required and must be a mapping, got {show(spec)}"))
+        return None
+    found = len(problems)
+    _no_unknown("spec", spec, _SPEC, problems)
+    provider = _take(problems, _name, spec.get("provider"), "spec.provider", _PROVIDER, MAX_PROVIDER, "label", default="")
+    placement = _placement(spec.get("placement"), problems)
+    cloud_init = _take(problems, _cloud_init, spec.get("cloudInit"), default=CloudInit())
+    port = _take(problems, _port, spec.get("port"), default=DEFAULT_PORT)
+    if len(problems) > found:
+        return None
+    return ProxySpec(provider=provider, placement=placement, cloud_init=cloud_init, port=port)
 
 
-def _placement(value: Any) -> Placement:
+def _placement(value: Any, problems: list[ManifestError]) -> Placement:
     if value is None:
         return Placement()
     if not isinstance(value, Mapping):
-        raise ManifestError("spec.placement", f"must be a mapping of {', '.join(_PLACEMENT)}, got {show(value)}")
-    _no_unknown("spec.placement", value, tuple(_PLACEMENT))
+        problems.append(ManifestError("spec.placement", f"must be a mapping of {', '.join(_PLACEMENT)}, got {show(value)}"))
+        return Placement()
+    _no_unknown("spec.placement", value, tuple(_PLACEMENT), problems)
     return Placement(**{
-        attr: _string(value.get(key), f"spec.placement.{key}", MAX_PLACEMENT[key]) for key, attr in _PLACEMENT.items()
+        attr: _take(problems, _string, value.get(key), f"spec.placement.{key}", MAX_PLACEMENT[key], default="")
+        for key, attr in _PLACEMENT.items()
     })
 
 
@@ -218,7 +257,7 @@ def _cloud_init(value: Any) -> CloudInit:
         return CloudInit()
     if not isinstance(value, Mapping):
         raise ManifestError(at, f"must be a mapping with inline or secretRef, got {_type_of(value)} (not shown)")
-    _no_unknown(at, value, _CLOUD_INIT)
+    _first(_no_unknown, at, value, _CLOUD_INIT)
     inline, ref = value.get("inline"), value.get("secretRef")
     if (inline is None) == (ref is None):
         raise ManifestError(at, f"must set exactly one of inline or secretRef, {'both are' if inline is not None else 'neither is'} set")
@@ -230,7 +269,7 @@ def _cloud_init(value: Any) -> CloudInit:
         return CloudInit(inline=inline)
     if not isinstance(ref, Mapping):
         raise ManifestError(f"{at}.secretRef", f"must be a mapping with name and key, got {_type_of(ref)} (not shown)")
-    _no_unknown(f"{at}.secretRef", ref, _SECRET_REF)
+    _first(_no_unknown, f"{at}.secretRef", ref, _SECRET_REF)
     name = _name(ref.get("name"), f"{at}.secretRef.name", _SUBDOMAIN, MAX_SECRET_NAME, "subdomain")
     key = ref.get("key")
     if not isinstance(key, str) or not key:
@@ -387,7 +426,7 @@ def _type_of(value: Any) -> str:
         type(value), f"a {type(value).__name__}")
 
 
-def _no_unknown(at: str, obj: Mapping[Any, Any], known: tuple[str, ...]) -> None:
+def _no_unknown(at: str, obj: Mapping[Any, Any], known: tuple[str, ...], problems: list[ManifestError]) -> None:
     for key in obj:
         if key in known:
             continue
@@ -396,7 +435,15 @@ def _no_unknown(at: str, obj: Mapping[Any, Any], known: tuple[str, ...]) -> None
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
         path = f"{at}{key_step(key)}".lstrip(".")
-        raise ManifestError(path, f"unknown key{hint} (its value, {_type_of(obj[key])}, is not shown)")
+        problems.append(ManifestError(path, f"unknown key{hint} (its value, {_type_of(obj[key])}, is not shown)"))
+
+
+def _first(check: Callable[..., None], *args: Any) -> None:
+    """`check(*args, problems)` raising its first problem: a field parsed as one value (cloudInit)."""
+    problems: list[ManifestError] = []
+    check(*args, problems)
+    if problems:
+        raise problems[0]
 
 
 # --- files --------------------------------------------------------------------------
@@ -529,7 +576,7 @@ def _read(file: str) -> Iterator[Declared | Other | ManifestError]:
         yield exc
         return
     count = 0
-    for index, doc in _documents(text, file):
+    for index, doc, located in _documents(text, file):
         source = f"{file}#{index}"
         entries: list[tuple[Any, str]] = []
         if isinstance(doc, Mapping) and doc.get("kind") in LIST_KINDS:
@@ -537,7 +584,8 @@ def _read(file: str) -> Iterator[Declared | Other | ManifestError]:
             if isinstance(items, list):
                 entries = [(item, f"items[{i}]") for i, item in enumerate(items)]
             elif items is not None:
-                doc = ManifestError("items", f"must be a list, got {show(items)}", source=source)
+                doc = ManifestError("items", f"must be a list, got {show(items)}", source=source,
+                                    line=located.line("items") if located else None)
         elif doc is not None:
             entries = [(doc, "")]
         count += max(1, len(entries))
@@ -552,10 +600,12 @@ def _read(file: str) -> Iterator[Declared | Other | ManifestError]:
             if isinstance(obj, Mapping) and obj.get("kind") in OTHER_KINDS:
                 yield Other(obj, source, prefix)
                 continue
-            try:
-                yield Declared(_proxy(obj), source, prefix)
-            except ManifestError as exc:
-                yield exc.moved(source, prefix)
+            problems: list[ManifestError] = []
+            proxy = _proxy(obj, problems)
+            if proxy is not None:
+                yield Declared(proxy, source, prefix)
+            placed = [problem.moved(source, prefix, located=located) for problem in problems]
+            yield from sorted(placed, key=lambda p: p.line or 0)  # in the file's order
 
 
 def _text(file: str) -> str:
@@ -567,13 +617,13 @@ def _text(file: str) -> str:
         raise ManifestError("", str(exc), source=file) from None
 
 
-def _documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
-    """(index from 1, the document's data or a ManifestError) for each
-    document, bounded by `fleet.untrusted.documents`."""
+def _documents(text: str, file: str) -> Iterator[tuple[int, Any, Located | None]]:
+    """(index from 1, the document's data or a ManifestError, where its fields are) for each
+    document, bounded by `fleet.untrusted.located_documents`."""
     limits = YamlLimits(max_nodes=MAX_NODES, max_depth=MAX_DEPTH)
-    for index, doc in enumerate(documents(text, limits), 1):
+    for index, doc in enumerate(located_documents(text, limits), 1):
         if isinstance(doc, YamlProblem):
             rest = "; the rest of the file is not read" if doc.fatal else ""
-            yield index, ManifestError(doc.where, doc.why + rest, source=f"{file}#{index}")
+            yield index, ManifestError(doc.where, doc.why + rest, source=f"{file}#{index}"), None
         else:
-            yield index, doc
+            yield index, doc.data, doc

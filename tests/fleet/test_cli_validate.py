@@ -153,7 +153,7 @@ def test_the_real_cli_on_a_directory_of_every_bad_case_and_a_symlink_loop(tmp_pa
     lines = got.stderr.rstrip("\n").split("\n")
     assert lines[1:] == [str(e) for e in errors]
     assert f"{directory}/loop-a.yaml: cannot read the file: Too many levels of symbolic links" in lines
-    assert len(lines) - 1 == len(BAD_VALUES) + len(MALFORMED_DOCUMENTS) + 3
+    assert len({e.source for e in errors}) == len(BAD_VALUES) + len(MALFORMED_DOCUMENTS) + 3  # each bad file, once or more
     valid = len(proxies)
     assert valid == len(BAD_VALUES) + sum(goes_on for _, _, goes_on in MALFORMED_DOCUMENTS)
     assert f"({valid} valid)" in lines[0]
@@ -163,7 +163,8 @@ def test_the_real_cli_on_a_directory_of_every_bad_case_and_a_symlink_loop(tmp_pa
     env["FLEET_PROXIES"] = str(directory)
     got = subprocess.run([sys.executable, "-m", "fleet.cli", "validate"], env=env, capture_output=True, text=True,
                          timeout=120)
-    assert got.returncode == 2 and len(got.stderr.rstrip("\n").split("\n")) - 1 == len(errors) - 1
+    gone = sum(e.source.startswith(f"{directory}/value-000.yaml") for e in errors)
+    assert got.returncode == 2 and len(got.stderr.rstrip("\n").split("\n")) - 1 == len(errors) - gone
 
 
 POOL = """\
@@ -182,3 +183,39 @@ def test_proxypools_beside_the_proxies_are_checked_too(capsys, tmp_path):
     path.write_text(GOOD.format(name="a") + "---\n" + POOL.format(weight=0))
     code, _, err = run(capsys, "validate", "--proxies", str(path))
     assert code == 2 and f"{path}#2: spec.providers[0].weight: must be at least 1" in err
+
+
+FIVE_PROBLEMS = """\
+apiVersion: crawl.example.com/v1alpha1
+kind: Proxy
+metadata:
+  name: Bad_Name
+spec:
+  provider: kvm
+  port: 99999
+  placement:
+    zone: 5
+  colour: blue
+extra: 1
+---
+apiVersion: crawl.example.com/v1alpha1
+kind: Proxy
+metadata: {name: fine}
+spec: {provider: kvm}
+"""
+
+
+def test_a_manifest_with_five_problems_reports_five_in_the_files_order_with_their_lines(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(FIVE_PROBLEMS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    got = subprocess.run([sys.executable, "-m", "fleet.cli", "validate", "--proxies", str(path)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2
+    head, *lines = got.stderr.rstrip("\n").split("\n")
+    assert "5 problem(s) in the Proxy manifests (1 valid)" in head
+    assert [(line.split(": ")[1], line.rpartition(" (line ")[2]) for line in lines] == [
+        ("metadata.name", "4)"), ("spec.port", "7)"), ("spec.placement.zone", "9)"), ("spec.colour", "10)"),
+        ("extra", "11)"),
+    ]
+    assert all(line.startswith(f"{path}#1: ") for line in lines)

@@ -370,7 +370,7 @@ def test_one_bad_document_does_not_stop_the_others(tmp_path: Any) -> None:
     assert [p.name for p in proxies] == ["a", "c"]
     assert [str(e) for e in errors] == [
         f"{tmp_path}/proxies.yaml#2: spec.provider: must be a DNS-1123 label (lowercase letters, digits and '-', "
-        "starting and ending with a letter or digit), got 'KVM'"
+        "starting and ending with a letter or digit), got 'KVM' (line 14)"
     ]
 
 
@@ -432,15 +432,18 @@ def test_a_list_of_proxies(tmp_path: Any, kind: str) -> None:
     text = f"apiVersion: v1\nkind: {kind}\nmetadata: {{resourceVersion: ''}}\nitems:\n{items}- {{kind: Proxy}}\n"
     proxies, errors = load_manifests(write(tmp_path / "list.yaml", text))
     assert [p.name for p in proxies] == ["a", "b"]
-    assert [str(e) for e in errors] == [
-        f"{tmp_path}/list.yaml#1: items[2].apiVersion: must be 'crawl.example.com/v1alpha1', got None"
+    assert [str(e) for e in errors] == [  # every problem of the item, at its line (a missing field: the item's)
+        f"{tmp_path}/list.yaml#1: items[2].apiVersion: must be 'crawl.example.com/v1alpha1', got None (line 17)",
+        f"{tmp_path}/list.yaml#1: items[2].metadata: is required and must be a mapping, got None (line 17)",
+        f"{tmp_path}/list.yaml#1: items[2].metadata.name: is required, got None (line 17)",
+        f"{tmp_path}/list.yaml#1: items[2].spec: is required and must be a mapping, got None (line 17)",
     ]
 
 
 def test_list_items_must_be_a_list(tmp_path: Any) -> None:
     proxies, errors = load_manifests(write(tmp_path / "l.yaml", "kind: List\nitems: {a: 1}\n---\nkind: List\nitems:\n"))
     assert proxies == []
-    assert [str(e) for e in errors] == [f"{tmp_path}/l.yaml#1: items: must be a list, got a mapping of 1 key(s)"]
+    assert [str(e) for e in errors] == [f"{tmp_path}/l.yaml#1: items: must be a list, got a mapping of 1 key(s) (line 2)"]
 
 
 def test_a_duplicate_names_both_places(tmp_path: Any) -> None:
