@@ -508,6 +508,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             config, text, image=args.image or rendering.IMAGE, namespace=args.namespace or rendering.NAMESPACE,
             installation=settings.installation,  # default: the namespace
             proxy_namespaces=parse_namespaces(settings.proxy_namespaces) if settings.proxy_namespaces else None,
+            settings=settings,
         )
     except rendering.RenderError as exc:
         raise BadInput(str(exc)) from None
@@ -630,9 +631,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", default="3s", help="broker timeout (default 3s, at most 5m)")
     s.set_defaults(fn=cmd_probe)
 
-    s = command(sub, "render", help="print the worker Deployments of the providers file",
-                example="fleet render -c providers.yaml --image ghcr.io/example/fleet:1.0 | kubectl apply -f -",
-                groups=("process", "providers", "proxies"))
+    s = command(sub, "render", help="print the Deployments of every process that reads the providers file, and the "
+                                    "prober's, API's and gateway's",
+                example="fleet render -c providers.yaml --image ghcr.io/example/fleet:1.0 --probe-target example.com:443 "
+                        "| kubectl apply -f -",
+                groups=("process", "providers", "proxies", "prober"))
     s.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     s.add_argument("--image", default=None, help="container image of the workers")
     s.add_argument("--namespace", default=None, help="namespace of the workers (default fleet-system)")
