@@ -1,7 +1,7 @@
 """`fleet`: the registry of commands (`parser`, `main`), and the commands
 that need no module of their own: validate, check, get, and starting the
 Celery processes. It imports the command modules (`gc`, `api`, `gateway`,
-`prober`, `pools`) and `common`, which they share; they never import it.
+`prober`, `pools`, `secrets`) and `common`, which they share; they never import it.
 
 Every setting is a flag (of the commands that use it) and FLEET_<FLAG> in
 the environment; flags win, an empty one too. Every setting and the
@@ -41,6 +41,7 @@ from fleet.cli import gateway as gateway_cli
 from fleet.cli import gc as gc_cli
 from fleet.cli import pools as pools_cli
 from fleet.cli import prober as prober_cli
+from fleet.cli import secrets as secrets_cli
 from fleet.cli.common import (
     ALL_GROUPS,
     CELERY_GROUPS,
@@ -651,6 +652,7 @@ def parser() -> argparse.ArgumentParser:
     api_cli.add_parsers(sub)  # `fleet api` and `fleet lease`: the discovery and lease API
     gateway_cli.add_parser(sub)  # `fleet gateway`: the crawlers' forward proxy
     pools_cli.add_parser(sub)  # `fleet scale pool` (`fleet get pools` is under get)
+    secrets_cli.add_parser(sub)  # `fleet secrets ensure`: the cluster install's Secrets
     return p
 
 
