@@ -89,7 +89,8 @@ def create_secret(api_client: Any, secret: dict[str, Any]) -> bool:
     namespace, name = secret["metadata"]["namespace"], secret["metadata"]["name"]
     where = f"Secret {namespace}/{name}"
     try:
-        client.CoreV1Api(api_client).create_namespaced_secret(namespace, secret, _preload_content=False,
+        body: Any = secret  # the SDK sends a plain dict as it is (no model, so no copy of the values in its types)
+        client.CoreV1Api(api_client).create_namespaced_secret(namespace, body, _preload_content=False,
                                                               _request_timeout=REQUEST_TIMEOUT)
     except ApiException as exc:
         status = exc.status or 0

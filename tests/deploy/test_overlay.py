@@ -310,3 +310,19 @@ def test_the_renderer_refuses_what_it_does_not_implement(tmp_path, spec):
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(spec))
     with pytest.raises(ValueError, match="not supported"):
         kustomize.render(tmp_path)
+
+
+# --- the docs page --------------------------------------------------------------------------------
+
+
+def test_the_install_page_shows_the_commands_and_every_secrets_rotation():
+    from tests.deploy.conftest import ROOT
+
+    page = (ROOT / "docs" / "install-kubernetes.md").read_text()
+    assert "kubectl apply -k deploy/overlays/example" in page
+    assert "fleet render -c /config/providers.yaml" in page and "docker run" in page  # the image renders (no ENTRYPOINT)
+    rotation = page[page.index("### Rotating them"):page.index("## NetworkPolicies")]
+    for name in secrets_cli.NAMES:
+        assert f"**`{name}`**" in rotation, name
+    for policy in by_kind(kustomize.render(DEPLOY / "network"), "NetworkPolicy"):
+        assert f"`{policy}`" in page, policy
