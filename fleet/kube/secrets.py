@@ -90,8 +90,11 @@ def create_secret(api_client: Any, secret: dict[str, Any]) -> bool:
     where = f"Secret {namespace}/{name}"
     try:
         body: Any = secret  # the SDK sends a plain dict as it is (no model, so no copy of the values in its types)
-        client.CoreV1Api(api_client).create_namespaced_secret(namespace, body, _preload_content=False,
-                                                              _request_timeout=REQUEST_TIMEOUT)
+        # Not preloaded: the answer (the Secret, values included) is never decoded, nor logged by the SDK at debug.
+        resp: Any = client.CoreV1Api(api_client).create_namespaced_secret(namespace, body, _preload_content=False,
+                                                                         _request_timeout=REQUEST_TIMEOUT)
+        resp.drain_conn()
+        resp.release_conn()
     except ApiException as exc:
         status = exc.status or 0
         if status == 409:
