@@ -51,7 +51,7 @@ from fleet.celery import routing
 from fleet.cli import commands
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.claims import CLAIM_NAME, LEASE
-from fleet.settings import ALL_NAMESPACES
+from fleet.settings import ALL_NAMESPACES, OPTIONS, Settings
 from providers import names
 from providers.blocks import Block, Runtime
 
@@ -139,6 +139,7 @@ class Target:
     image: str = IMAGE
     config_hash: str = ""
     proxy_namespaces: tuple[str, ...] = (NAMESPACE,)  # whose Proxies the controller serves; ("*",): every namespace
+    prober_env: tuple[tuple[str, str], ...] = ()  # the prober's settings given to `fleet render` (FLEET_PROBE_TARGET, ...)
 
     @property
     def every_namespace(self) -> bool:
@@ -377,7 +378,9 @@ def prober(t: Target) -> list[dict[str, Any]]:
     """`fleet prober` (issue 13): probes every Running proxy through a real
     CONNECT and writes verdicts to Redis; it needs Redis only: no
     Kubernetes rights and no ServiceAccount token (the controller writes the
-    Healthy condition). Idle until FLEET_PROBE_TARGET is set here. One
+    Healthy condition). Idle until FLEET_PROBE_TARGET is set: the prober
+    settings given to `fleet render` (`--probe-target`, `--probe-interval`, ...)
+    are written into its environment (`prober_env`). One
     replica; scale with `kubectl scale deploy/fleet-prober --replicas=N`:
     replicas split the proxies through Redis membership, and a dead one's
     share moves within two probe intervals. /metrics, /readyz (Redis
@@ -385,7 +388,8 @@ def prober(t: Target) -> list[dict[str, Any]]:
     no providers file, so a change to it does not roll the prober."""
     return _redis_only(
         t, PROBER, "prober", ["fleet", "prober"], "metrics", PROBER_PORT,
-        [{"name": "FLEET_PROBER_METRICS_BIND_ADDRESS", "value": f":{PROBER_PORT}"}],
+        [{"name": "FLEET_PROBER_METRICS_BIND_ADDRESS", "value": f":{PROBER_PORT}"},
+         *({"name": k, "value": v} for k, v in t.prober_env)],
         {"readinessProbe": http_probe("/readyz", "metrics", 15, 5, 2),
          "livenessProbe": http_probe("/livez", "metrics", 30, 5, 3),
          "startupProbe": http_probe("/livez", "metrics", 5, 5, 60)},
@@ -626,14 +630,24 @@ def secret(provider: str, values: dict[str, str], t: Target) -> dict[str, Any]:
     }
 
 
+def prober_env(settings: Settings) -> tuple[tuple[str, str], ...]:
+    """The `prober` group's settings that differ from the defaults, as the
+    variables that set them (the port of /metrics is the Service's, set apart)."""
+    given = settings.to_env()
+    defaults = Settings().to_env()
+    return tuple((o.env, given[o.env]) for o in OPTIONS
+                 if o.group == "prober" and o.flag != "prober-metrics-bind-address" and given[o.env] != defaults[o.env])
+
+
 def render(
     config: ProvidersConfig, text: str, image: str = IMAGE, namespace: str = NAMESPACE, installation: str | None = None,
-    proxy_namespaces: tuple[str, ...] | None = None,
+    proxy_namespaces: tuple[str, ...] | None = None, settings: Settings | None = None,
 ) -> list[dict[str, Any]]:
     """The ConfigMap, the controller, beat, the prober, then per provider its
     ServiceAccount, secrets, RBAC and worker. `installation` defaults to
     the namespace, `proxy_namespaces` (as `fleet.settings.parse_namespaces`
-    reads them) to that namespace."""
+    reads them) to that namespace; the prober's settings that `settings` sets
+    otherwise than the defaults go into its environment (`prober_env`)."""
     for what, value in (("namespace", namespace), ("installation", installation or namespace)):
         if not names.is_label(value):
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
@@ -642,7 +656,8 @@ def render(
         if ns != ALL_NAMESPACES and not names.is_label(ns):
             raise RenderError(f"--proxy-namespaces: {ns!r} is not a namespace name (a DNS-1123 label)")
     copy, moved = split_secrets(config, text)
-    t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope)
+    t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope,
+               prober_env(settings) if settings else ())
     out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t), *gateway(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()

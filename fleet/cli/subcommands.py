@@ -1,7 +1,7 @@
 """`fleet`: the registry of commands (`parser`, `main`), and the commands
 that need no module of their own: validate, check, get, and starting the
 Celery processes. It imports the command modules (`gc`, `api`, `gateway`,
-`prober`, `pools`) and `common`, which they share; they never import it.
+`prober`, `pools`, `secrets`) and `common`, which they share; they never import it.
 
 Every setting is a flag (of the commands that use it) and FLEET_<FLAG> in
 the environment; flags win, an empty one too. Every setting and the
@@ -41,6 +41,7 @@ from fleet.cli import gateway as gateway_cli
 from fleet.cli import gc as gc_cli
 from fleet.cli import pools as pools_cli
 from fleet.cli import prober as prober_cli
+from fleet.cli import secrets as secrets_cli
 from fleet.cli.common import (
     ALL_GROUPS,
     CELERY_GROUPS,
@@ -508,6 +509,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             config, text, image=args.image or rendering.IMAGE, namespace=args.namespace or rendering.NAMESPACE,
             installation=settings.installation,  # default: the namespace
             proxy_namespaces=parse_namespaces(settings.proxy_namespaces) if settings.proxy_namespaces else None,
+            settings=settings,
         )
     except rendering.RenderError as exc:
         raise BadInput(str(exc)) from None
@@ -630,9 +632,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", default="3s", help="broker timeout (default 3s, at most 5m)")
     s.set_defaults(fn=cmd_probe)
 
-    s = command(sub, "render", help="print the worker Deployments of the providers file",
-                example="fleet render -c providers.yaml --image ghcr.io/example/fleet:1.0 | kubectl apply -f -",
-                groups=("process", "providers", "proxies"))
+    s = command(sub, "render", help="print the Deployments of every process that reads the providers file, and the "
+                                    "prober's, API's and gateway's",
+                example="fleet render -c providers.yaml --image ghcr.io/example/fleet:1.0 --probe-target example.com:443 "
+                        "| kubectl apply -f -",
+                groups=("process", "providers", "proxies", "prober"))
     s.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     s.add_argument("--image", default=None, help="container image of the workers")
     s.add_argument("--namespace", default=None, help="namespace of the workers (default fleet-system)")
@@ -648,6 +652,7 @@ def parser() -> argparse.ArgumentParser:
     api_cli.add_parsers(sub)  # `fleet api` and `fleet lease`: the discovery and lease API
     gateway_cli.add_parser(sub)  # `fleet gateway`: the crawlers' forward proxy
     pools_cli.add_parser(sub)  # `fleet scale pool` (`fleet get pools` is under get)
+    secrets_cli.add_parser(sub)  # `fleet secrets ensure`: the cluster install's Secrets
     return p
 
 

@@ -8,7 +8,8 @@
                 (`StatusCache`), the ownership labels, `connect`
     patches     `Writer.patch_status` / `patch_finalizers` on objects users own (Proxy)
     objects     `Writer.read` / `create` / `patch` of whole objects (the claims' Leases)
-    secrets     `Writer.read_secret_key`: one key of a Secret, bounded, never logged
+    secrets     `Writer.read_secret_key`: one key of a Secret, bounded, never logged;
+                `create_secret`: create one unless it exists (`fleet secrets ensure`)
     resources   the kinds as data (`Resource`) and a feature's `Patch` / `Skip`
     crd         a CRD's schema as a table (`Field`, `Crd`), from which
                 deploy/crd/generate.py writes the CRDs (imported as

@@ -10,6 +10,7 @@ from fleet.kube.connection import api_client as api_client
 from fleet.kube.connection import cluster_configuration as cluster_configuration
 from fleet.kube.connection import scale as scale
 from fleet.kube.secrets import MAX_SECRET_VALUE as MAX_SECRET_VALUE
+from fleet.kube.secrets import create_secret as create_secret
 from fleet.kube.watch import ADDED as ADDED
 from fleet.kube.watch import BOOKMARK as BOOKMARK
 from fleet.kube.watch import DELETED as DELETED

@@ -1,11 +1,16 @@
-"""One key of a Secret (a Proxy's cloudInit.secretRef), bounded, never logged.
+"""Secrets: one key of one (a Proxy's cloudInit.secretRef), bounded, never
+logged; and the install's own, created when absent.
+
+`create_secret` (`fleet secrets ensure`) creates a Secret unless one of its
+name exists, and never reads or replaces one.
 
 `read_secret_key` answers the key's UTF-8 text or raises the tree's errors
 (`fleet.kube`): SecretError (a missing Secret or key, an oversized or
 undecodable value: the message names namespace, Secret and key, never the
-value), ClusterAccessError (RBAC), ApiUnavailable (the rest). It is the one
-request on the core API: its errors are translated here, with the Secret's
-own words, and chained to nothing (`from None`) so no answer body travels.
+value), ClusterAccessError (RBAC), ApiUnavailable (the rest). These are the
+requests on the core API: their errors are translated here, with the
+Secret's own words, and chained to nothing (`from None`) so no answer body
+(nor the body sent) travels.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ import binascii
 import json
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleet.kube.connection import CONNECTION_ERRORS, REQUEST_TIMEOUT, Client, server_message
-from fleet.kube.errors import ApiUnavailable, ClusterAccessError, SecretError
+from fleet.kube.errors import ApiUnavailable, ClusterAccessError, Rejected, SecretError
 
 MAX_SECRET_VALUE = 64 * 1024  # bytes of one Secret key read_secret_key accepts (decoded)
 SECRETS_ROLE = ("the Role fleet:<installation>:controller that `fleet render` writes in each namespace of "
@@ -72,3 +78,35 @@ class Secrets(Client):
         except UnicodeDecodeError:
             raise SecretError(f"{where} key {key!r}: not UTF-8 text") from None
 
+
+
+def create_secret(api_client: Any, secret: dict[str, Any]) -> bool:
+    """Create `secret` (a v1 Secret, with its namespace) unless one of that
+    name exists: True when created, False when it was there (409; it is
+    left as it is, unread). Needs only `create` on secrets. Raises
+    ClusterAccessError (RBAC), ApiUnavailable or Rejected; no message holds
+    a value of the Secret or the server's answer about it."""
+    namespace, name = secret["metadata"]["namespace"], secret["metadata"]["name"]
+    where = f"Secret {namespace}/{name}"
+    try:
+        body: Any = secret  # the SDK sends a plain dict as it is (no model, so no copy of the values in its types)
+        # Not preloaded: the answer (the Secret, values included) is never decoded, nor logged by the SDK at debug.
+        resp: Any = client.CoreV1Api(api_client).create_namespaced_secret(namespace, body, _preload_content=False,
+                                                                         _request_timeout=REQUEST_TIMEOUT)
+        resp.drain_conn()
+        resp.release_conn()
+    except ApiException as exc:
+        status = exc.status or 0
+        if status == 409:
+            return False
+        if status in (401, 403):
+            raise ClusterAccessError(
+                f"cannot create {where}: {'forbidden' if status == 403 else 'credentials rejected'} ({status}); the "
+                f"ServiceAccount needs verb 'create' on resource 'secrets' in namespace {namespace!r} (the Role "
+                "fleet-secrets of deploy/secrets)", "create", "secrets", status) from None
+        if status in (400, 404, 422):
+            raise Rejected(f"create {where}: the API server refused it ({status})") from None
+        raise ApiUnavailable(f"create {where}: the API server answered ({status})") from None
+    except CONNECTION_ERRORS as exc:
+        raise ApiUnavailable(f"create {where}: {type(exc).__name__}") from None
+    return True

@@ -355,7 +355,7 @@ class KubeServer:
 
 # Kinds the harness can POST: where each collection lives.
 _CORE = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts", "Secret": "secrets", "ConfigMap": "configmaps",
-         "Service": "services", "Pod": "pods"}
+         "Service": "services", "Pod": "pods", "PersistentVolumeClaim": "persistentvolumeclaims"}
 
 
 def collection_path(obj: dict[str, Any]) -> str:
@@ -367,7 +367,8 @@ def collection_path(obj: dict[str, Any]) -> str:
     else:
         plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings", "Role": "roles",
                   "RoleBinding": "rolebindings", "Deployment": "deployments", "CustomResourceDefinition": "customresourcedefinitions",
-                  "Proxy": "proxies", "ProviderHealth": "providerhealths", "Lease": "leases"}.get(kind, kind.lower() + "s")
+                  "Proxy": "proxies", "ProviderHealth": "providerhealths", "Lease": "leases",
+                  "NetworkPolicy": "networkpolicies", "ProxyPool": "proxypools"}.get(kind, kind.lower() + "s")
         base = f"/apis/{api_version}"
     return f"{base}/namespaces/{ns}/{plural}" if ns and kind != "Namespace" else f"{base}/{plural}"
 

@@ -52,7 +52,7 @@ def test_the_schema_check_is_not_vacuous(installed):
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: the Python rendering stands alone")
-@pytest.mark.parametrize("directory", [DEPLOY, DEPLOY / "monitoring"])
+@pytest.mark.parametrize("directory", [DEPLOY, DEPLOY / "monitoring", DEPLOY / "overlays" / "example"])
 def test_kubectl_kustomize_renders_the_same(directory):
     out = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=True).stdout
     theirs = {kustomize.key(o): o for o in yaml.safe_load_all(out) if o}
@@ -154,7 +154,9 @@ def test_each_process_has_its_own_service_account_and_only_api_callers_a_token(i
 def test_only_api_callers_are_bound_and_the_controller_only_to_fleets_kinds_and_secret_reads(installed):
     bindings = [o for o in installed if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     subjects = {s["name"] for b in bindings for s in b["subjects"]}
-    assert subjects == API_CALLERS
+    assert subjects == API_CALLERS | {"fleet-secrets"}  # the Job that creates the install's Secrets
+    (secrets_role,) = [o for o in installed if o["kind"] == "Role" and o["metadata"]["name"] == "fleet-secrets"]
+    assert secrets_role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]  # nothing else
     roles = by_kind(installed, "ClusterRole")
     rules = [r for b in bindings if b["subjects"][0]["name"] == "fleet-controller" for r in roles[b["roleRef"]["name"]]["rules"]]
     for rule in rules:
