@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = [path for path, text in pages.items() if not path.exists() or path.read_text(encoding="utf-8") != text]
     if args.check:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} is stale: run python docs/generate.py", file=sys.stderr)
+            print(f"docs/reference/{path.name} is stale: run python docs/generate.py", file=sys.stderr)
         return 1 if stale else 0
     REFERENCE.mkdir(exist_ok=True)
     for path in stale:
