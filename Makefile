@@ -49,7 +49,7 @@ lint:
 # The documentation site: docs/generate.py's pages must be fresh (a test holds them), and mkdocs builds with
 # --strict (a broken link or a page missing from the nav fails) into site/ (ignored by git).
 docs: deps
-	$(PY) -m mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 
 test: deps lint docs
 	$(PY) -m pytest -q -p no:cacheprovider
