@@ -91,14 +91,17 @@ def commands_page() -> str:
             out += ["| argument | what |", "|---|---|"]
             for action in own:
                 names = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest.upper()}`"
-                what = action.help or ""
+                parts = [(action.help or "").rstrip(".")]
                 if action.choices:
-                    what += (" " if what else "") + "One of " + ", ".join(f"`{c}`" for c in action.choices) + "."
+                    parts.append("one of " + ", ".join(f"`{c}`" for c in action.choices))
                 if action.option_strings and action.default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
-                    what += f" Default `{action.default}`."
-                if action.required:
-                    what += " Required."
-                out.append(f"| {names} | {_cell(what)} |")
+                    parts.append(f"default `{action.default}`")
+                if action.option_strings and action.required:
+                    parts.append("required")
+                if not action.option_strings and action.nargs == "?":
+                    parts.append("optional")
+                what = "; ".join(p for p in parts if p)
+                out.append(f"| {names} | {_cell(what + '.' if what else '')} |")
             out.append("")
         if groups:
             out.append("Settings: " + ", ".join(f"[{g}](settings.md#{g})" for g in groups) + ".\n")
