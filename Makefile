@@ -1,6 +1,6 @@
 # The two commands a newcomer needs on a fresh Debian 12 machine (as root):
 #   make demo   installs, starts a local Redis and the whole stack, shows results
-#   make test   installs, runs lint (ruff, import contracts, mypy) and the whole suite
+#   make test   installs, runs lint (ruff, import contracts, mypy), builds the docs site and runs the whole suite
 # Everything Python runs from a project virtual environment (.venv/), because
 # Debian's python3 refuses `pip install` outside one (PEP 668). Afterwards:
 #   . .venv/bin/activate     (or: export PATH="$PWD/.venv/bin:$PATH")  → `fleet` on the PATH
@@ -15,10 +15,10 @@ SYSTEM_PYTHON ?= python3
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
 BIN := $(dir $(PY))
-PIP_EXTRAS ?= test,kvm,gcp,aws,hetzner,api
+PIP_EXTRAS ?= test,kvm,gcp,aws,hetzner,api,docs
 APT_PACKAGES := $(shell grep -v '^\#' ci/apt-packages.txt)
 
-.PHONY: deps lock apt venv test unit lint demo bench apiserver
+.PHONY: deps lock apt venv test unit lint docs demo bench apiserver
 
 apt:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
@@ -46,7 +46,12 @@ lint:
 	$(BIN)lint-imports
 	$(PY) -m mypy
 
-test: deps lint
+# The documentation site: docs/generate.py's pages must be fresh (a test holds them), and mkdocs builds with
+# --strict (a broken link or a page missing from the nav fails) into site/ (ignored by git).
+docs: deps
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
+
+test: deps lint docs
 	$(PY) -m pytest -q -p no:cacheprovider
 
 KUBE_INSTALL ?= $(abspath ..)/shared/tools/kube-apiserver/install

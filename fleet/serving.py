@@ -3,7 +3,8 @@ counters, and the one /metrics endpoint every process serves (the
 controller, each provider worker, the prober), with the probes on the same
 port where the process has a store to ping.
 
-Metric and label names live here only (README's metrics table is pinned to
+Metric and label names live here only (the docs' metrics page,
+docs/reference/metrics.md, is generated from the registries and pinned to
 them by a test). Counters count what this process did (Prometheus' rate()
 handles the reset at a restart); their label values are fixed sets, each
 series present from the start at 0. The gauges that read the store at every

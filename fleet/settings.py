@@ -5,8 +5,8 @@ and the seed's schedule validation.
 Each field's `_option(...)` holds all its option's facts: group, type (str,
 duration, int, bool), default, bounds, choices and named check. `OPTIONS`
 is read from the fields; `Settings.validate`, the CLI's flags and help
-("Default …", each command's settings groups) and README's settings table
-(`python -m fleet.settings --readme README.md`) are derived from it, and a
+("Default …", each command's settings groups) and the docs' settings page
+(docs/reference/settings.md, written by `python docs/generate.py`) are derived from it, and a
 feature's own config from its fields by name (`pick`).
 
 The CLI turns this table into flags and exports the parsed values to the
@@ -147,7 +147,7 @@ class SettingsError(ValueError):
 
 
 
-GROUPS: dict[str, str] = {  # README's table and each command's --help list them in this order
+GROUPS: dict[str, str] = {  # the docs' settings page and each command's --help list them in this order
     "process": "every command",
     "store": "Redis, where everything meets",
     "providers": "the providers file and the calls to them",
@@ -172,7 +172,7 @@ _SPEC = "fleet.settings.option"  # the key of each Settings field's metadata hol
 @dataclass(frozen=True)
 class Option:
     """One setting: every fact about it, read from its `Settings` field; `Settings.validate`, the CLI's
-    flags and help and README's table come from it."""
+    flags and help and the docs' settings page come from it."""
 
     flag: str  # without the leading --
     group: str  # a key of GROUPS
@@ -773,51 +773,29 @@ def validate_schedule(interval: float, timeout: float) -> None:
         )
 
 
-# --- README's settings table ------------------------------------------------------
-
-README_BEGIN = "<!-- settings: generated from fleet/settings.py OPTIONS by `python -m fleet.settings --readme README.md` -->"
-README_END = "<!-- settings: end of the generated table -->"
+# --- the docs' settings page (docs/reference/settings.md, written by docs/generate.py) ---------------
 
 
-def markdown_table() -> str:
-    """README's table of every option, by group, from OPTIONS."""
-    rows = ["| group | flag | env | default | bounds | what |", "|---|---|---|---|---|---|"]
-    for group in GROUPS:
-        for o in (o for o in OPTIONS if o.group == group):
+def markdown_table(group: str | None = None) -> str:
+    """A markdown table of the options of `group` (every group, with a group column, when None), from OPTIONS."""
+    head = "| flag | env | default | bounds | what |"
+    rows = [("| group " if group is None else "") + head, ("|---" if group is None else "") + "|---|---|---|---|---|"]
+    for g in GROUPS if group is None else (group,):
+        for o in (o for o in OPTIONS if o.group == g):
             flag = f"`--{o.flag}`" + (f", `-{o.short}`" if o.short else "")
             default = o.shown_default or ("—" if o.default is None else f"`{o.shown(o.default)}`")
-            rows.append(f"| {group} | {flag} | `{o.env}` | {default} | {o.bounds or ''} | {o.help} |")
+            rows.append((f"| {g} " if group is None else "") + f"| {flag} | `{o.env}` | {default} | {o.bounds or ''} | {o.help} |")
     return "\n".join(rows) + "\n"
-
-
-def with_readme_table(readme: str) -> str:
-    """`readme` with the text between README_BEGIN and README_END regenerated."""
-    head, sep, rest = readme.partition(README_BEGIN + "\n")
-    _, sep2, tail = rest.partition(README_END)
-    if not sep or not sep2:
-        raise ValueError(f"the README lacks the markers {README_BEGIN!r} … {README_END!r}")
-    return head + sep + markdown_table() + sep2 + tail
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m fleet.settings", description="Print README's settings table.")
-    p.add_argument("--readme", help="rewrite the table in this README in place")
-    p.add_argument("--check", action="store_true", help="with --readme: exit 1 if it is stale, change nothing")
-    args = p.parse_args(argv)
-    if not args.readme:
-        sys.stdout.write(markdown_table())
-        return 0
-    with open(args.readme, encoding="utf-8") as f:
-        old = f.read()
-    new = with_readme_table(old)
-    if args.check:
-        return 0 if new == old else 1
-    if new != old:
-        with open(args.readme, "w", encoding="utf-8") as f:
-            f.write(new)
+    p = argparse.ArgumentParser(prog="python -m fleet.settings",
+                                description="Print the table of every setting (docs/generate.py writes the docs' page).")
+    p.parse_args(argv)
+    sys.stdout.write(markdown_table())
     return 0
 
 

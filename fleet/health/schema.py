@@ -1,7 +1,7 @@
 """The ProviderHealth's fields, once: type, bounds and description of every
 field of `providerhealths.crawl.example.com`, from which
 `deploy/crd/generate.py` writes deploy/crd/crawl.example.com_providerhealths.yaml
-and README's table of ProviderHealth fields. There is no spec: the
+and the docs' table of ProviderHealth fields (docs/generate.py). There is no spec: the
 controller writes the status (`fleet.health.decide`, which truncates a
 target's message to `MAX_MESSAGE`).
 """
@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from fleet.kube.crd import Column, Crd, array, boolean, conditions, integer, obj, root, string
 from fleet.kube.resources import PROVIDER_HEALTH
+from providers.registry import TYPES
 
 MAX_MESSAGE = 1024  # a target's message, in characters
+# Every registered type, from the registry (the one list of them), in words: "kubernetes, kvm, … or fake".
+_TYPE_NAMES = ", ".join(list(TYPES)[:-1]) + " or " + list(TYPES)[-1]
 
 TARGET = obj(
     "ProviderTarget is the latest check verdict for one thing a provider\n"
@@ -36,7 +39,7 @@ TARGET = obj(
 STATUS = obj(
     "status is the result of the latest check",
     {
-        "type": string("type is the provider's type from the providers config: kubernetes,\ngcp or kvm."),
+        "type": string(f"type is the provider's type from the providers config: {_TYPE_NAMES}."),
         "targetsReady": string("targetsReady counts the ready targets as \"ready/total\"."),
         "lastCheckTime": string("lastCheckTime is when the latest written check finished. The status\n"
                                 "is written when a verdict, reason, message, detail or condition changes,\n"

@@ -1,7 +1,7 @@
 """A CRD's schema as a table: the one place a custom resource's fields are
 described (type, bounds, pattern, default, CEL rules, description), from
 which `deploy/crd/generate.py` writes the CustomResourceDefinition and the
-README's table of fields, and the parsers take their limits.
+the docs' table of fields, and the parsers take their limits.
 
 The tables themselves sit with their features: `fleet.proxies.schema`
 (Proxy) and `fleet.health.schema` (ProviderHealth). This module is the
@@ -34,7 +34,7 @@ class Rule:
 @dataclass(frozen=True, kw_only=True)
 class Field:
     """One node of a structural schema. `document=False` leaves its children
-    out of the README table (metav1.Condition's are Kubernetes' own)."""
+    out of the docs' table (metav1.Condition's are Kubernetes' own)."""
 
     type: str  # string | integer | boolean | object | array
     description: str = ""
@@ -119,7 +119,7 @@ class Field:
         return out
 
     def limits(self) -> str:
-        """The bounds in words, for the README table."""
+        """The bounds in words, for the docs' table."""
         parts = []
         if self.enum is not None:
             parts.append(" \\| ".join(f"`{v}`" for v in self.enum))

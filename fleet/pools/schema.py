@@ -3,7 +3,7 @@ description of every field of `proxypools.crawl.example.com`.
 
 From this table `deploy/crd/generate.py` writes
 deploy/crd/crawl.example.com_proxypools.yaml (openAPIV3Schema, printer
-columns, the status and scale subresources) and README's table of ProxyPool
+columns, the status and scale subresources) and the docs' table of ProxyPool
 fields; `fleet.pools.model.parse_pool` takes its limits and defaults, so the
 controller holds an object to what the API server holds it to (and to the
 CEL rules, which the fake API of the tests does not run).

@@ -3,7 +3,7 @@ description of every field of `proxies.crawl.example.com`.
 
 From this table `deploy/crd/generate.py` writes
 deploy/crd/crawl.example.com_proxies.yaml (its openAPIV3Schema and printer
-columns) and README's table of Proxy fields, and `fleet.proxies.manifests`
+columns) and the docs' table of Proxy fields (docs/generate.py), and `fleet.proxies.manifests`
 takes its limits (lengths, ranges, patterns, the port's default), so a
 standalone manifest is held to what the API server would hold it to.
 Names users see (phases, the finalizer) stay in `fleet.proxies.model`.

@@ -1,7 +1,7 @@
 """Fixtures of the deploy tests: deploy/ rendered like `kubectl kustomize`
 (the default install and the opt-in deploy/monitoring), `fleet render` on a
 config with one provider of each real type, and both together: what a
-cluster holds after the README's commands."""
+cluster holds after the install commands of docs/deploying.md."""
 
 from __future__ import annotations
 

@@ -248,7 +248,7 @@ def test_a_proxy_manifest_fits_the_spec_schema():
         check({"provider": "p", "cloudinit": {}}, PX_SPEC, "spec")
 
 
-# --- one source: the CRDs and README's tables of fields are generated (issue 20) ------
+# --- one source: the CRDs and the docs' tables of their fields are generated -----------
 
 
 def _generator():
@@ -261,12 +261,12 @@ def _generator():
     return module
 
 
-def test_the_crds_and_readme_tables_are_freshly_generated():
+def test_the_crds_are_freshly_generated():
     gen = _generator()
     outputs = gen.outputs()
     assert set(outputs) == {ROOT / "deploy/crd/crawl.example.com_proxies.yaml",
                             ROOT / "deploy/crd/crawl.example.com_providerhealths.yaml",
-                            ROOT / "deploy/crd/crawl.example.com_proxypools.yaml", ROOT / "README.md"}
+                            ROOT / "deploy/crd/crawl.example.com_proxypools.yaml"}
     for path, text in outputs.items():
         assert path.read_text() == text, f"{path.name} is stale: run python deploy/crd/generate.py"
     assert gen.main(["--check"]) == 0
@@ -274,15 +274,14 @@ def test_the_crds_and_readme_tables_are_freshly_generated():
 
 def test_the_generator_check_fails_on_a_stale_file(tmp_path, monkeypatch, capsys):
     gen = _generator()
-    readme = tmp_path / "README.md"
-    text = (ROOT / "README.md").read_text()
-    readme.write_text(text.replace("| `spec.port` | integer | 1–65535 |", "| `spec.port` | integer | 1–65536 |"))
-    monkeypatch.setattr(gen, "README", readme)
+    stale = tmp_path / "crd"
+    stale.mkdir()
+    for crd, _, _ in gen.CRDS:
+        (stale / crd.file).write_text((gen.HERE / crd.file).read_text())
+    (stale / "crawl.example.com_proxies.yaml").write_text("# stale\n")
+    monkeypatch.setattr(gen, "HERE", stale)
     assert gen.main(["--check"]) == 1
-    assert "README.md is stale" in capsys.readouterr().err
-    readme.write_text(text.replace("<!-- END fields -->", "", 1))
-    with pytest.raises(SystemExit, match="no '<!-- BEGIN fields of proxies"):
-        gen.outputs()
+    assert "crawl.example.com_proxies.yaml is stale" in capsys.readouterr().err
 
 
 def test_the_crds_are_the_tables_and_claim_no_generator_they_lack():
@@ -294,9 +293,23 @@ def test_the_crds_are_the_tables_and_claim_no_generator_they_lack():
     assert "annotations" not in CRD["metadata"]  # no controller-gen wrote it
 
 
-def test_the_readme_tables_name_every_field_with_its_limits():
-    readme = (ROOT / "README.md").read_text()
-    assert "| `spec.provider` | string | 1–63 characters; `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`; provider is immutable" in readme
-    assert "| `spec.port` | integer | 1–65535 | `3128` |" in readme
-    assert "| `status.targets[].message` | string | at most 1024 characters |" in readme
-    assert "| `status.targets[].details` | map of string |" in readme
+def test_the_docs_tables_name_every_field_with_its_limits():
+    """docs/reference/resources.md (docs/generate.py) holds each CRD's table, from the same schema tables."""
+    from tests.docsgen import REFERENCE, generator
+
+    page = (REFERENCE / "resources.md").read_text()
+    assert page == generator().resources_page(), "docs/reference/resources.md is stale: run python docs/generate.py"
+    assert "| `spec.provider` | string | 1–63 characters; `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`; provider is immutable" in page
+    assert "| `spec.port` | integer | 1–65535 | `3128` |" in page
+    assert "| `status.targets[].message` | string | at most 1024 characters |" in page
+    assert "| `status.targets[].details` | map of string |" in page
+    for kind in ("Proxy", "ProxyPool", "ProviderHealth"):
+        assert f"\n## {kind}\n" in page
+
+
+def test_the_provider_health_type_names_every_registered_provider_type():
+    from providers.registry import TYPES
+
+    description = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["type"]["description"]
+    assert all(name in description for name in TYPES), (description, sorted(TYPES))
+

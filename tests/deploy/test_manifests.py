@@ -1,4 +1,4 @@
-"""What the README's commands install — deploy/ as kustomize renders it plus
+"""What the install commands (docs/deploying.md) install — deploy/ as kustomize renders it plus
 `fleet render` — valid against the Kubernetes schemas (offline, strict), and
 keeping the seed's promises: non-root, read-only root filesystem, a 64Mi
 /tmp, 128Mi for the controller, a ServiceAccount per process with only the

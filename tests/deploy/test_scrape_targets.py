@@ -1,10 +1,10 @@
-"""Every metric family is scraped (issue 19, item 3): each family named in
-the alert rules or in README's metrics table is served by a fleet process
-(found from the code: each process' /metrics registry, built from the same
-collectors its entry point serves), and that process' pods — as `fleet
+"""Every metric family is scraped: each family named in the alert rules or
+in the docs' metrics page (docs/reference/metrics.md, generated from each
+process' /metrics registry, built from the same collectors its entry point
+serves) is served by a fleet process, and that process' pods — as `fleet
 render` prints them — are scraped by a ServiceMonitor or PodMonitor of
-deploy/monitoring on the port where the process listens, under the job
-README names for the family."""
+deploy/monitoring on the port where the process listens, under the job the
+page names for the family."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from fleet import serving
 from fleet.settings import Settings, parse_bind_address
 from tests.deploy.conftest import ROOT
+from tests.docsgen import REFERENCE, generator
 
-README = ROOT / "README.md"
+PAGE = REFERENCE / "metrics.md"
 RULES = ROOT / "deploy/prometheus/rules.yaml"
 SUFFIXES = ("_bucket", "_count", "_sum", "_created")
 # The setting (environment variable) with the address each process serves its /metrics on.
@@ -34,39 +35,8 @@ def _families(registry: CollectorRegistry) -> set[str]:
 
 
 def _registries() -> dict[str, CollectorRegistry]:
-    """Each process' /metrics registry, from the collectors its entry point composes, on empty inputs:
-    controller (tasks/controller.py: fleet.health.metrics.collectors, ProxiesCollector, fleet.gc.runtime.collectors,
-    fleet.pools.runtime.SERIES),
-    worker (fleet.celery.calls.worker_registry), prober (fleet.prober.process: ProberSeries), api (fleet.leases.app:
-    ApiSeries, with its Redis-read gauges answered)."""
-    from fleet import reload
-    from fleet.celery.calls import CallMetrics, worker_registry
-    from fleet.gateway.metrics import GatewaySeries
-    from fleet.gc.metrics import GcCounters, LastSuccessCollector
-    from fleet.health.metrics import ProviderTargetCollector
-    from fleet.httpguard import Guard, Limits
-    from fleet.leases.metrics import ApiSeries
-    from fleet.pools.metrics import PoolSeries
-    from fleet.prober.metrics import ProberSeries
-    from fleet.proxies.metrics import ProxiesCollector
-    from fleet.serving import ControllerCounters, registry_of
-
-    status = reload.STATUS  # the worker's registry serves this process' one
-    status.loaded(1.0)  # a process that has read its providers file (time 0 reads as never)
-    api = ApiSeries()
-    api.gauges.values = (0, 0, 0)
-    api.registry.register(Guard(Limits()))  # fleet.leases.process adds the connection guard's series
-    return {
-        "controller": registry_of([ProviderTargetCollector(lambda: [], lambda _checked: [], 60.0, read_last_round=lambda: None),
-                                   *ControllerCounters(["ProviderHealth"]).collectors(),
-                                   ProxiesCollector(lambda: {}, lambda: {}),
-                                   LastSuccessCollector(["p"], lambda: {}), *GcCounters(["p"]).collectors(),
-                                   status.collector(), PoolSeries()]),
-        "worker": worker_registry(CallMetrics()),
-        "prober": registry_of(ProberSeries().collectors()),
-        "api": api.registry,
-        "gateway": registry_of([GatewaySeries(), Guard(Limits())]),  # fleet.gateway.process
-    }
+    """Each process' /metrics registry, as the docs' generator composes it (docs/generate.py)."""
+    return generator().process_registries()
 
 
 SERVED_BY: dict[str, set[str]] = {}
@@ -89,13 +59,10 @@ def _family(name: str) -> str:
     return name
 
 
-def _readme_table() -> dict[str, tuple[set[str], set[str]]]:
-    """README's metrics table: family → (processes, jobs)."""
-    text = README.read_text()
-    section = text[text.index("\n## Metrics\n"):]
-    section = section[: section.index("\n## ", 1)]
-    rows = re.findall(r"^\| `(proxy_operator_\w+)` \| [^|]* \| ([\w, ]+) \| ((?:`[\w-]+`(?:, )?)+) \|", section, re.M)
-    assert rows, "no metrics table in README's Metrics section"
+def _page_table() -> dict[str, tuple[set[str], set[str]]]:
+    """The docs' metrics page: family → (processes, jobs)."""
+    rows = re.findall(r"^\| `(proxy_operator_\w+)` \| [^|]* \| ([\w, ]+) \| ((?:`[\w-]+`(?:, )?)+) \|", PAGE.read_text(), re.M)
+    assert rows, "no metrics table in docs/reference/metrics.md"
     return {family: (set(process.split(", ")), set(re.findall(r"`([\w-]+)`", jobs))) for family, process, jobs in rows}
 
 
@@ -116,11 +83,15 @@ def test_every_exported_family_is_served_by_exactly_one_process():
             assert a == b or not shared, (a, b, shared)
 
 
-def test_readme_names_every_family_with_its_process():
-    table = _readme_table()
+def test_the_metrics_page_is_freshly_generated():
+    assert PAGE.read_text() == generator().metrics_page(), "docs/reference/metrics.md is stale: run python docs/generate.py"
+
+
+def test_the_metrics_page_names_every_family_with_its_process():
+    table = _page_table()
     assert set(table) == set(SERVED_BY), (sorted(set(SERVED_BY) - set(table)), sorted(set(table) - set(SERVED_BY)))
     wrong = {f: (processes, SERVED_BY[f]) for f, (processes, _jobs) in table.items() if SERVED_BY[f] != processes}
-    assert wrong == {}, "README names another process than the one serving the family"
+    assert wrong == {}, "the metrics page names another process than the one serving the family"
 
 
 def _exported() -> dict[str, str]:
@@ -128,11 +99,11 @@ def _exported() -> dict[str, str]:
     return {k: v for k, v in vars(serving).items() if k.isupper() and isinstance(v, str) and v.startswith("proxy_operator_")}
 
 
-def test_every_metric_name_in_fleet_metrics_is_in_readmes_table_and_back():
-    """Issue 20: each name in fleet/serving.py is pinned, one to one, by a row of README's metrics table."""
+def test_every_metric_name_in_fleet_metrics_is_in_the_metrics_page_and_back():
+    """Each name in fleet/serving.py is pinned, one to one, by a row of the docs' metrics page."""
     exported = _exported()
     assert len(set(exported.values())) == len(exported), "two constants of fleet.serving name one family"
-    table = set(_readme_table())
+    table = set(_page_table())
     assert set(exported.values()) == table, (sorted(set(exported.values()) - table), sorted(table - set(exported.values())))
 
 
@@ -244,8 +215,12 @@ def test_every_process_is_scraped_under_one_job(targets):
     assert {p: len(jobs) for p, jobs in targets.items()} == {p: 1 for p in BIND}, targets
 
 
-def test_every_family_in_the_alerts_or_readme_is_scraped_under_the_job_readme_names(targets):
-    table = _readme_table()
+def test_the_generators_jobs_are_the_monitors_jobs(targets):
+    assert {p: {job} for p, job in generator().JOBS.items()} == targets
+
+
+def test_every_family_in_the_alerts_or_the_metrics_page_is_scraped_under_the_job_the_page_names(targets):
+    table = _page_table()
     for family in sorted(set(table) | _rule_families()):
         jobs = set()
         for process in SERVED_BY[family]:

@@ -1,23 +1,23 @@
 """The settings table: `Settings`' fields are the one place each option's
 facts live (read as `OPTIONS`). `validate()`'s bounds, the CLI's help and
-README's table are derived from it, and each is checked here
+the docs' settings page are derived from it, and each is checked here
 against the table, as applied (parsing raw strings, the argparse help, the
-committed README)."""
+committed page docs/reference/settings.md)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 
 from fleet import settings as module
 from fleet.cli.subcommands import parser
 from fleet.durations import format_duration
-from fleet.settings import GROUPS, OPTIONS, README_BEGIN, README_END, Settings, SettingsError
+from fleet.settings import GROUPS, OPTIONS, Settings, SettingsError
+from tests.docsgen import REFERENCE, generator
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = REFERENCE / "settings.md"
 TYPES = {"str": {"str", "str | None"}, "duration": {"float"}, "int": {"int"}, "bool": {"bool"}}
 BOUNDED = [o for o in OPTIONS if o.high is not None]
 
@@ -26,10 +26,10 @@ def _raw(opt, value) -> str:
     return format_duration(value) if opt.kind == "duration" else str(value)
 
 
-def _readme_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    assert text.count(README_BEGIN) == 1 and text.count(README_END) == 1, "README needs the settings markers once"
-    return text[text.index(README_BEGIN) + len(README_BEGIN):text.index(README_END)]
+def _page_sections() -> dict[str, str]:
+    """The settings page: group → the text of its section."""
+    parts = re.split(r"^## (\w+)\n", PAGE.read_text(encoding="utf-8"), flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 # --- the table itself --------------------------------------------------------------
@@ -153,31 +153,26 @@ def test_the_help_of_each_flag_states_its_default_bounds_and_variable():
     assert "Default 10m; 0 (off) or from 1m to 24h." in (actions["gc_interval"].help or "")
 
 
-# --- README ----------------------------------------------------------------------------------
+# --- the docs' settings page ------------------------------------------------------------------
 
 
-def test_readme_lists_exactly_the_options():
-    flags = re.findall(r"^\| \w+ \| `--([a-z-]+)`", _readme_section(), re.M)
+def test_the_settings_page_lists_exactly_the_options_each_in_its_group():
+    sections = _page_sections()
+    assert list(sections) == list(GROUPS), "a section per group, in the table's order"
+    flags = [f for text in sections.values() for f in re.findall(r"^\| `--([a-z-]+)`", text, re.M)]
     assert sorted(flags) == sorted(o.flag for o in OPTIONS), (
         sorted(set(o.flag for o in OPTIONS) - set(flags)), sorted(set(flags) - set(o.flag for o in OPTIONS)))
     for o in OPTIONS:
-        row = next(line for line in _readme_section().splitlines() if f"`--{o.flag}`" in line)
-        assert f"| {o.group} |" in row and f"`{o.env}`" in row, row
+        row = next(line for line in sections[o.group].splitlines() if line.startswith(f"| `--{o.flag}`"))
+        assert f"`{o.env}`" in row and o.help in row, row
 
 
-def test_readme_settings_table_is_freshly_generated():
-    text = README.read_text(encoding="utf-8")
-    assert module.with_readme_table(text) == text, "README's settings table is stale: run python -m fleet.settings --readme README.md"
+def test_the_settings_page_is_freshly_generated():
+    assert PAGE.read_text(encoding="utf-8") == generator().settings_page(), (
+        "docs/reference/settings.md is stale: run python docs/generate.py")
 
 
-def test_the_generator_rewrites_only_between_the_markers(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{README_BEGIN}\n| stale |\n{README_END}\nafter\n", encoding="utf-8")
-    assert module.main(["--readme", str(readme), "--check"]) == 1
-    assert module.main(["--readme", str(readme)]) == 0
-    text = readme.read_text(encoding="utf-8")
-    assert text.startswith(f"before\n{README_BEGIN}\n| group |") and text.endswith(f"{README_END}\nafter\n")
-    assert "stale" not in text and module.main(["--readme", str(readme), "--check"]) == 0
-    readme.write_text("no markers\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="lacks the markers"):
-        module.main(["--readme", str(readme)])
+def test_python_m_fleet_settings_prints_the_whole_table(capsys):
+    assert module.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| group | flag |") and all(f"`--{o.flag}`" in out for o in OPTIONS)
