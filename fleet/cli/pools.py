@@ -150,9 +150,11 @@ def _steady(o: dict[str, Any]) -> str:
 def _document(args: argparse.Namespace, items: list[dict[str, Any]], fmt: str) -> str:
     import yaml
 
+    # one pool as itself; several as kubectl prints them, a List (which `fleet validate --proxies` reads back)
+    doc = items[0] if args.name and items else {"apiVersion": "v1", "kind": "List", "items": items}
     if fmt == "json":
-        return json.dumps(items[0] if args.name and items else items, indent=2, sort_keys=True)
-    return yaml.safe_dump(items[0] if args.name and items else items, sort_keys=True).rstrip()
+        return json.dumps(doc, indent=2, sort_keys=True)
+    return yaml.safe_dump(doc, sort_keys=True).rstrip()
 
 
 def table(items: list[dict[str, Any]], now: float, all_namespaces: bool,

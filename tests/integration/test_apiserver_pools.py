@@ -148,3 +148,48 @@ def test_fleet_scale_pool_and_get_pools_against_the_real_api_server(kube_server,
     assert main(["get", "pools", "-n", kube_ns, *cfg]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["NAME", "DESIRED", "READY"] and out[1].split()[:3] == ["web", "6", "0"]
+
+
+def test_fleet_get_pools_habits_against_the_real_api_server(kube_server, kube_ns, capsys):
+    """kubectl's habits on what a real API server lists: -A (a NAMESPACE column), -o name|wide|json|yaml, and
+    --watch printing the pool again when its replicas change."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from fleet.cli.subcommands import main
+
+    kube_server.json("POST", pools(kube_ns), pool("web", replicas=2))
+    kube_server.json("POST", pools(kube_ns), pool("api", replicas=1))
+    cfg = ["--kubeconfig", kube_server.kubeconfig]
+
+    def get(*argv: str) -> str:
+        capsys.readouterr()
+        assert main(["get", "pools", *argv, *cfg]) == 0
+        return capsys.readouterr().out
+
+    table = get("-A").splitlines()
+    assert table[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert {tuple(row.split()[:3]) for row in table[1:] if row.split()[0] == kube_ns} == {
+        (kube_ns, "web", "2"), (kube_ns, "api", "1")}
+    assert get("-n", kube_ns, "-o", "name").split() == ["proxypool.crawl.example.com/api", "proxypool.crawl.example.com/web"]
+    assert len(get("-n", kube_ns, "-o", "wide").splitlines()[0].split()) > len(get("-n", kube_ns).splitlines()[0].split())
+    assert json.loads(get("web", "-n", kube_ns, "-o", "json"))["spec"]["replicas"] == 2
+    assert yaml.safe_load(get("-n", kube_ns, "-o", "yaml"))["items"][0]["metadata"]["namespace"] == kube_ns
+
+    watch = subprocess.Popen([sys.executable, "-m", "fleet.cli", "get", "pools", "web", "-n", kube_ns, "-w", *cfg],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env={k: v for k, v in os.environ.items() if not k.startswith("FLEET_")})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(watch.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        wait_for(lambda: any(line.split()[:2] == ["web", "2"] for line in lines), 30, f"the first listing: {lines}")
+        kube_server.json("PATCH", pools(kube_ns, "web") + "/scale", {"spec": {"replicas": 5}}, content_type=MERGE)
+        wait_for(lambda: any(line.split()[:2] == ["web", "5"] for line in lines), 30, f"the change printed: {lines}")
+    finally:
+        watch.terminate()
+        watch.wait(10)
+        reader.join(10)
+        watch.stdout.close()  # type: ignore[union-attr]
