@@ -51,10 +51,8 @@ def host_problem(block: LocalConfig) -> str | None:
     path = block.squid()
     if os.path.isfile(path) and os.access(path, os.X_OK):
         return None
-    if block.squidPath:
-        where = f"squidPath {path} is not an executable file"
-    else:
-        where = f"there is no squid on $PATH, nor at {path}"
+    where = (f"squidPath {path} is not an executable file" if block.squidPath
+             else f"there is no squid on $PATH, nor at {path}")
     return (f"the local provider runs Squid, and {where}: install Debian's squid package (apt-get install squid; "
             "fleet's image has it) or set squidPath")
 

@@ -94,7 +94,7 @@ def test_every_variable_is_a_setting_with_a_valid_value(compose):
 def test_mounted_files_exist_and_every_file_a_setting_names_is_mounted(compose):
     volumes = set(compose["volumes"])
     for name, svc in cf.fleet_services(compose, profiles=True).items():
-        for source, target in cf.mounts(svc):
+        for source, _ in cf.mounts(svc):
             if source.startswith("./"):
                 assert (cf.ROOT / source).is_file(), f"{name}: {source} is missing"
             else:

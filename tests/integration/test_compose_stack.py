@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from fleet.settings import OPTIONS
+from fleet.testing.http import Quiet
 from fleet.testing.procs import die_with_parent, free_port, wait_for
 from tests.deploy import compose as cf
-from fleet.testing.http import Quiet
 from tests.providers.local.conftest import ORIGIN_BODY, kill_all, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
