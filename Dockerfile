@@ -22,13 +22,20 @@ COPY beat ./beat
 RUN pip install -c constraints.txt '.[kvm,gcp,aws,hetzner,flower,api]' \
  && python -m compileall -q /opt/fleet
 
-# --- run: the venv plus libvirt's client library, nothing to build with ---
+# --- run: the venv, libvirt's client library and Squid, nothing to build with ---
+# Squid is the `local` provider's proxy (docs/local-provider.md): the binary
+# alone (no helper: no auth, pinger off). As uid 10001 it runs as that user and
+# writes only its instance directory under the state dir (in /tmp: HOME) and
+# its shared memory in /dev/shm, so a read-only root suits it.
+# /etc/fleet/tokens: the mount point of compose's `tokens` volume, owned by
+# 10001 so a new volume (a copy of it) is writable by `fleet token init`.
 FROM ${PYTHON_IMAGE}
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libvirt0 \
+ && apt-get install -y --no-install-recommends libvirt0 squid \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 fleet \
- && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin fleet
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin fleet \
+ && install -d -o 10001 -g 10001 -m 0700 /etc/fleet/tokens
 COPY --from=build /opt/fleet /opt/fleet
 # HOME=/tmp: the only writable place. No .pyc writes on a read-only root.
 # WORKDIR is read-only on purpose: `python -m celery` puts the working

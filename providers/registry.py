@@ -24,6 +24,11 @@ class ProviderType:
     # placement can never be satisfied (naming the field and value), judged on
     # the controller before any backend call; pure, imports no SDK. "" = any.
     placement: str = ""
+    # "module:function", problem(block) -> str | None: why this host cannot run
+    # the type's worker (a program it starts is missing), asked where a worker
+    # starts (`fleet worker`, `fleet up`) and nowhere else: the controller, the
+    # API or `fleet render` may run where the worker's programs are not. "" = none.
+    host: str = ""
 
 
 TYPES: dict[str, ProviderType] = {
@@ -61,6 +66,7 @@ TYPES: dict[str, ProviderType] = {
         "providers.local.config:LocalConfig",
         "providers.local.provider:new",
         "Squid processes on this host, one per instance, for demos and tests",
+        host="providers.local.check:host_problem",
     ),
     "fake": ProviderType(
         "providers.fake:FakeConfig",
@@ -84,6 +90,12 @@ def placement_problem(type_name: str, block: Any, placement: Placement) -> str |
     """Why no instance of this type could ever have `placement`, or None."""
     ref = TYPES[type_name].placement
     return _load(ref)(block, placement) if ref else None
+
+
+def host_problem(type_name: str, block: Any) -> str | None:
+    """Why a worker of this type cannot run on this host, or None."""
+    ref = TYPES[type_name].host
+    return _load(ref)(block) if ref else None
 
 
 def build(name: str, type_name: str, block: Any) -> Provider:

@@ -1,7 +1,7 @@
 """`fleet`: the registry of commands (`parser`, `main`), and the commands
 that need no module of their own: validate, check, get, and starting the
 Celery processes. It imports the command modules (`gc`, `api`, `gateway`,
-`prober`, `pools`, `secrets`) and `common`, which they share; they never import it.
+`prober`, `pools`, `secrets`, `tokens`) and `common`, which they share; they never import it.
 
 Every setting is a flag (of the commands that use it) and FLEET_<FLAG> in
 the environment; flags win, an empty one too. Every setting and the
@@ -42,6 +42,7 @@ from fleet.cli import gc as gc_cli
 from fleet.cli import pools as pools_cli
 from fleet.cli import prober as prober_cli
 from fleet.cli import secrets as secrets_cli
+from fleet.cli import tokens as tokens_cli
 from fleet.cli.common import (
     ALL_GROUPS,
     CELERY_GROUPS,
@@ -452,10 +453,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     config = config_from(settings)
     assert config is not None
     try:
-        config.get(args.provider)
+        entry = config.get(args.provider)
     except KeyError as exc:
         raise BadInput(str(exc.args[0])) from None
+    refuse_unrunnable([entry])
     return _exec(commands.worker_argv(args.provider, args.concurrency), env)
+
+
+def refuse_unrunnable(entries: Sequence[ProviderConfig]) -> None:
+    """BadInput naming every provider whose worker cannot run on this host (its type's host hook: a program it
+    starts is missing), before any worker starts: a worker that cannot start its program only fails each call."""
+    from providers import registry
+
+    problems = [f"provider {e.name}: {why}" for e in entries if (why := registry.host_problem(e.type, e.block))]
+    if problems:
+        raise BadInput("; ".join(problems))
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
@@ -528,6 +540,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         env["FLEET_METRICS_BIND_ADDRESS"] = LOCAL_METRICS_BIND
     # Flower's credentials go to Flower only.
     base_env = {k: v for k, v in env.items() if not k.startswith("FLOWER_")}
+    refuse_unrunnable(config.providers)  # its workers run here
     children = [supervise.Child(f"worker:{n}", commands.worker_argv(n), base_env) for n in config.names()]
     children += [supervise.Child("controller", commands.controller_argv(), base_env),
                  supervise.Child("beat", commands.beat_argv(), base_env)]
@@ -651,6 +664,7 @@ def parser() -> argparse.ArgumentParser:
     prober_cli.add_parser(sub)  # `fleet prober`: the proxy health engine
     api_cli.add_parsers(sub)  # `fleet api` and `fleet lease`: the discovery and lease API
     gateway_cli.add_parser(sub)  # `fleet gateway`: the crawlers' forward proxy
+    tokens_cli.add_parser(sub)  # `fleet token`: the gateway's clients file and the API's token file
     pools_cli.add_parser(sub)  # `fleet scale pool` (`fleet get pools` is under get)
     secrets_cli.add_parser(sub)  # `fleet secrets ensure`: the cluster install's Secrets
     return p

@@ -25,7 +25,7 @@ import time
 from providers import base
 from providers.base import Deadline, TargetStatus
 from providers.local import squid
-from providers.local.config import safe_path
+from providers.local.config import LocalConfig, safe_path
 
 TARGET_STATE_DIR = "stateDir"
 TARGET_SQUID = "squid"
@@ -41,6 +41,20 @@ LOCAL_REASONS = (
     REASON_SQUID_NOT_FOUND,
     REASON_SQUID_FAILED,
 )
+
+
+def host_problem(block: LocalConfig) -> str | None:
+    """Why a worker of this block cannot start squid here (no executable file where it resolves), or None.
+
+    A worker without squid would take every create and only fail it (Transient, the check's SquidNotFound):
+    `fleet worker` and `fleet up` refuse to start instead, naming the fix."""
+    path = block.squid()
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return None
+    where = (f"squidPath {path} is not an executable file" if block.squidPath
+             else f"there is no squid on $PATH, nor at {path}")
+    return (f"the local provider runs Squid, and {where}: install Debian's squid package (apt-get install squid; "
+            "fleet's image has it) or set squidPath")
 
 
 def check_local(root: str, squid_path: str, deadline: Deadline) -> list[TargetStatus]:

@@ -288,3 +288,23 @@ def test_every_commands_help_renders():
             for nested in (a for a in p._actions if isinstance(a, argparse._SubParsersAction)):
                 for inner in nested.choices.values():
                     assert inner.format_help()
+
+
+def test_a_local_provider_without_squid_refuses_to_start_its_worker_or_fleet_up(capsys, tmp_path, monkeypatch):
+    """Where the worker runs, a local provider needs squid: `fleet worker` and `fleet up` say so and start nothing
+    (a worker without it would only fail every create). `fleet render` and the controller run elsewhere: no check."""
+    cfg = tmp_path / "providers.yaml"
+    cfg.write_text(yaml.safe_dump({"providers": [
+        {"name": "here", "type": "local", "local": {"squidPath": str(tmp_path / "no-squid")}},
+        {"name": "ok", "type": "fake", "fake": {"targets": [{"name": "t"}]}}]}))
+    started = []
+    monkeypatch.setattr(cli.os, "execvpe", lambda *a: started.append(a))
+    monkeypatch.setattr(supervise, "run", lambda *a: started.append(a))
+    want = (f"provider here: the local provider runs Squid, and squidPath {tmp_path}/no-squid is not an executable "
+            "file: install Debian's squid package (apt-get install squid; fleet's image has it) or set squidPath")
+    for argv in (("worker", "-p", "here"), ("up", "--no-flower")):
+        code, _, err = run(capsys, *argv, "-c", str(cfg))
+        assert (code, err.strip()) == (2, f"fleet {argv[0]}: {want}")
+    assert started == []
+    assert run(capsys, "worker", "-p", "ok", "-c", str(cfg))[0] == 0  # another provider's worker is not its business
+    assert run(capsys, "render", "-c", str(cfg))[0] == 0

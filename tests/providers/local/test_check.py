@@ -62,3 +62,47 @@ def test_a_state_dir_under_a_file_is_unusable(tmp_path):
     (tmp_path / "f").write_text("")
     got = check.check_state_dir(str(tmp_path / "f" / "state"))
     assert not got.ready and got.reason == check.REASON_STATE_DIR_UNUSABLE and "Not a directory" in got.message
+
+
+def _executable(path, mode=0o755):
+    path.write_text("#!/bin/sh\necho 'Squid Cache: Version 5.7'\n")
+    path.chmod(mode)
+    return str(path)
+
+
+@pytest.mark.parametrize("make, configured, want", [
+    (lambda d: _executable(d / "squid"), True, None),
+    (lambda d: str(d / "missing"), True, "squidPath {p} is not an executable file"),
+    (lambda d: _executable(d / "squid", 0o644), True, "squidPath {p} is not an executable file"),
+    (lambda d: str(d), True, "squidPath {p} is not an executable file"),  # a directory
+    (lambda d: _executable(d / "squid"), False, None),  # found on $PATH
+    (lambda d: str(d / "none"), False, "there is no squid on $PATH, nor at {p}"),
+], ids=["executable", "missing", "not-executable", "directory", "on-path", "nowhere"])
+def test_a_worker_host_without_squid_is_named_with_the_fix(tmp_path, monkeypatch, make, configured, want):
+    from providers import registry
+    from providers.local.config import LocalConfig
+
+    path = make(tmp_path)
+    if configured:
+        block = LocalConfig(squidPath=path)
+    else:  # unset: `squid` on $PATH, else the fallback
+        monkeypatch.setenv("PATH", str(tmp_path) if want is None else "/nonexistent")
+        monkeypatch.setattr("providers.local.config.FALLBACK_SQUID", path)
+        if want is None:
+            path = str(tmp_path / "squid")
+        block = LocalConfig()
+    problem = registry.host_problem("local", block)
+    if want is None:
+        assert problem is None and check.host_problem(block) is None
+    else:
+        assert problem == (f"the local provider runs Squid, and {want.format(p=path)}: install Debian's squid package "
+                           "(apt-get install squid; fleet's image has it) or set squidPath")
+    assert registry.host_problem("fake", object()) is None  # types without a hook: nothing to find
+
+
+def test_the_real_squid_is_found(state_dir):
+    from providers.local.config import LocalConfig
+
+    if squid_binary() is None:
+        pytest.fail("squid is not installed: run `make test`, which installs it")
+    assert check.host_problem(LocalConfig()) is None
