@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
-
-if TYPE_CHECKING:
-    import aiohttp
 
 KEYWORDS = ("session", "sesstime", "pool", "provider", "region", "zone")  # the gateway's order
 MAX_SESSTIME = 1440  # minutes
@@ -99,12 +96,11 @@ class Gateway:
         """httpx's `proxy=` (httpx.Client(proxy=...) or httpx.get(url, proxy=...))."""
         return self.proxy_url(**options)
 
-    def aiohttp(self, **options: Any) -> dict[str, Any]:
-        """aiohttp's request arguments: `proxy` and `proxy_auth` (needs fleet-crawler[aiohttp])."""
-        import aiohttp
-
-        auth: aiohttp.BasicAuth = aiohttp.BasicAuth(self.username(**options), self.token)
-        return {"proxy": self.server, "proxy_auth": auth}
+    def aiohttp(self, **options: Any) -> dict[str, str]:
+        """aiohttp's request arguments: `proxy`, credentials in the URL (aiohttp sends them to the proxy, for
+        plain requests and CONNECT alike; its `proxy_headers` reach only the CONNECT, and BasicAuth is
+        deprecated). `session.get(url, **gw.aiohttp(session="s1"))`."""
+        return {"proxy": self.proxy_url(**options)}
 
     def playwright(self, **options: Any) -> dict[str, str]:
         """Playwright's `proxy=` (browser.launch or browser.new_context): server, username, password."""
