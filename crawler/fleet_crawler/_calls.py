@@ -31,6 +31,7 @@ from fleet_crawler._errors import ApiError, LeaseEnded, NoProxy, Unauthorized, U
 Outcome = Literal["ok", "blocked", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "blocked", "error")
 RETRY_STATUSES = frozenset({429, 503})
+BUSY_POLL = 5.0  # seconds between two lease requests waiting out 409 at most (a proxy may free up before freeAt)
 MAX_ANSWER = 1024 * 1024  # bytes of an answer read at most
 # Nothing was sent: always safe to send again.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol, httpx.ProxyError)
@@ -251,7 +252,7 @@ def next_try(call: Call, policy: Policy, *, status: int | None, sent: bool, atte
     if status == 409 and call.kind == "lease":
         wait = after if after is not None else 1.0
         left = policy.busy_wait - waited
-        return min(max(wait, 0.1), policy.max_delay, left) if left > 0 else None
+        return min(max(wait, 0.1), BUSY_POLL, policy.max_delay, left) if left > 0 else None
     retryable = (status in RETRY_STATUSES) or (status is None and (not sent or call.idempotent))
     if not retryable or attempt >= policy.retries:
         return None

@@ -37,6 +37,7 @@ POLICY = c.Policy(retries=3, backoff=0.5, max_delay=30.0, busy_wait=10.0)
     (LEASE, 409, True, 5, 9.0, 2.0, 1.0),  # ... not past it (retries do not count here)
     (LEASE, 409, True, 0, 10.0, 2.0, None),
     (LEASE, 409, True, 0, 0, None, 1.0),  # no Retry-After: a second
+    (LEASE, 409, True, 0, 0, 60.0, 5.0),  # asked again every 5 s at most (a proxy may free up early)
     (RENEW, 409, True, 0, 0, 2.0, None),  # a renewal's 409 is a lost lease, final
     (LEASE, 400, True, 0, 0, None, None),
     (LEASE, 401, True, 0, 0, None, None),
