@@ -333,15 +333,14 @@ def test_describe_ph(capsys, redis, tmp_path):
 
 
 def test_version(capsys):
-    from importlib import metadata
-
     import tomllib
+    from importlib import metadata
     from pathlib import Path
 
     from fleet.cli.subcommands import DISTRIBUTION
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
-    assert DISTRIBUTION == pyproject["project"]["name"]
+    assert pyproject["project"]["name"] == DISTRIBUTION
 
     code, out, _ = run(capsys, "version")
     assert code == 0
