@@ -176,3 +176,25 @@ def test_the_async_client(redis_server, apis):  # noqa: F811
             assert [p.leases for p in await client.proxies()] == [0]
 
     asyncio.run(crawl())
+
+
+def test_the_scrapy_middleware_keeps_the_lease_it_renewed(redis_server, apis):  # noqa: F811
+    from scrapy.utils.test import get_crawler
+
+    from fleet_crawler.scrapy import FleetProxyMiddleware
+
+    running(redis_server.client(), "crawl/a")
+    api = apis()
+    mw = FleetProxyMiddleware(get_crawler(settings_dict={"FLEET_API_URL": api.url, "FLEET_API_TOKEN": TOKEN,
+                                                         "FLEET_LEASE_TTL": "60"}))
+    first = mw._acquire("example.com")
+    assert mw._fresh("example.com") is first  # the next request of the domain costs no call
+    first.renew_at = 0.0  # due for renewal
+    assert mw._fresh("example.com") is None
+    renewed = mw._acquire("example.com")
+    assert renewed.id == first.id and renewed.grant.expires_at > first.grant.expires_at
+    assert mw._fresh("example.com") is renewed  # kept: not renewed again on every request
+    with LeaseClient(api.url, token=TOKEN) as client:
+        assert held(client) == {"crawl/a": 1}
+        mw.spider_closed(None)  # type: ignore[arg-type]
+        assert held(client) == {"crawl/a": 0}
