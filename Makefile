@@ -16,6 +16,7 @@ VENV ?= .venv
 PY ?= $(VENV)/bin/python
 BIN := $(dir $(PY))
 PIP_EXTRAS ?= test,kvm,gcp,aws,hetzner,api,docs
+CRAWLER_EXTRAS ?= scrapy,aiohttp,playwright
 APT_PACKAGES := $(shell grep -v '^\#' ci/apt-packages.txt)
 
 .PHONY: deps lock apt venv test unit lint docs demo bench apiserver
@@ -32,13 +33,15 @@ venv: apt
 # Installs pin every package to constraints.txt (resolved from pyproject.toml's ranges by `make lock`), so an
 # upstream release cannot change what CI tests. `make lock` keeps the pins that still fit and adds what is new;
 # `make lock LOCK_FLAGS=--upgrade` takes the newest releases the ranges allow.
+# Two distributions from this repository: the server (egress-fleet, the import package `fleet`) and the crawler's
+# package (crawler/: fleet-crawler, `fleet_crawler`), which the tests use against the server.
 deps: venv
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[$(PIP_EXTRAS)]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[$(PIP_EXTRAS)]' -e './crawler[$(CRAWLER_EXTRAS)]'
 
 LOCK_FLAGS ?=
 lock: venv
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt uv
-	$(BIN)uv pip compile pyproject.toml --all-extras --universal --python-version 3.11 --quiet \
+	$(BIN)uv pip compile pyproject.toml crawler/pyproject.toml --all-extras --universal --python-version 3.11 --quiet \
 	  --custom-compile-command 'make lock' $(LOCK_FLAGS) -o constraints.txt
 
 lint:

@@ -33,12 +33,22 @@ def pins(text: str) -> dict[str, list[tuple[Version, Requirement]]]:
     return out
 
 
+PROJECTS = ("pyproject.toml", "crawler/pyproject.toml")  # the server's and the crawler's package (`make lock` pins both)
+
+
 def project_requirements() -> list[tuple[str, Requirement]]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = [("dependencies", Requirement(r)) for r in project["dependencies"]]
-    for extra, items in project["optional-dependencies"].items():
-        reqs += [(f"[{extra}]", Requirement(r)) for r in items]
+    reqs = []
+    for path in PROJECTS:
+        project = tomllib.loads((ROOT / path).read_text())["project"]
+        reqs += [(f"{project['name']} dependencies", Requirement(r)) for r in project["dependencies"]]
+        for extra, items in project["optional-dependencies"].items():
+            reqs += [(f"{project['name']}[{extra}]", Requirement(r)) for r in items]
     return reqs
+
+
+def test_make_lock_resolves_every_project():
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"uv pip compile {' '.join(PROJECTS)} --all-extras" in makefile
 
 
 LOCK = pins((ROOT / "constraints.txt").read_text())

@@ -25,7 +25,6 @@ README = ROOT / "README.md"
 TEXT = README.read_text(encoding="utf-8")
 # Pages other branches are writing (the crawler's guide, the Kubernetes install): README points at them
 # already. Once they are in docs/, this set empties.
-PENDING = {"docs/crawler.md"}
 # `fleet` commands that read files only: run for real. The others start servers or read Redis.
 OFFLINE = {"validate", "version", "render", "check"}
 
@@ -55,7 +54,7 @@ def test_readme_links_lead_to_files():
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", TEXT)
     local = [link for link in links if not re.match(r"\w+://", link)]
     assert local, "README links into the docs"
-    missing = [link for link in local if not (ROOT / link).exists() and link not in PENDING]
+    missing = [link for link in local if not (ROOT / link).exists()]
     assert missing == []
     assert "docs/reference/commands.md" in local, "README points at the generated commands page"
 
@@ -131,8 +130,7 @@ def test_pip_apt_and_make_lines_name_what_exists(ran):
         assert argv[0] == "install"
         m = re.fullmatch(r"([\w.-]+)\[([\w,]+)\]", argv[-1])
         assert m, argv
-        # The distribution is being renamed from `fleet` to `egress-fleet` (the import stays `fleet`).
-        assert m.group(1) in {project["name"], "egress-fleet"}
+        assert m.group(1) == project["name"]
         assert set(m.group(2).split(",")) <= set(project["optional-dependencies"])
     apt = set((ROOT / "ci/apt-packages.txt").read_text().split())
     for argv in _commands(ran, "apt-get"):

@@ -705,12 +705,15 @@ def _drop_stdout() -> None:
     os.close(devnull)
 
 
+DISTRIBUTION = "egress-fleet"  # the name pip knows fleet by (`fleet` on PyPI is another project)
+
+
 def distribution_version() -> str:
     """The installed distribution's version ("unknown" when fleet runs from a tree not installed)."""
     from importlib import metadata
 
     try:
-        return metadata.version("fleet")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "unknown"
 

@@ -333,17 +333,24 @@ def test_describe_ph(capsys, redis, tmp_path):
 
 
 def test_version(capsys):
+    import tomllib
     from importlib import metadata
+    from pathlib import Path
+
+    from fleet.cli.subcommands import DISTRIBUTION
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == DISTRIBUTION
 
     code, out, _ = run(capsys, "version")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"fleet {metadata.version('fleet')}" and lines[1].startswith("python 3.")
+    assert lines[0] == f"fleet {metadata.version(DISTRIBUTION)}" and lines[1].startswith("python 3.")
     info = json.loads(run(capsys, "version", "-o", "json")[1])
     assert set(info) >= {"fleet", "python"}
     with pytest.raises(SystemExit) as exc:
         cli.main(["--version"])
-    assert exc.value.code == 0 and capsys.readouterr().out == f"fleet {metadata.version('fleet')}\n"
+    assert exc.value.code == 0 and capsys.readouterr().out == f"fleet {metadata.version(DISTRIBUTION)}\n"
 
 
 def test_a_reader_gone_before_the_output_is_flushed_exits_141_quietly():

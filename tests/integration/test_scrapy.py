@@ -1,4 +1,4 @@
-"""A real Scrapy crawl (`scrapy runspider` in a subprocess) through `fleet.integrations.scrapy`: real Squids
+"""A real Scrapy crawl (`scrapy runspider` in a subprocess) through `fleet_crawler.scrapy`: real Squids
 of the local provider with distinct egress addresses (`egressRange`), a real `fleet api` process and
 redis-server, and two local origins — 127.0.0.1, which bans the first egress address it sees with 429
 after a few pages, and 127.0.0.2, which bans nobody. Every page is fetched; the banned proxy cools down
@@ -71,7 +71,7 @@ def crawl(tmp: Path, spider: str, middleware: str, **settings: str) -> tuple[sub
     """`scrapy runspider` in a subprocess with fleet's `middleware`: (the run, the items it wrote)."""
     path, items = tmp / "spider.py", tmp / "items.jsonl"
     path.write_text(spider)
-    every = {"DOWNLOADER_MIDDLEWARES": json.dumps({f"fleet.integrations.scrapy.{middleware}": 700}),
+    every = {"DOWNLOADER_MIDDLEWARES": json.dumps({f"fleet_crawler.scrapy.{middleware}": 700}),
              "CONCURRENT_REQUESTS": str(CONCURRENCY), "CONCURRENT_REQUESTS_PER_DOMAIN": str(CONCURRENCY),
              "TELNETCONSOLE_ENABLED": "false", "LOG_LEVEL": "INFO", "RETRY_ENABLED": "false", **settings}
     argv = [sys.executable, "-m", "scrapy", "runspider", str(path), "-o", f"{items}:jsonlines"]

@@ -1,16 +1,15 @@
 """Scrapy downloader middlewares. `FleetProxyMiddleware` leases proxies from the lease API (`fleet api`,
-docs/leases.md): one lease per domain, bans reported and retried on another proxy, every lease released when
-the spider closes. `FleetGatewayMiddleware` is for the gateway (`HttpProxyMiddleware` pointed at `fleet
-gateway`, docs/gateway.md): it reports a ban the gateway cannot see (inside an HTTPS tunnel) in-band and
-sends the request again. Settings and behaviour: docs/scrapy.md.
+docs/leases.md) through `LeaseClient`: one lease per domain, bans reported and retried on another proxy, every
+lease released when the spider closes. `FleetGatewayMiddleware` is for the gateway (`HttpProxyMiddleware`
+pointed at `fleet gateway`, docs/gateway.md): it reports a ban the gateway cannot see (inside an HTTPS tunnel)
+in-band and sends the request again. Settings and behaviour: docs/scrapy.md. Needs fleet-crawler[scrapy].
 
-    DOWNLOADER_MIDDLEWARES = {"fleet.integrations.scrapy.FleetProxyMiddleware": 700}
+    DOWNLOADER_MIDDLEWARES = {"fleet_crawler.scrapy.FleetProxyMiddleware": 700}
     FLEET_API_URL = "http://fleet-api.fleet-system:8090"
     FLEET_API_TOKEN = "..."
 
-It runs in the crawler's process and imports nothing of fleet: the API is its only contract. The API
-calls (one lease per domain, renewals, a report and release per ban) run in Twisted's thread pool so the
-reactor never waits on them; a request whose domain already holds a fresh lease costs no call at all.
+The API calls (one lease per domain, renewals, a report and release per ban) run in Twisted's thread pool so
+the reactor never waits on them; a request whose domain already holds a fresh lease costs no call at all.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Self
 
 from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
@@ -36,9 +35,16 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
 from twisted.internet import threads
 
+from fleet_crawler._calls import Grant, Outcome
+from fleet_crawler._client import LeaseClient
+from fleet_crawler._errors import ApiError, LeaseEnded, NoProxy, Unreachable
+
+__all__ = ["ApiError", "BanDetectionPolicy", "FleetGatewayMiddleware", "FleetProxyMiddleware", "NoProxy"]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_BAN_STATUSES = (403, 429, 503)
+DEFAULT_POLICY = "fleet_crawler.scrapy.BanDetectionPolicy"
 META_LEASE = "fleet_lease"  # the lease id a request went out on
 META_PROXY = "fleet_proxy"  # the proxy's NAMESPACE/NAME
 META_RETRIES = "fleet_retries"
@@ -46,14 +52,6 @@ META_SKIP = "fleet_skip"  # True: leave this request alone (its own meta["proxy"
 META_SENT = "fleet_sent"  # when the request went out (monotonic; gateway mode)
 MAX_ANSWER = 1024 * 1024
 STICKY_MAX = 128
-
-
-class NoProxy(Exception):
-    """The API had no proxy for the domain (503), or stayed busy (409) past FLEET_LEASE_WAIT."""
-
-
-class ApiError(Exception):
-    """The API did not answer, or answered what this middleware cannot use."""
 
 
 class BanDetectionPolicy:
@@ -79,40 +77,23 @@ class BanDetectionPolicy:
 
 
 @dataclass
-class Lease:
-    id: str
-    proxy: str
-    url: str
-    ttl: float
-    renew_at: float  # time.monotonic(): past it, renew before the next use
-    expires_at: float
+class Held:
+    """A domain's lease: the grant and when to renew it (time.monotonic(): past it, renew before the next use)."""
 
+    grant: Grant
+    renew_at: float
 
-class LeaseApi:
-    """The four calls this middleware makes, blocking (run them off the reactor)."""
+    @property
+    def id(self) -> str:
+        return self.grant.id
 
-    def __init__(self, url: str, token: str, timeout: float) -> None:
-        self.url, self.token, self.timeout = url.rstrip("/"), token, timeout
+    @property
+    def proxy(self) -> str:
+        return self.grant.proxy
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        data = json.dumps(body).encode() if body is not None else b""
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # the URL the settings name
-                status, raw = resp.status, resp.read(MAX_ANSWER)
-        except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read(MAX_ANSWER)
-            exc.close()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ApiError(f"no answer from the lease API at {self.url}: {getattr(exc, 'reason', exc)}") from None
-        try:
-            doc = json.loads(raw) if raw else {}
-        except ValueError:
-            doc = {}
-        return status, doc if isinstance(doc, dict) else {}
+    @property
+    def url(self) -> str:
+        return self.grant.url
 
 
 class FleetProxyMiddleware:
@@ -127,20 +108,22 @@ class FleetProxyMiddleware:
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
             raise NotConfigured(f"FLEET_API_URL must be an http(s) URL, not {url!r}")
         self.crawler = crawler
-        self.api = LeaseApi(url, s.get("FLEET_API_TOKEN") or "", s.getfloat("FLEET_API_TIMEOUT", 10.0))
         self.ttl = s.getint("FLEET_LEASE_TTL", 300)
         self.wait = s.getfloat("FLEET_LEASE_WAIT", 30.0)
+        self.api = LeaseClient(url, token=s.get("FLEET_API_TOKEN") or None, timeout=s.getfloat("FLEET_API_TIMEOUT", 10.0),
+                               retries=s.getint("FLEET_API_RETRIES", 3), busy_wait=self.wait)
         self.sticky = s.getbool("FLEET_STICKY", False)
         self.max_retries = s.getint("FLEET_MAX_RETRIES", 5)
-        self.filters = {k: s.get(f"FLEET_{k.upper()}") for k in ("provider", "region", "zone") if s.get(f"FLEET_{k.upper()}")}
-        policy_cls = load_object(s.get("FLEET_BAN_POLICY", "fleet.integrations.scrapy.BanDetectionPolicy"))
+        self.filters = {k: str(s.get(f"FLEET_{k.upper()}")) for k in ("provider", "region", "zone", "pool")
+                        if s.get(f"FLEET_{k.upper()}")}
+        policy_cls = load_object(s.get("FLEET_BAN_POLICY", DEFAULT_POLICY))
         self.policy: BanDetectionPolicy = policy_cls.from_settings(s) if hasattr(policy_cls, "from_settings") else policy_cls()
         if self.ttl < 1:
             raise NotConfigured(f"FLEET_LEASE_TTL must be at least 1 (seconds), not {self.ttl}")
         self._mutex = threading.Lock()  # guards the dicts below (the reactor and the pool's threads)
-        self._leases: dict[str, Lease] = {}  # domain → its lease
+        self._leases: dict[str, Held] = {}  # domain → its lease
         self._domain_locks: dict[str, threading.Lock] = {}  # one lease call per domain at a time
-        self._pending: dict[str, list[tuple[str, str, str]]] = {}  # domain → (lease, proxy, outcome) to send
+        self._pending: dict[str, list[tuple[str, str, Outcome]]] = {}  # domain → (lease, proxy, outcome) to send
         self._handled: set[str] = set()  # leases already reported and released
 
     @classmethod
@@ -196,10 +179,11 @@ class FleetProxyMiddleware:
                 lease = self._leases.pop(domain, None)
             if lease is not None:
                 self._release(lease.id)
+        self.api.close()
 
     # -- leases ---------------------------------------------------------------------------------------
 
-    def _fresh(self, domain: str) -> Lease | None:
+    def _fresh(self, domain: str) -> Held | None:
         """The domain's lease when it needs no call (nothing pending, not due for renewal)."""
         with self._mutex:
             lease = self._leases.get(domain)
@@ -211,7 +195,7 @@ class FleetProxyMiddleware:
         with self._mutex:
             return self._domain_locks.setdefault(domain, threading.Lock())
 
-    def _acquire(self, domain: str) -> Lease:
+    def _acquire(self, domain: str) -> Held:
         """In a pool thread: send the domain's pending reports, then renew its lease or take a new one."""
         with self._lock(domain):
             self._flush(domain)
@@ -222,44 +206,40 @@ class FleetProxyMiddleware:
             if lease is not None:
                 renewed = self._renew(lease)
                 if renewed is not None:
+                    with self._mutex:
+                        self._leases[domain] = renewed
                     return renewed
             lease = self._lease(domain)
             with self._mutex:
                 self._leases[domain] = lease
             return lease
 
-    def _lease(self, domain: str) -> Lease:
-        body: dict[str, Any] = {"target": domain, "ttl": self.ttl, **self.filters}
-        if self.sticky:
-            body["sticky"] = self._sticky_key(domain)
-        give_up = time.monotonic() + self.wait
-        while True:
-            status, doc = self.api.call("POST", "/v1/leases", body)
-            if status == 200:
-                self._stats("fleet/leases")
-                return self._from_answer(doc)
-            if status == 409 and time.monotonic() < give_up:  # every matching proxy full or cooling: wait
-                time.sleep(min(max(float(doc.get("retryAfter") or 1), 0.1), 5.0, max(give_up - time.monotonic(), 0.1)))
-                continue
-            raise NoProxy(f"fleet: no proxy for {domain}: {status} {doc.get('error', '')}".rstrip())
+    def _lease(self, domain: str) -> Held:
+        """A new lease (409 waited out for FLEET_LEASE_WAIT by the client; then, or on 503, NoProxy)."""
+        sticky = self._sticky_key(domain) if self.sticky else None
+        f = self.filters
+        grant = self.api.lease(domain, ttl=self.ttl, sticky=sticky, provider=f.get("provider"), region=f.get("region"),
+                               zone=f.get("zone"), pool=f.get("pool")).grant
+        self._stats("fleet/leases")
+        return Held(grant, time.monotonic() + grant.ttl / 2)
 
-    def _renew(self, lease: Lease) -> Lease | None:
-        status, doc = self.api.call("POST", f"/v1/leases/{lease.id}/renew")
-        if status == 200 and doc.get("proxy") == lease.proxy:
-            renewed = self._from_answer(doc)
-            self._stats("fleet/renewals")
-            return renewed
-        if status == 200:  # renewed on another instance of its proxy: let it go, take a new one
-            self._release(lease.id)
-        return None  # revoked (410), expired (404), busy (409): a new lease
-
-    def _from_answer(self, doc: dict[str, Any]) -> Lease:
+    def _renew(self, held: Held) -> Held | None:
+        """The lease renewed, or None: lease anew (revoked, expired, refused, or renewed on another instance)."""
         try:
-            ttl = float(doc.get("ttl") or self.ttl)
-            now = time.monotonic()
-            return Lease(str(doc["lease"]), str(doc["proxy"]), str(doc["url"]), ttl, now + ttl / 2, now + ttl)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ApiError(f"the lease API answered a lease without {exc}") from None
+            grant = self.api.renew(held.grant)
+        except Unreachable:
+            raise
+        except ApiError as exc:
+            if isinstance(exc, LeaseEnded) and exc.revoked:
+                self._release(held.id)  # a revoked lease keeps its slot until released
+            elif not isinstance(exc, LeaseEnded):
+                log.info("fleet: lease %s was not renewed: %s", held.id, exc)
+            return None
+        if grant.proxy != held.proxy:  # renewed on another instance of its proxy: let it go, take a new one
+            self._release(held.id)
+            return None
+        self._stats("fleet/renewals")
+        return Held(grant, time.monotonic() + grant.ttl / 2)
 
     def _sticky_key(self, domain: str) -> str:
         spider = self.crawler.spider
@@ -270,7 +250,7 @@ class FleetProxyMiddleware:
 
     # -- bans and errors -----------------------------------------------------------------------------
 
-    async def _drop(self, request: Request, outcome: str) -> None:
+    async def _drop(self, request: Request, outcome: Outcome) -> None:
         """Report the request's proxy for its domain and release its lease (once per lease), before any
         request of that domain leases again; wait for it so the retry finds the cooldown."""
         lease_id, proxy = str(request.meta[META_LEASE]), str(request.meta[META_PROXY])
@@ -294,17 +274,16 @@ class FleetProxyMiddleware:
             todo = self._pending.pop(domain, [])
         for lease_id, proxy, outcome in todo:
             try:  # by proxy and target: still counts after the lease is released
-                status, doc = self.api.call("POST", "/v1/reports", {"proxy": proxy, "target": domain, "outcome": outcome})
-                if status != 200:
-                    log.warning("fleet: the %s report on %s for %s was refused: %s %s", outcome, proxy, domain, status,
-                                doc.get("error", ""))
+                self.api.report(outcome, proxy=proxy, target=domain)
             except ApiError as exc:
-                log.warning("fleet: the %s report on %s for %s was not sent: %s", outcome, proxy, domain, exc)
+                log.warning("fleet: the %s report on %s for %s failed: %s", outcome, proxy, domain, exc)
             self._release(lease_id)
 
     def _release(self, lease_id: str) -> None:
         try:
-            self.api.call("POST", f"/v1/leases/{lease_id}/release")
+            self.api.release(lease_id)
+        except LeaseEnded:
+            pass  # expired or unknown: nothing held
         except ApiError as exc:  # it expires at its TTL
             log.warning("fleet: lease %s was not released: %s", lease_id, exc)
 
@@ -325,7 +304,7 @@ class FleetGatewayMiddleware:
     host's last report came from the exit already reported: it is sent again, not reported twice (which would
     blame the session's new proxy). A request that failed on a tunnel the gateway ended is sent again too.
 
-        DOWNLOADER_MIDDLEWARES = {"fleet.integrations.scrapy.FleetGatewayMiddleware": 700}
+        DOWNLOADER_MIDDLEWARES = {"fleet_crawler.scrapy.FleetGatewayMiddleware": 700}
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -333,7 +312,7 @@ class FleetGatewayMiddleware:
         self.crawler = crawler
         self.max_retries = s.getint("FLEET_MAX_RETRIES", 5)
         self.timeout = s.getfloat("FLEET_API_TIMEOUT", 10.0)
-        policy_cls = load_object(s.get("FLEET_BAN_POLICY", "fleet.integrations.scrapy.BanDetectionPolicy"))
+        policy_cls = load_object(s.get("FLEET_BAN_POLICY", DEFAULT_POLICY))
         self.policy: BanDetectionPolicy = policy_cls.from_settings(s) if hasattr(policy_cls, "from_settings") else policy_cls()
         self._reported: dict[str, float] = {}  # host → when its last ban report was sent (monotonic)
 

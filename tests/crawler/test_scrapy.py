@@ -1,4 +1,4 @@
-"""fleet.integrations.scrapy without a crawl: the ban policy's table, the settings it refuses, the sticky
+"""fleet_crawler.scrapy without a crawl: the ban policy's table, the settings it refuses, the sticky
 key's bounds, and what a retried request keeps. The crawl itself: tests/integration/test_scrapy.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from scrapy.http import Response
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from fleet.integrations.scrapy import ApiError, BanDetectionPolicy, FleetProxyMiddleware
+from fleet_crawler.scrapy import ApiError, BanDetectionPolicy, FleetProxyMiddleware
 
 
 @pytest.mark.parametrize(("statuses", "status", "ban"), [
@@ -65,4 +65,4 @@ def test_a_retry_goes_out_again_without_the_old_proxy_and_counts():
 
 def test_an_unreachable_api_is_a_clear_error():
     with pytest.raises(ApiError, match=r"no answer from the lease API at http://127\.0\.0\.1:9"):
-        middleware()._lease("example.com")
+        middleware(FLEET_API_RETRIES="0")._lease("example.com")
