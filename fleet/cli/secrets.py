@@ -23,31 +23,26 @@ docs/architecture.md, Decisions. Rotating each: docs/install-kubernetes.md.
 from __future__ import annotations
 
 import argparse
-import secrets
 from collections.abc import Callable
 from typing import Any
 
 from fleet.cli import common
+from fleet.gateway.clients import GENERATED_CLIENT, generated_file, new_token
 
-TOKEN_BYTES = 32  # 43 URL-safe characters: printable, no quoting in a URL, YAML or a header
 REDIS_SERVICE, REDIS_PORT = "fleet-redis", 6379  # deploy/redis
 # The names and keys the processes read them by (fleet.cli.render and deploy/ say the same; a test holds them equal).
 BROKER_SECRET, BROKER_URL_KEY, BROKER_PASSWORD_KEY = "fleet-broker", "url", "redis-password"
 API_TOKEN_SECRET, API_TOKEN_KEY = "fleet-api-token", "token"
-GATEWAY_CLIENTS_SECRET, GATEWAY_CLIENTS_KEY, GATEWAY_CLIENT = "fleet-gateway-clients", "clients.yaml", "crawler"
+GATEWAY_CLIENTS_SECRET, GATEWAY_CLIENTS_KEY, GATEWAY_CLIENT = "fleet-gateway-clients", "clients.yaml", GENERATED_CLIENT
 FLOWER_SECRET, FLOWER_KEY, FLOWER_USER = "fleet-flower", "basic-auth", "admin"
 NAMES = (BROKER_SECRET, API_TOKEN_SECRET, GATEWAY_CLIENTS_SECRET, FLOWER_SECRET)
 
 
-def random_token() -> str:
-    return secrets.token_urlsafe(TOKEN_BYTES)
-
-
-def wanted(namespace: str, installation: str, token: Callable[[], str] = random_token) -> list[dict[str, Any]]:
+def wanted(namespace: str, installation: str, token: Callable[[], str] = new_token) -> list[dict[str, Any]]:
     """The Secrets, in the order they are created, each value a new `token()`."""
     password = token()
-    clients = ("# Written by `fleet secrets ensure`: the gateway's clients (docs/gateway.md).\n"
-               f"clients:\n  {GATEWAY_CLIENT}:\n    token: \"{token()}\"\n")
+    clients = generated_file(GATEWAY_CLIENT, token(), comment="Made by `fleet secrets ensure`: the gateway's clients "
+                                                                      "(docs/gateway.md).")
     data = {
         BROKER_SECRET: {BROKER_PASSWORD_KEY: password,
                         BROKER_URL_KEY: f"redis://:{password}@{REDIS_SERVICE}:{REDIS_PORT}/0"},

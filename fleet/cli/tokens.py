@@ -5,17 +5,15 @@ printed from them (`gateway`, `api`). `init` never prints a token and never chan
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import secrets
 import sys
 import tempfile
 from typing import Any
 
 from fleet.cli import common
+from fleet.gateway.clients import GENERATED_CLIENT as DEFAULT_CLIENT
+from fleet.gateway.clients import generated_file, new_token
 
-DEFAULT_CLIENT = "crawler"
-TOKEN_BYTES = 24  # secrets.token_urlsafe: 32 characters of [A-Za-z0-9_-]
 MAX_FILE = 1 << 20
 
 
@@ -53,15 +51,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(TOKEN_BYTES)
-
-
 def clients_text(client: str, token: str) -> str:
-    """A clients file with one client; the gateway's own parser reads it (the test says so)."""
-    return ("# Made by `fleet token init` (docs/gateway.md: clients). Print the token with "
-            f"`fleet token gateway --client {client}`.\n"
-            f"clients:\n  {client}:\n    token: {json.dumps(token)}\n")
+    return generated_file(client, token, comment=f"Made by `fleet token init` (docs/gateway.md: clients). Print the token "
+                                                 f"with `fleet token gateway --client {client}`.")
 
 
 def write_new(path: str, text: str) -> bool:

@@ -125,7 +125,7 @@ def test_the_made_clients_file_is_one_the_gateway_reads(tmp_path):
     assert tokens.write_new(str(path), tokens.clients_text("crawler", tokens.new_token()))
     assert not tokens.write_new(str(path), "clients: {}\n"), "an existing file is left as it is"
     (client,) = parse_clients(path.read_bytes()).values()
-    assert client.name == "crawler" and len(client.token) == 32
+    assert client.name == "crawler" and len(client.token) == 43
     assert path.stat().st_mode & 0o077 == 0
     assert [p.name for p in tmp_path.iterdir()] == ["clients.yaml"], "no temporary file left"
 

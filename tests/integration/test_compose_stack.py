@@ -136,7 +136,7 @@ def test_compose_stack_under_fleet_up_relays_a_curl_through_a_proxy(redis_server
         assert made.returncode == 0, made.stderr
         assert made.stdout == ""
     token = fleet("token", "gateway", env=env).stdout.strip()
-    assert len(token) == 32 and token not in made.stderr
+    assert len(token) == 43 and token not in made.stderr
 
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:
@@ -176,7 +176,7 @@ def test_compose_stack_under_fleet_up_relays_a_curl_through_a_proxy(redis_server
         assert proxy in {"crawl/egress-a", "crawl/egress-b"}
         assert token not in log_path.read_text(), "the token is never logged"
         api = fleet("token", "api", env=env)
-        assert api.returncode == 0 and len(api.stdout.strip()) == 32
+        assert api.returncode == 0 and len(api.stdout.strip()) == 43
     finally:
         if up.poll() is None:
             up.send_signal(signal.SIGINT)
