@@ -17,7 +17,10 @@ a report is not (a second lease or a second error report would count).
 from __future__ import annotations
 
 import json
+import logging
 import math
+import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -26,6 +29,8 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from fleet_crawler._errors import ApiError, LeaseEnded, NoProxy, Unauthorized, Unreachable
+
+log = logging.getLogger("fleet_crawler")
 
 Outcome = Literal["ok", "blocked", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "blocked", "error")
@@ -260,6 +265,40 @@ def next_try(call: Call, policy: Policy, *, status: int | None, sent: bool, atte
     if after is not None:
         return after if after <= policy.max_delay else None
     return min(policy.max_delay, policy.backoff * 2.0 ** attempt * (0.5 + jitter / 2))
+
+
+class Tries:
+    """One call's sending, as both clients loop over it: after each try, `failed` or `answered` says how long
+    to wait before the next, or raises the error that stands (the sync and async loops hold no logic)."""
+
+    def __init__(self, call: Call, policy: Policy, url: str, *, jitter: Callable[[], float] = random.random) -> None:
+        self.call, self.policy, self.url, self.jitter = call, policy, url, jitter
+        self.attempt, self.waited = 0, 0.0
+
+    def failed(self, error: Exception, *, sent: bool) -> float:
+        """No answer: `sent` when the request may have reached the server."""
+        delay = self._next(status=None, sent=sent, after=None)
+        if delay is None:
+            raise unreachable(self.call, self.url, error)
+        return delay
+
+    def answered(self, status: int, doc: dict[str, Any], headers: httpx.Headers) -> float:
+        """An answer other than 200."""
+        delay = self._next(status=status, sent=True, after=retry_after(headers, doc))
+        if delay is None:
+            raise answer_error(self.call, status, doc)
+        return delay
+
+    def _next(self, *, status: int | None, sent: bool, after: float | None) -> float | None:
+        delay = next_try(self.call, self.policy, status=status, sent=sent, attempt=self.attempt, waited=self.waited,
+                         after=after, jitter=self.jitter())
+        if delay is not None:
+            if status == 409:
+                self.waited += delay
+            else:
+                self.attempt += 1
+            log.debug("fleet: %s: %s, again in %.2fs", self.call.what, status or "no answer", delay)
+        return delay
 
 
 # -- the results ------------------------------------------------------------------------------------------------

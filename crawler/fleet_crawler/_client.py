@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Generator
@@ -65,32 +64,19 @@ class LeaseClient:
         self._http.close()
 
     def _send(self, call: c.Call) -> dict[str, Any]:
-        attempt, waited = 0, 0.0
+        tries = c.Tries(call, self.policy, self.url)
         while True:
-            status: int | None = None
-            doc: dict[str, Any] = {}
-            after: float | None = None
-            sent = False
             try:
                 resp = self._http.request(call.method, call.path, json=call.body)
             except c.NOT_SENT as exc:
-                error: Exception = exc
+                delay = tries.failed(exc, sent=False)
             except c.TRANSPORT_ERRORS as exc:
-                error, sent = exc, True
+                delay = tries.failed(exc, sent=True)
             else:
-                status, doc = resp.status_code, _answer(resp)
-                if status == 200:
+                doc = _answer(resp)
+                if resp.status_code == 200:
                     return doc
-                after = c.retry_after(resp.headers, doc)
-            delay = c.next_try(call, self.policy, status=status, sent=sent, attempt=attempt, waited=waited,
-                               after=after, jitter=random.random())
-            if delay is None:
-                raise c.unreachable(call, self.url, error) if status is None else c.answer_error(call, status, doc)
-            if status == 409:
-                waited += delay
-            else:
-                attempt += 1
-            log.debug("fleet: %s: %s, again in %.2fs", call.what, status or "no answer", delay)
+                delay = tries.answered(resp.status_code, doc, resp.headers)
             time.sleep(delay)
 
     def lease(self, target: str, *, ttl: int | None = None, sticky: str | None = None, provider: str | None = None,
@@ -253,32 +239,19 @@ class AsyncLeaseClient:
         await self._http.aclose()
 
     async def _send(self, call: c.Call) -> dict[str, Any]:
-        attempt, waited = 0, 0.0
+        tries = c.Tries(call, self.policy, self.url)
         while True:
-            status: int | None = None
-            doc: dict[str, Any] = {}
-            after: float | None = None
-            sent = False
             try:
                 resp = await self._http.request(call.method, call.path, json=call.body)
             except c.NOT_SENT as exc:
-                error: Exception = exc
+                delay = tries.failed(exc, sent=False)
             except c.TRANSPORT_ERRORS as exc:
-                error, sent = exc, True
+                delay = tries.failed(exc, sent=True)
             else:
-                status, doc = resp.status_code, _answer(resp)
-                if status == 200:
+                doc = _answer(resp)
+                if resp.status_code == 200:
                     return doc
-                after = c.retry_after(resp.headers, doc)
-            delay = c.next_try(call, self.policy, status=status, sent=sent, attempt=attempt, waited=waited,
-                               after=after, jitter=random.random())
-            if delay is None:
-                raise c.unreachable(call, self.url, error) if status is None else c.answer_error(call, status, doc)
-            if status == 409:
-                waited += delay
-            else:
-                attempt += 1
-            log.debug("fleet: %s: %s, again in %.2fs", call.what, status or "no answer", delay)
+                delay = tries.answered(resp.status_code, doc, resp.headers)
             await asyncio.sleep(delay)
 
     def lease(self, target: str, *, ttl: int | None = None, sticky: str | None = None, provider: str | None = None,
