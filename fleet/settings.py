@@ -519,6 +519,10 @@ class Settings:
         "gateway", "A session's error score at which it is retired: each failed exchange adds 1, each good one takes "
         "0.5 off (Crawlee's maxErrorScore); a ban retires it at once.",
         "int", 3, 1, 1000)
+    gateway_upstream_secrets_dir: str | None = _path(
+        "gateway", "The credentials of upstream proxies that ask for them (bought HTTP and SOCKS5 proxies): one "
+        "subdirectory per provider holding the files username and password (a mounted Secret each), named by the "
+        "proxies' endpoints and re-read when they change; never stored in Redis.")
     gateway_ca_dir: str | None = _path(
         "interception", "The directory of fleet's CA (ca.crt and ca.key; a Secret mounted with defaultMode 0400): the "
         "gateway signs its leaf certificates with it for the clients with intercept: true, and refuses a key others "

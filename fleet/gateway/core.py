@@ -33,11 +33,12 @@ from typing import Any, Protocol
 import orjson
 
 from fleet import httpguard
+from fleet import upstream as wire
 from fleet.gateway import decide, intercept
 from fleet.gateway.clients import Client
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Options, Target
-from fleet.gateway.dialers import Channel, Dialer, DialError, Upstream
+from fleet.gateway.dialers import Channel, Credentials, Dialer, DialError, Upstream
 from fleet.gateway.metrics import GatewaySeries
 from fleet.gateway.rules import Rule, RuleBook, Rules
 from fleet.logs import kv
@@ -254,6 +255,12 @@ class Clients(Protocol):
     def check(self, name: str, password: str) -> Client | None: ...
 
 
+class UpstreamCredentials(Protocol):
+    """What the core calls of `fleet.gateway.dialers.Credentials`: a credentials reference → its Auth (None: none)."""
+
+    def get(self, ref: str) -> wire.Auth | None: ...
+
+
 @dataclass(eq=False, slots=True)
 class Attempts:
     """The tries of one request (`Core.attempts`) under its host's rule (`rule`, fleet.gateway.rules): `next` leases
@@ -414,13 +421,14 @@ class Core:
     (`rules.for_host(host)`: a `fleet.gateway.rules.Rule`; without a rules file every host has the default rule,
     the flags' values), the dialer, the metrics and the open tunnels (their count per client is a limit); for
     interception, the CA (`authority`) and the context of the gateway's TLS to origins (`origin_tls`), both None
-    when the gateway intercepts nothing."""
+    when the gateway intercepts nothing; the upstreams' credentials by reference (`credentials`)."""
 
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, dialer: Dialer,
                  clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random,
                  rules: RuleBook | None = None, *, authority: intercept.Authority | None = None,
-                 origin_tls: ssl.SSLContext | None = None) -> None:
+                 origin_tls: ssl.SSLContext | None = None, credentials: UpstreamCredentials | None = None) -> None:
         self.authority = authority
+        self.credentials: UpstreamCredentials = credentials if credentials is not None else Credentials(None)
         self.origin_tls = origin_tls
         self.leases = leases
         self.clients = clients
@@ -538,14 +546,13 @@ class Core:
         if isinstance(got, Granted):
             if got.retired:
                 self.series.session_retired(got.retired)
-            ep = _decode(got.endpoint)
-            ip, port = ep.get("ip"), ep.get("port")
-            if not isinstance(ip, str) or not isinstance(port, int):
+            up = self._upstream(got.proxy, _decode(got.endpoint))
+            if up is None:
                 tried.skip.append(got.proxy)
                 self._spawn(self._release(lease_id))
                 tried.lease_answer = "none"
                 return None
-            return lease_id, Upstream(got.proxy, ip, port)
+            return lease_id, up
         if isinstance(got, Busy):
             tried.lease_answer = "busy"
             tried.retry_after = max(1, int(got.free_at - now + 0.999))
@@ -555,6 +562,20 @@ class Core:
             assert isinstance(got, NoneLeasable)
             tried.lease_answer = "none"
         return None
+
+    def _upstream(self, proxy: str, ep: dict[str, Any]) -> Upstream | None:
+        """The upstream an endpoint names: ip, port, its kind (`scheme`, http unless said) and its credentials
+        reference (`credentials`: a provider's name, resolved in this process; never the secret itself). None: an
+        endpoint the gateway cannot dial (malformed, an unknown kind, credentials it does not have)."""
+        ip, port, scheme, ref = ep.get("ip"), ep.get("port"), ep.get("scheme", wire.HTTP), ep.get("credentials")
+        if not isinstance(ip, str) or not isinstance(port, int) or scheme not in wire.SCHEMES:
+            return None
+        auth = None
+        if ref is not None:
+            auth = self.credentials.get(ref) if isinstance(ref, str) else None
+            if auth is None:
+                return None
+        return Upstream(proxy, ip, port, scheme, auth)
 
     def life_of(self, client: Client, opts: Options, rule: Rule) -> Life | None:
         """The life of the session `opts` names (None: no session, or sessions never retire): the client's own

@@ -28,6 +28,7 @@ import zlib
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
+from fleet import upstream
 from providers import names
 from providers.text import show
 
@@ -386,23 +387,26 @@ def may_resend(method: str, body_kept: bool) -> bool:
     return method in IDEMPOTENT and body_kept
 
 
-# Why one attempt on a proxy failed (the upstream_retries label, and what is reported for it).
-REFUSED, TIMEOUT, CONNECT_ERROR, BANNED, BROKEN = "refused", "timeout", "connect_error", "banned", "broken"
+# Why one attempt on a proxy failed (the upstream_retries label, and what is reported for it). The dial's own
+# (refused, timeout, connect_error, upstream_auth: the upstream wanted other credentials, the member's fault) are
+# fleet.upstream's, where the handshakes raise them.
+REFUSED, TIMEOUT, CONNECT_ERROR, UPSTREAM_AUTH = upstream.REFUSED, upstream.TIMEOUT, upstream.CONNECT_ERROR, upstream.AUTH
+BANNED, BROKEN = "banned", "broken"
 # An intercepted request's origin showed a certificate its name does not verify: not the proxy's fault (reported
 # nothing), and another proxy would reach the same origin (never retried).
 UNTRUSTED_ORIGIN = "untrusted_origin"
 WATERFALL = "waterfall"  # a rule's pools: the next pool asked (the retries metric's reason; no failure)
-REPORT_OF = {REFUSED: "error", TIMEOUT: "error", CONNECT_ERROR: "error", BROKEN: "error", BANNED: "blocked",
-             UNTRUSTED_ORIGIN: ""}
+REPORT_OF = {REFUSED: "error", TIMEOUT: "error", CONNECT_ERROR: "error", UPSTREAM_AUTH: "error", BROKEN: "error",
+             BANNED: "blocked", UNTRUSTED_ORIGIN: ""}
 
 
 def retry(failure: str, attempt: int, max_attempts: int, resendable: bool) -> bool:
     """Try another proxy after `attempt` (1-based) failed with `failure`? Connection failures and CONNECT errors
-    happen before the request left: always retriable within the bound; a ban or a broken exchange only when the
-    request can be sent again."""
+    happen before the request left (an upstream's 407 too: it forwarded nothing): always retriable within the
+    bound; a ban or a broken exchange only when the request can be sent again."""
     if attempt >= max_attempts or failure == UNTRUSTED_ORIGIN:
         return False
-    if failure in (REFUSED, TIMEOUT, CONNECT_ERROR):
+    if failure in (REFUSED, TIMEOUT, CONNECT_ERROR, UPSTREAM_AUTH):
         return True
     return resendable
 
@@ -431,19 +435,21 @@ def response_framing(method: str, status: int, headers: list[tuple[str, str]]) -
 
 
 def upstream_head(head: Head, target: Target, body: Framing | None = None, absolute: bool = True,
-                  close: bool = True) -> bytes:
+                  close: bool = True, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
     """The request as sent to a Squid: absolute URI (origin-form when not `absolute`: on a tunnel to the origin),
     hop-by-hop headers (and every one Connection names) dropped, `Connection: close` (one exchange per upstream
     connection; not `close`: the connection stays for the next request, an intercepted one's); the body's framing
     as the gateway sends it
     (`body`: Content-Length n, chunked, or none) in place of the crawler's; no Expect (the gateway met it: the body
-    is sent with the head, and no 100 is asked of the proxy)."""
+    is sent with the head, and no 100 is asked of the proxy); `extra`: the upstream's own fields (its
+    Proxy-Authorization: the crawler's, for the gateway, is hop-by-hop and never sent on)."""
     named = {t.strip().lower() for v in head.get("connection") + head.get("proxy-connection") for t in v.split(",")}
     framing = {"content-length", "transfer-encoding", "expect"}  # expect: answered by the gateway
     uri = f"http://{target.authority}{target.path}" if absolute else target.path
     lines = [f"{head.method} {uri} {head.version}"]
     lines += [f"{k}: {v}" for k, v in head.headers
               if k.lower() not in HOP_BY_HOP and k.lower() not in named and k.lower() not in framing]
+    lines += [f"{k}: {v}" for k, v in extra]
     if body is not None and body.kind == "length":
         lines.append(f"Content-Length: {body.length}")
     elif body is not None and body.kind == "chunked":

@@ -1,43 +1,70 @@
 """How the gateway reaches a target through a leased proxy: the upstream transport seam (as httpx's transports).
 
 `fleet.gateway.core` asks a `Dialer` for a `Channel` to a target through one upstream and gets either the channel
-or a `DialError` naming why it failed (refused, timeout, connect_error: reported `error` for that proxy and host,
-and the next proxy tried). What the crawler sees (the `200 Connection established` of an HTTP front-end, a
-SOCKS5 reply) is the front-end's; what the upstream is asked (a CONNECT to a Squid) is the dialer's.
+or a `DialError` naming why it failed (refused, timeout, connect_error, upstream_auth: reported `error` for that
+proxy and host, and the next proxy tried). What the crawler sees (the `200 Connection established` of an HTTP
+front-end, a SOCKS5 reply) is the front-end's; what the upstream is asked (a CONNECT to a Squid) is the dialer's.
 
-One implementation today, `HttpProxyDialer`: the fleet's members are Squids, so a tunnel is a TCP connection to
-the proxy and a `CONNECT host:port` it answers 200, and a plain HTTP request is sent to the proxy itself in
-absolute form (`Channel.absolute_form`). Another upstream kind (an authenticated HTTP proxy, a SOCKS5 one) is
-another class with the same two methods.
+An upstream has a kind (`Upstream.scheme`) and maybe credentials (`Upstream.auth`); `Dialers` picks the dialer
+of its kind:
+
+- `http` (`HttpProxyDialer`): fleet's own Squids and bought HTTP proxies. A tunnel is a TCP connection to the
+  proxy and a `CONNECT host:port` it answers 200; a plain HTTP request is sent to the proxy itself in absolute form
+  (`Channel.absolute_form`), with the channel's `Proxy-Authorization` (`Channel.head_fields`) in its head.
+- `socks5` (`Socks5Dialer`): RFC 1928 CONNECT (a host name sent as a name, resolved by the proxy), RFC 1929
+  username/password when it has credentials; a plain HTTP request goes down such a tunnel in origin form.
+
+A 407 (or a SOCKS5 proxy refusing the credentials) is `upstream_auth`: the member's fault, not the target's.
+Credentials never live in Redis: a proxy's endpoint names a credentials *reference* (its provider) and
+`Credentials` (files under --gateway-upstream-secrets-dir, read in this process) resolves it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from fleet import upstream as wire
 from fleet.gateway import decide
 from fleet.gateway.decide import Target
+from fleet.logs import kv
+from fleet.untrusted import FileProblem, read_bounded
+from fleet.upstream import Auth
+
+__all__ = ["Auth", "Channel", "Credentials", "DialError", "Dialer", "Dialers", "HttpProxyDialer", "Socks5Dialer",
+           "Upstream"]
+
+log = logging.getLogger("fleet.gateway")
 
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
-    """A leased proxy: its key (namespace/name) and where it listens."""
+    """A leased proxy: its key (namespace/name), where it listens, its kind (`http`, `socks5`) and its credentials
+    (None: it asks for none; the repr shows the username only)."""
 
     proxy: str
     ip: str
     port: int
+    scheme: str = wire.HTTP
+    auth: Auth | None = None
 
 
 @dataclass(eq=False, slots=True)
 class Channel:
     """An open connection through an upstream. `absolute_form`: a plain HTTP request on it names the absolute URI
-    (the upstream is an HTTP proxy that forwards it); False: the channel reaches the target itself (a tunnel)."""
+    (the upstream is an HTTP proxy that forwards it) and carries `head_fields` (its Proxy-Authorization; never in
+    the repr); False: the channel reaches the target itself (a tunnel)."""
 
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     absolute_form: bool = False
+    head_fields: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def close(self) -> None:
         self.writer.close()
@@ -45,8 +72,9 @@ class Channel:
 
 @dataclass(frozen=True, slots=True)
 class DialError:
-    """Why a dial failed: decide.REFUSED, decide.TIMEOUT, decide.CONNECT_ERROR or decide.UNTRUSTED_ORIGIN (the
-    retries metric's reason); `detail`: what the crawler is told beside it (never a secret)."""
+    """Why a dial failed: decide.REFUSED, decide.TIMEOUT, decide.CONNECT_ERROR, decide.UPSTREAM_AUTH or
+    decide.UNTRUSTED_ORIGIN (the retries metric's reason); `detail`: what the crawler is told beside it (never a
+    secret)."""
 
     why: str
     detail: str = ""
@@ -62,9 +90,14 @@ class Dialer(Protocol):
         ...
 
 
+async def _open(upstream: Upstream, limit: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(upstream.ip, upstream.port, limit=limit)
+
+
 class HttpProxyDialer:
-    """Through an HTTP forward proxy (Squid): a TCP connection within `connect_timeout`, for a tunnel its CONNECT
-    answered 200 within the same timeout. `limit`: the StreamReader's bound (a response head over it is refused)."""
+    """Through an HTTP forward proxy (Squid, a bought one): a TCP connection within `connect_timeout`, for a tunnel
+    its CONNECT answered 200 within the same timeout. `limit`: the StreamReader's bound (a response head over it is
+    refused)."""
 
     def __init__(self, connect_timeout: float, limit: int) -> None:
         self.connect_timeout = connect_timeout
@@ -72,31 +105,139 @@ class HttpProxyDialer:
 
     async def forward(self, upstream: Upstream, target: Target) -> Channel | DialError:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(upstream.ip, upstream.port,
-                                                                            limit=self.limit), self.connect_timeout)
+            reader, writer = await asyncio.wait_for(_open(upstream, self.limit), self.connect_timeout)
         except TimeoutError:
             return DialError(decide.TIMEOUT)
         except OSError:
             return DialError(decide.REFUSED)
-        return Channel(reader, writer, absolute_form=True)
+        fields = (("Proxy-Authorization", upstream.auth.basic()),) if upstream.auth is not None else ()
+        return Channel(reader, writer, absolute_form=True, head_fields=fields)
 
     async def tunnel(self, upstream: Upstream, target: Target) -> Channel | DialError:
         opened = await self.forward(upstream, target)  # the TCP connection to the proxy
         if isinstance(opened, DialError):
             return opened
-        hostport = target.authority
-        opened.writer.write(f"CONNECT {hostport} HTTP/1.1\r\nHost: {hostport}\r\n\r\n".encode())
-        failure = ""
         try:
-            raw = await asyncio.wait_for(opened.reader.readuntil(b"\r\n\r\n"), self.connect_timeout)
-            status, _ = decide.parse_status(raw)
-            if status != 200:
-                failure = decide.CONNECT_ERROR
-        except TimeoutError:
-            failure = decide.TIMEOUT
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            failure = decide.CONNECT_ERROR
-        if failure:
+            async with asyncio.timeout(self.connect_timeout):
+                await wire.http_handshake(opened.reader, opened.writer, target.authority, upstream.auth)
+        except wire.UpstreamError as exc:
             opened.close()
-            return DialError(failure)
+            return DialError(exc.why, exc.detail)
+        except TimeoutError:
+            opened.close()
+            return DialError(decide.TIMEOUT)
+        except OSError:
+            opened.close()
+            return DialError(decide.CONNECT_ERROR)
         return Channel(opened.reader, opened.writer, absolute_form=False)
+
+
+class Socks5Dialer:
+    """Through a SOCKS5 proxy: the TCP connection and the whole handshake (greeting, credentials, CONNECT) within
+    `connect_timeout`. A plain request goes down a tunnel to the target, in origin form."""
+
+    def __init__(self, connect_timeout: float, limit: int) -> None:
+        self.connect_timeout = connect_timeout
+        self.limit = limit
+
+    async def tunnel(self, upstream: Upstream, target: Target) -> Channel | DialError:
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                try:
+                    reader, writer = await _open(upstream, self.limit)
+                except OSError:
+                    return DialError(decide.REFUSED)
+                await wire.socks5_handshake(reader, writer, target.host, target.port, upstream.auth)
+        except wire.UpstreamError as exc:
+            assert writer is not None
+            writer.close()
+            return DialError(exc.why, exc.detail)
+        except TimeoutError:
+            if writer is not None:
+                writer.close()
+            return DialError(decide.TIMEOUT)
+        except OSError:
+            assert writer is not None
+            writer.close()
+            return DialError(decide.CONNECT_ERROR)
+        return Channel(reader, writer, absolute_form=False)
+
+    async def forward(self, upstream: Upstream, target: Target) -> Channel | DialError:
+        return await self.tunnel(upstream, target)
+
+
+class Dialers:
+    """The dialer of each upstream kind (`Upstream.scheme`): one `Dialer` to the core."""
+
+    def __init__(self, by_scheme: dict[str, Dialer]) -> None:
+        self.by_scheme = by_scheme
+
+    @classmethod
+    def default(cls, connect_timeout: float, limit: int) -> Dialers:
+        return cls({wire.HTTP: HttpProxyDialer(connect_timeout, limit), wire.SOCKS5: Socks5Dialer(connect_timeout, limit)})
+
+    def _of(self, upstream: Upstream) -> Dialer | DialError:
+        got = self.by_scheme.get(upstream.scheme)
+        return got if got is not None else DialError(decide.CONNECT_ERROR, f"no dialer for {upstream.scheme!r}")
+
+    async def tunnel(self, upstream: Upstream, target: Target) -> Channel | DialError:
+        dialer = self._of(upstream)
+        return dialer if isinstance(dialer, DialError) else await dialer.tunnel(upstream, target)
+
+    async def forward(self, upstream: Upstream, target: Target) -> Channel | DialError:
+        dialer = self._of(upstream)
+        return dialer if isinstance(dialer, DialError) else await dialer.forward(upstream, target)
+
+
+# -- where credentials come from ----------------------------------------------------------------------------------
+
+_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)  # a provider's name: never a path
+MAX_SECRET = 1024
+RECHECK = 2.0
+
+
+class Credentials:
+    """Upstream credentials by reference (a provider's name), read from `directory/<ref>/username` and
+    `directory/<ref>/password` (a mounted Secret per provider; one trailing newline dropped), re-read when either
+    file changed (looked at most every RECHECK s per reference). No directory, a reference that is not a name, or
+    files that cannot be read: None (a warning once per reference and version, never the password)."""
+
+    def __init__(self, directory: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.directory = directory
+        self.clock = clock
+        self._held: dict[str, tuple[float, tuple[int, ...], Auth | None]] = {}  # ref → (looked, stamp, auth)
+
+    def get(self, ref: str) -> Auth | None:
+        if not self.directory or not _REF.fullmatch(ref):
+            return None
+        now = self.clock()
+        held = self._held.get(ref)
+        if held is not None and now - held[0] < RECHECK:
+            return held[2]
+        paths = [os.path.join(self.directory, ref, f) for f in ("username", "password")]
+        stamp = tuple(_stamp(p) for p in paths)
+        if held is not None and held[1] == stamp:
+            self._held[ref] = (now, stamp, held[2])
+            return held[2]
+        try:
+            user, password = (read_bounded(p, MAX_SECRET, f"the {f} of credentials {ref!r}").decode()
+                              for p, f in zip(paths, ("username", "password"), strict=True))
+            auth: Auth | None = Auth(_line(user), _line(password))
+        except (FileProblem, UnicodeDecodeError) as exc:
+            log.warning("upstream credentials cannot be read", extra=kv(credentials=ref, error=str(exc)[:200]))
+            auth = None
+        self._held[ref] = (now, stamp, auth)
+        return auth
+
+
+def _stamp(path: str) -> int:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return -1
+    return hash((st.st_mtime_ns, st.st_size, st.st_ino))
+
+
+def _line(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text

@@ -361,7 +361,7 @@ class Http1:
             proxy = attempt.upstream.proxy
             up_reader, up_writer = attempt.channel.reader, attempt.channel.writer
             upstream_head = decide.upstream_head(head, target, sent, absolute=attempt.channel.absolute_form,
-                                                 close=not keeps)
+                                                 close=not keeps, extra=attempt.channel.head_fields)
             kept = False
             try:
                 if rest is None:
@@ -385,6 +385,12 @@ class Http1:
                         await attempts.forget(attempt)
                         continue
                     if await attempts.failed(attempt, decide.BROKEN, resendable):
+                        continue
+                    break
+                if status == 407 and attempt.channel.absolute_form:
+                    # the upstream proxy itself wants other credentials (it forwarded nothing): the member's fault,
+                    # never the crawler's answer (it would read as the gateway asking for its own)
+                    if await attempts.failed(attempt, decide.UPSTREAM_AUTH, resendable):
                         continue
                     break
                 window = None

@@ -9,8 +9,8 @@
   whose TLS the gateway ended: its requests are counted as kind `https`), `tls_handshake` (that handshake late,
   refused or cut), `untrusted_origin` (an intercepted request's origin certificate did not verify: 502), `paced` (a
   site's rule's politeness: 429). `client` is `-` before a client is known.
-- `proxy_operator_gateway_upstream_retries_total{reason}`: refused, timeout, connect_error, banned, broken;
-  waterfall (a rule's next pool asked).
+- `proxy_operator_gateway_upstream_retries_total{reason}`: refused, timeout, connect_error, upstream_auth (the
+  upstream proxy refused the gateway's credentials for it), banned, broken; waterfall (a rule's next pool asked).
 - `proxy_operator_gateway_bytes_total{direction}`: `up` (crawler → proxy) and `down`.
 - `proxy_operator_gateway_tunnels_open`: tunnels now.
 - `proxy_operator_gateway_tunnel_duration_seconds`: a histogram of closed tunnels' lifetimes.
@@ -38,7 +38,7 @@ from fleet.serving import GATEWAY_TUNNELS_OPEN as TUNNELS_OPEN
 OUTCOMES = ("ok", "banned", "upstream_failed", "upstream_timeout", "no_proxy", "busy", "unauthorized", "forbidden",
             "limited", "bad_request", "unavailable", "broken", "ban_reported", "unknown_proxy", "intercepted",
             "tls_handshake", "untrusted_origin", "paced")
-RETRY_REASONS = ("refused", "timeout", "connect_error", "banned", "broken", "waterfall")
+RETRY_REASONS = ("refused", "timeout", "connect_error", "upstream_auth", "banned", "broken", "waterfall")
 RETIRED_REASONS = ("uses", "age", "errors", "ban")
 BUCKETS = (0.1, 1.0, 10.0, 60.0, 300.0, 1800.0, 3600.0, float("inf"))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from fleet import httpguard, runtime, tracing
 from fleet.gateway import decide, intercept
 from fleet.gateway.clients import ClientsError, ClientsFile
+from fleet.gateway.dialers import Credentials
 from fleet.gateway.rules import Rules, RulesError, RulesFile
 from fleet.gateway.server import Gateway, GatewayConfig, sweep
 from fleet.logs import kv
@@ -128,7 +129,8 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
                  authority: intercept.Authority | None, origin_tls: ssl.SSLContext | None) -> int:
     guard = httpguard.Guard(limits)
     leases = AsyncLeases.from_url(settings.broker, max_connections=256)
-    gw = Gateway(leases, clients, config, guard, rules=rules, authority=authority, origin_tls=origin_tls)
+    gw = Gateway(leases, clients, config, guard, rules=rules, authority=authority, origin_tls=origin_tls,
+                 credentials=Credentials(settings.gateway_upstream_secrets_dir))
     try:
         metrics = serve_metrics(settings.gateway_metrics_bind_address, registry_of([gw.series, guard]), marker.ping)
     except OSError as exc:

@@ -5,7 +5,7 @@ and are served by a front-end over one core:
     listener (this module) → front-end (`fleet.gateway.http1`: HTTP/1.1, and HTTP/1.1 inside the TLS it
                                         intercepts, `fleet.gateway.intercept`; SOCKS5 next)
       → core (`fleet.gateway.core`: admit, choose, dial, relay, release; outcomes as values)
-      → dialer (`fleet.gateway.dialers`: CONNECT through a Squid)
+      → dialer (`fleet.gateway.dialers`: by the upstream's kind, CONNECT through an HTTP proxy or SOCKS5)
 
 `Gateway` holds them together for the process (its `series`, `tunnels`, `config`); `sweep` is the core's sweeper.
 """
@@ -24,7 +24,7 @@ from fleet import httpguard
 from fleet.gateway import http1
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.core import SWEEP_EVERY, Clients, Conn, Core, Leases, Tunnel, sweep_every
-from fleet.gateway.dialers import Dialer, HttpProxyDialer
+from fleet.gateway.dialers import Credentials, Dialer, Dialers
 from fleet.gateway.intercept import Authority
 from fleet.gateway.metrics import GatewaySeries
 from fleet.gateway.rules import RuleBook
@@ -39,12 +39,12 @@ class Gateway:
     def __init__(self, leases: AsyncLeases | Leases, clients: Clients, config: GatewayConfig, guard: httpguard.Guard,
                  clock: Callable[[], float] = time.time, rand: Callable[[], float] = random.random,
                  dialer: Dialer | None = None, rules: RuleBook | None = None, *, authority: Authority | None = None,
-                 origin_tls: ssl.SSLContext | None = None) -> None:
+                 origin_tls: ssl.SSLContext | None = None, credentials: Credentials | None = None) -> None:
         self.config = config
         self.guard = guard
-        dialer = dialer or HttpProxyDialer(config.connect_timeout, config.max_header_bytes)
+        dialer = dialer or Dialers.default(config.connect_timeout, config.max_header_bytes)
         self.core = Core(leases, clients, config, dialer, clock, rand, rules, authority=authority,
-                         origin_tls=origin_tls)
+                         origin_tls=origin_tls, credentials=credentials)
         self.http1 = http1.Http1(self.core, config, guard)
 
     @property
