@@ -305,6 +305,10 @@ class Attempts:
             self.tries += 1
             self.here += 1
             got = await core._lease(self)
+            if got is None and self.lease_answer == "skipped":  # an endpoint it cannot dial: not a try
+                self.tries -= 1
+                self.here -= 1
+                continue
             if got is None:
                 if self.lease_answer in ("none", "busy") and self._next_pool():
                     continue
@@ -521,7 +525,8 @@ class Core:
         return f"gw/{client.name}/{opts.session}" if opts.session else ""
 
     async def _lease(self, tried: Attempts) -> tuple[str, Upstream] | None:
-        """(lease id, upstream) of a leasable proxy not tried yet, or None (tried.lease_answer says why)."""
+        """(lease id, upstream) of a leasable proxy not tried yet, or None (tried.lease_answer says why: 'skipped'
+        for an endpoint the gateway cannot dial)."""
         c = self.config
         client, opts, target = tried.client, tried.options, tried.target
         now = self.clock()
@@ -547,10 +552,10 @@ class Core:
             if got.retired:
                 self.series.session_retired(got.retired)
             up = self._upstream(got.proxy, _decode(got.endpoint))
-            if up is None:
+            if up is None:  # released and skipped; the next proxy asked
                 tried.skip.append(got.proxy)
                 self._spawn(self._release(lease_id))
-                tried.lease_answer = "none"
+                tried.lease_answer = "skipped"
                 return None
             return lease_id, up
         if isinstance(got, Busy):

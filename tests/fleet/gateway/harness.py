@@ -37,9 +37,10 @@ class FakeClients:
 
 @dataclass
 class FakeLeases:
-    """The lease store's answers from a dict of proxy → (ip, port): the first proxy not skipped, always room."""
+    """The lease store's answers from a dict of proxy → (ip, port) or (ip, port, more of the endpoint: its scheme,
+    its credentials reference): the first proxy not skipped, always room."""
 
-    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+    endpoints: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     leased: list[LeaseCall] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     reports: list[tuple[str, str, str]] = field(default_factory=list)
@@ -50,9 +51,9 @@ class FakeLeases:
 
     async def lease(self, call: LeaseCall, now: float, rand: float) -> tuple[Any, None, None]:
         self.leased.append(call)
-        for proxy, (ip, port) in self.endpoints.items():
+        for proxy, (ip, port, *more) in self.endpoints.items():
             if proxy not in call.skip and (not call.pool or self.pools.get(proxy) == call.pool):
-                return Granted(proxy, json.dumps({"ip": ip, "port": port})), None, None
+                return Granted(proxy, json.dumps({"ip": ip, "port": port, **(more[0] if more else {})})), None, None
         return NoProxy(), None, None
 
     async def release(self, lease_id: str, now: float) -> None:
@@ -150,12 +151,13 @@ class Running:
         self.port = server.sockets[0].getsockname()[1]
 
     @classmethod
-    async def start(cls, leases: FakeLeases, config: GatewayConfig | None = None, dialer: Any = None) -> Running:
+    async def start(cls, leases: FakeLeases, config: GatewayConfig | None = None, dialer: Any = None,
+                    credentials: Any = None) -> Running:
         config = config or GatewayConfig(max_attempts=3, connect_timeout=2.0, header_timeout=2.0, body_timeout=2.0,
                                          idle_timeout=5.0, response_timeout=5.0)
         guard = httpguard.Guard(httpguard.Limits(header_timeout=config.header_timeout,
                                                  idle_timeout=config.idle_timeout))
-        gw = Gateway(leases, FakeClients(), config, guard, dialer=dialer)
+        gw = Gateway(leases, FakeClients(), config, guard, dialer=dialer, credentials=credentials)
         server = await asyncio.start_server(gw.handle, "127.0.0.1", 0, limit=config.max_header_bytes)
         return cls(gw, server)
 
