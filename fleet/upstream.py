@@ -93,9 +93,9 @@ def socks5_connect(host: str, port: int) -> bytes:
     try:
         ip = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        name = host.encode("idna")
-        if not 0 < len(name) < 256:
-            raise UpstreamError(CONNECT_ERROR, "a host name of 1 to 255 bytes") from None
+        name = host.encode("ascii", "replace")  # the gateway's targets are RFC 1123 names
+        if not 0 < len(name) < 256 or not host.isascii():
+            raise UpstreamError(CONNECT_ERROR, "a host name is 1 to 255 ASCII characters") from None
         addr = bytes([ATYP_DOMAIN, len(name)]) + name
     else:
         addr = bytes([ATYP_IPV4 if ip.version == 4 else ATYP_IPV6]) + ip.packed
