@@ -5,8 +5,10 @@ Open TCP to the proxy's ip:port, send `CONNECT target`, read the answer's
 head (status line and headers, at most 16 KiB); a `200` is a good CONNECT.
 With an http:// target, send `GET path` inside the tunnel, read its head the
 same way and at most 4 KiB of its body: a `2xx` is a good probe, and an IP
-address in the body is the proxy's egress address. The whole probe has one
-time limit. The connection is reset (not closed) once the answer is in: at
+address in the body is the proxy's egress address. An upstream of another
+kind (`scheme` socks5) or one that asks for credentials (`auth`) is asked the
+way the gateway's dialers ask it: `fleet.upstream`'s handshakes, shared by
+both. The whole probe has one time limit. The connection is reset (not closed) once the answer is in: at
 2,000 probes a second an orderly close would leave 120,000 sockets in
 TIME_WAIT on the prober.
 """
@@ -19,6 +21,7 @@ import errno
 import socket
 import struct
 
+from fleet import upstream
 from fleet.durations import format_duration
 from fleet.prober.decide import Outcome, bounded
 from fleet.prober.target import (
@@ -81,8 +84,10 @@ def _os_error(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__) + (f" ({name})" if name else "")
 
 
-async def probe(ip: str, port: int, target: Target, time_limit: float) -> Outcome:
-    """Probe `target` through the proxy at ip:port within `time_limit` seconds."""
+async def probe(ip: str, port: int, target: Target, time_limit: float, *, scheme: str = upstream.HTTP,
+                auth: upstream.Auth | None = None) -> Outcome:
+    """Probe `target` through the proxy at ip:port (of kind `scheme`, with `auth` when it asks for credentials)
+    within `time_limit` seconds."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     proxy = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
@@ -91,14 +96,22 @@ async def probe(ip: str, port: int, target: Target, time_limit: float) -> Outcom
     try:
         async with asyncio.timeout(time_limit):
             reader, writer = await asyncio.open_connection(ip, port, limit=MAX_HEAD)
-            stage = f"CONNECT {target.authority}"
-            writer.write(target.connect_request())
-            head = await _head(reader, stage)
-            code = status_code(head)
-            if code != 200:
-                raise _Bad(f"{stage}: the proxy answered {_first(head)!r}")
+            if scheme == upstream.SOCKS5:
+                stage = f"SOCKS5 CONNECT {target.authority}"
+                try:
+                    await upstream.socks5_handshake(reader, writer, target.host, target.port, auth)
+                except upstream.UpstreamError as exc:
+                    raise _Bad(f"{stage}: {exc.detail}") from None
+            else:
+                stage = f"CONNECT {target.authority}"
+                writer.write(target.connect_request(auth))
+                head = await _head(reader, stage)
+                code = status_code(head)
+                if code != 200:
+                    raise _Bad(f"{stage}: the proxy answered {_first(head)!r}")
             if target.path is None:
-                return Outcome(True, f"CONNECT 200 in {_ms(loop.time() - start)}", None, loop.time() - start)
+                said = "CONNECT 200" if scheme == upstream.HTTP else "SOCKS5 CONNECT"
+                return Outcome(True, f"{said} in {_ms(loop.time() - start)}", None, loop.time() - start)
             stage = f"GET {target}"
             writer.write(target.get_request())
             head = await _head(reader, stage)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from fleet.settings import probe_target_problem, redact_url
+from fleet.upstream import Auth, connect_request
 from providers.text import show
 
 MAX_HEAD = 16 * 1024  # a status line plus headers, per response
@@ -41,8 +42,9 @@ class Target:
         """host:port for the CONNECT line and Host headers ([v6]:port)."""
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
-    def connect_request(self) -> bytes:
-        return f"CONNECT {self.authority} HTTP/1.1\r\nHost: {self.authority}\r\nUser-Agent: {USER_AGENT}\r\n\r\n".encode("ascii")
+    def connect_request(self, auth: Auth | None = None) -> bytes:
+        """fleet.upstream's CONNECT (the gateway's dialers send the same), with the prober's User-Agent."""
+        return connect_request(self.authority, auth, (("User-Agent", USER_AGENT),))
 
     def get_request(self) -> bytes:
         assert self.path is not None

@@ -4,7 +4,7 @@ Each dialer is driven directly (`Dialers.default`) and through the in-process ga
 harness's, its credentials a secrets directory): the right credentials carry a tunnel and a plain request, wrong
 ones are `upstream_auth` (reported, retried on another proxy, counted), a closed port is refused, a listener that
 answers garbage or nothing is connect_error or timeout within the connect timeout; the password is never in a log
-line, a repr or an error text."""
+line, a repr or an error text. The prober, last, probes through both with the same handshakes."""
 
 from __future__ import annotations
 
@@ -340,3 +340,19 @@ def test_no_repr_or_str_shows_a_password():
     up = Upstream("buy/a", "127.0.0.1", 1, "socks5", RIGHT)
     _no_secret(repr(RIGHT), str(RIGHT), repr(up), str(up), f"{up}", f"{RIGHT!r}")
     assert USER in repr(RIGHT)
+
+
+# -- the prober asks them the same way (fleet.upstream's handshakes) ----------------------------------------------
+
+@pytest.mark.parametrize("scheme", ["http", "socks5"])
+def test_the_prober_probes_through_them_with_the_same_handshakes(squid_auth, socks, origin, scheme):
+    from fleet.prober.probe import probe
+    from fleet.prober.target import Target as ProbeTarget
+
+    port = squid_auth if scheme == "http" else socks
+    target = ProbeTarget("127.0.0.1", origin, "/")
+    good = asyncio.run(probe("127.0.0.1", port, target, 5.0, scheme=scheme, auth=RIGHT))
+    assert good.ok and good.message.startswith("GET 200 in "), good.message
+    bad = asyncio.run(probe("127.0.0.1", port, target, 5.0, scheme=scheme, auth=BAD))
+    assert not bad.ok and ("407" in bad.message if scheme == "http" else "refused the credentials" in bad.message)
+    _no_secret(bad.message, good.message)
