@@ -26,7 +26,7 @@ import pytest
 from fleet.gateway import decide
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Target
-from fleet.gateway.dialers import Auth, Channel, Credentials, Dialers, DialError, Upstream
+from fleet.gateway.dialers import Auth, Channel, Credentials, DialError, Dialers, Upstream
 from fleet.testing.http import LoopbackServer, Quiet
 from fleet.testing.procs import free_port, wait_for
 from tests.fleet.gateway.harness import FakeLeases, Running, auth, status_of
@@ -309,7 +309,7 @@ def test_every_proxy_refusing_the_credentials_is_a_502_that_names_the_reason(squ
     with caplog.at_level(logging.DEBUG):
         got, leases, retries = _through_gateway(endpoints, secrets, _plain(origin))
     assert status_of(got) == 502 and b"407" not in got.split(b"\r\n", 1)[0]
-    assert leases.reports == [("buy/a", "127.0.0.1", "error")]
+    assert leases.reports == [("buy/a", "127.0.0.1", "error")] and retries[decide.UPSTREAM_AUTH] == 1
     _no_secret(caplog.text, got.decode("latin-1"))
 
 
