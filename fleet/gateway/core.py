@@ -305,9 +305,8 @@ class Attempts:
             self.tries += 1
             self.here += 1
             got = await core._lease(self)
-            if got is None and self.lease_answer == "skipped":  # an endpoint it cannot dial: not a try
-                self.tries -= 1
-                self.here -= 1
+            if got is None and self.lease_answer == "skipped":  # an endpoint it cannot dial: the next proxy, within
+                self.lease_answer = "none"                          # the tries (a store that grants it again ends)
                 continue
             if got is None:
                 if self.lease_answer in ("none", "busy") and self._next_pool():
