@@ -1,15 +1,15 @@
 """The gateway's metric families (one process's counts; every replica reports its own).
 
-- `proxy_operator_gateway_requests_total{client, kind, outcome, protocol}`: protocol `http` (the HTTP/1.1
-  front-end, and requests inside its intercepted tunnels) or `socks5` (the SOCKS5 front-end: kind `connect`); kind `connect` (a tunnel), `http` (a plain
-  request) or `https` (a request inside an intercepted tunnel); outcome `ok`, `banned` (the crawler got the origin's
-  ban answer after the retries), `upstream_failed`, `upstream_timeout`, `no_proxy`, `busy`, `unauthorized`,
-  `forbidden`, `limited`, `bad_request`, `unavailable`, `broken` (a plain response that broke off mid-body: cut,
-  stalled past the idle timeout, or malformed; the crawler's connection closed), `ban_reported` and `unknown_proxy`
-  (a ban report to http://fleet.gateway/v1/bans taken, or naming no proxy of the client's), `intercepted` (a CONNECT
-  whose TLS the gateway ended: its requests are counted as kind `https`), `tls_handshake` (that handshake late,
-  refused or cut), `untrusted_origin` (an intercepted request's origin certificate did not verify: 502), `paced` (a
-  site's rule's politeness: 429). `client` is `-` before a client is known.
+- `proxy_operator_gateway_requests_total{client, kind, outcome, protocol}`: protocol `http` (the HTTP/1.1 front-end,
+  and requests inside its intercepted tunnels) or `socks5` (the SOCKS5 front-end: kind `connect`); kind `connect` (a
+  tunnel), `http` (a plain request) or `https` (a request inside an intercepted tunnel); outcome `ok`, `banned` (the
+  crawler got the origin's ban answer after the retries), `upstream_failed`, `upstream_timeout`, `no_proxy`, `busy`,
+  `unauthorized`, `forbidden`, `limited`, `bad_request`, `unavailable`, `broken` (a plain response that broke off
+  mid-body: cut, stalled past the idle timeout, or malformed; the crawler's connection closed), `ban_reported` and
+  `unknown_proxy` (a ban report to http://fleet.gateway/v1/bans taken, or naming no proxy of the client's),
+  `intercepted` (a CONNECT whose TLS the gateway ended: its requests are counted as kind `https`), `tls_handshake`
+  (that handshake late, refused or cut), `untrusted_origin` (an intercepted request's origin certificate did not
+  verify: 502), `paced` (a site's rule's politeness: 429). `client` is `-` before a client is known.
 - `proxy_operator_gateway_upstream_retries_total{reason}`: refused, timeout, connect_error, banned, broken;
   waterfall (a rule's next pool asked).
 - `proxy_operator_gateway_bytes_total{direction}`: `up` (crawler → proxy) and `down`.

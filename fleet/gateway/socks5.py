@@ -26,6 +26,7 @@ Requests are counted as kind `connect`, protocol `socks5` (`proxy_operator_gatew
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -283,7 +284,5 @@ def answer(status: int, reason: str, message: str) -> bytes:
 
 
 async def _drained(writer: asyncio.StreamWriter) -> None:
-    try:
+    with contextlib.suppress(ConnectionError, OSError, TimeoutError):
         await asyncio.wait_for(writer.drain(), 2.0)
-    except (ConnectionError, OSError, TimeoutError):
-        pass
