@@ -451,6 +451,10 @@ class Settings:
     gateway_metrics_bind_address: str = _bind(
         "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
         ":8083")
+    gateway_socks_bind_address: str = _bind(
+        "gateway", "host:port the gateway's SOCKS5 listener (CONNECT, username/password: the same usernames and tokens "
+        "as the HTTP proxy) listens on, beside --gateway-bind-address",
+        "")
     gateway_max_attempts: int = _option(
         "gateway", "Proxies one request tries before the crawler sees an error.",
         "int", 3, 1, 20)

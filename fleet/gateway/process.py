@@ -84,6 +84,7 @@ def main(settings: Settings) -> int:
     bind = parse_bind_address(settings.gateway_bind_address, "--gateway-bind-address")
     if bind is None:
         raise GatewayError("--gateway-bind-address must be host:port or :port (the gateway cannot be turned off)")
+    socks_bind = parse_bind_address(settings.gateway_socks_bind_address, "--gateway-socks-bind-address")
     config = config_of(settings)
     authority, origin_tls = interception_of(settings, clients)
     rules = rules_of(settings, config)
@@ -109,7 +110,7 @@ def main(settings: Settings) -> int:
         factory, loop_name = uvloop.new_event_loop, "uvloop"
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(_serve(settings, bind, config, limits, clients, rules, marker, loop_name,
-                                 authority=authority, origin_tls=origin_tls))
+                                 authority=authority, origin_tls=origin_tls, socks_bind=socks_bind))
 
 
 def rules_of(settings: Settings, config: GatewayConfig) -> RulesFile | Rules:
@@ -125,7 +126,8 @@ def rules_of(settings: Settings, config: GatewayConfig) -> RulesFile | Rules:
 
 async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfig, limits: httpguard.Limits,
                  clients: ClientsFile, rules: RulesFile | Rules, marker: Store, loop_name: str, *,
-                 authority: intercept.Authority | None, origin_tls: ssl.SSLContext | None) -> int:
+                 authority: intercept.Authority | None, origin_tls: ssl.SSLContext | None,
+                 socks_bind: tuple[str, int] | None = None) -> int:
     guard = httpguard.Guard(limits)
     leases = AsyncLeases.from_url(settings.broker, max_connections=256)
     gw = Gateway(leases, clients, config, guard, rules=rules, authority=authority, origin_tls=origin_tls)
@@ -140,6 +142,16 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
     except OSError as exc:
         log.error("cannot listen", extra=kv(address=f"{bind[0]}:{bind[1]}", error=str(exc)))
         return 1
+    servers = [server]
+    if socks_bind is not None:  # --gateway-socks-bind-address: the SOCKS5 front-end over the same core and guard
+        try:
+            servers.append(await asyncio.start_server(gw.handle_socks5, socks_bind[0], socks_bind[1], backlog=4096,
+                                                      reuse_address=True))
+        except OSError as exc:
+            log.error("cannot listen", extra=kv(address=f"{socks_bind[0]}:{socks_bind[1]}", error=str(exc)))
+            server.close()
+            return 1
+        log.info("serving SOCKS5", extra=kv(address=f"{socks_bind[0]}:{socks_bind[1]}"))
     log.info("serving the gateway", extra=kv(address=f"{bind[0]}:{bind[1]}", loop=loop_name,
                                              clients=len(clients.clients), rules=len(rules),
                                              max_attempts=config.max_attempts,
@@ -154,7 +166,8 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
         await stop.wait()
     finally:
         log.info("stopping: no new connections", extra=kv(tunnels=len(gw.tunnels)))
-        server.close()
+        for each in servers:
+            each.close()
         end = loop.time() + STOP_GRACE
         while gw.tunnels and loop.time() < end:
             await asyncio.sleep(0.1)
