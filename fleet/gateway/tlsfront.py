@@ -69,10 +69,11 @@ def load_pair(cert_file: str, key_file: str) -> Pair:
     try:
         intercept.load_chain(ctx, chain_pem, key_pem)
     except ssl.SSLError as exc:
-        if exc.reason == "KEY_VALUES_MISMATCH":
+        reason = getattr(exc, "reason", None) or str(exc)  # `reason`: OpenSSL's; the encrypted key's has none
+        if reason == "KEY_VALUES_MISMATCH":
             raise TlsError(f"{CERT_FLAG} {cert_file} is not the certificate of {KEY_FLAG} {key_file}") from None
         raise TlsError(f"{CERT_FLAG} {cert_file} and {KEY_FLAG} {key_file} are not a PEM certificate and an "
-                       f"unencrypted PEM key ({exc.reason or type(exc).__name__})") from None
+                       f"unencrypted PEM key ({reason})") from None
     try:
         first = chain_pem.decode("ascii")
         der = ssl.PEM_cert_to_DER_cert(first[:first.index("-----END CERTIFICATE-----") + 25])
@@ -119,7 +120,7 @@ class ServerCert(WatchedFile[Pair]):
         def current(conn: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
             conn.context = self.refresh().context
 
-        ctx.sni_callback = current  # type: ignore[assignment]
+        ctx.sni_callback = current
         return ctx
 
 
