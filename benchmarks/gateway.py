@@ -11,6 +11,8 @@ Measured, each through the gateway and directly to a Squid:
 - added latency per CONNECT: time from connecting to the tunnel's 200, p50/p99 over `--connects`
   sequential tunnels (each then makes one GET);
 - requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each);
+- with `--socks` (the default), the same two through the gateway's SOCKS5 listener (a column `socks5`: greeting,
+  username/password, CONNECT by name), against the gateway's HTTP CONNECT;
 - plain HTTP requests/s (absolute URI, as a crawler's http_proxy sends them) on `--plain` keep-alive connections
   for `--seconds`: the gateway parses each head and opens a connection to a Squid per request;
 - 1 MiB bodies through one tunnel, `--bodies` times: MB/s, and CPU seconds per MB of the gateway process
@@ -68,6 +70,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,10 +135,27 @@ async def get(r: asyncio.StreamReader, w: asyncio.StreamWriter, host: str, path:
     return n
 
 
-async def tunnel(proxy: tuple[str, int], target: str, auth: bool,
+async def tunnel(proxy: tuple[str, int], target: str, auth: bool | str,
                  header: str = AUTH) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
+    """A tunnel by CONNECT (`auth`: with the Proxy-Authorization `header`), or by SOCKS5 (`auth` "socks5": username
+    and password, the target's name sent for the proxy to resolve)."""
     t0 = time.perf_counter()
     r, w = await asyncio.open_connection(*proxy, limit=1 << 20)
+    if auth == "socks5":
+        host, _, port = target.rpartition(":")
+        user, token = b"bench", TOKEN.encode()
+        w.write(b"\x05\x01\x02")
+        if await r.readexactly(2) != b"\x05\x02":
+            raise RuntimeError("SOCKS5: username/password refused")
+        w.write(b"\x01" + bytes([len(user)]) + user + bytes([len(token)]) + token)
+        if await r.readexactly(2) != b"\x01\x00":
+            raise RuntimeError("SOCKS5: authentication failed")
+        w.write(b"\x05\x01\x00\x03" + bytes([len(host)]) + host.encode() + int(port).to_bytes(2, "big"))
+        answer = await r.readexactly(10)
+        if answer[1] != 0:
+            w.close()
+            raise RuntimeError(f"SOCKS5 CONNECT answered {answer[1]:#04x}")
+        return r, w, time.perf_counter() - t0
     w.write((f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n" + (f"Proxy-Authorization: {header}\r\n" if auth else "")
              + "\r\n").encode())
     status = await read_head(r)
@@ -172,15 +192,18 @@ def tree_rss_mib(pid: int) -> float:
 
 
 async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | None], squids: list[tuple[str, int]],
-              target: str, pids: dict[str, int]) -> dict:
+              target: str, pids: dict[str, int], socks: tuple[str, int] | None = None) -> dict:
     """`proxies`: the relays measured besides "direct" (name -> address); `pids`: whose CPU and RSS count
-    for each column (direct: the first Squid)."""
+    for each column (direct: the first Squid); `socks`: the gateway's SOCKS5 listener, a column of its own in the
+    CONNECT latency and keep-alive requests/s."""
     out: dict = {}
     host = target.split(":")[0]
-    cols = [("direct", lambda i: squids[i % len(squids)], False)]
+    cols: list[tuple[str, Callable[[int], tuple[str, int]], bool | str]] = [
+        ("direct", lambda i: squids[i % len(squids)], False)]
     cols += [(name, lambda i, a=addr: a, True) for name, addr in proxies.items()]
+    tunnel_cols = cols + ([("socks5", lambda i: socks, "socks5")] if socks else [])
     # 1. CONNECT latency
-    for name, pick, auth in cols:
+    for name, pick, auth in tunnel_cols:
         lat = []
         for i in range(args.connects):
             r, w, dt = await tunnel(pick(i), target, auth)
@@ -190,7 +213,7 @@ async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | Non
         out[f"connect_{name}"] = (statistics.median(lat), pct(lat, 0.99))
         await asyncio.sleep(0.5)  # the gateway's releases
     # 2. requests/s through keep-alive tunnels
-    for name, pick, auth in cols:
+    for name, pick, auth in tunnel_cols:
         conns = [await tunnel(pick(i), target, auth) for i in range(args.tunnels)]
         count = 0
         end = time.perf_counter() + args.seconds
@@ -395,6 +418,9 @@ def main() -> int:
                    help="a third column: proxy.py chaining to the same Squids (default: when it is installed, "
                         "pip install -e '.[bench]')")
     p.add_argument("--proxypy-acceptors", type=int, default=1, help="proxy.py's --num-acceptors (its default: cores)")
+    p.add_argument("--socks", action=argparse.BooleanOptionalAction, default=True,
+                   help="a SOCKS5 column (the gateway's --gateway-socks-bind-address) in the CONNECT latency and "
+                        "keep-alive requests/s")
     p.add_argument("--intercept", action=argparse.BooleanOptionalAction, default=True,
                    help="the HTTPS part: an origin speaking TLS, directly, through the gateway as a plain tunnel, and "
                         "intercepted (a client with intercept: true, fleet's CA trusted)")
@@ -416,6 +442,7 @@ def main() -> int:
     made: list[str] = []
     try:
         rport, oport, gport, mport, pport = free_port(), free_port(), free_port(), free_port(), free_port()
+        sport = free_port()
         tport = free_port()  # the origin's TLS listener (--intercept)
         procs.append(subprocess.Popen([binary, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
                                        "--appendonly", "no"], stdout=subprocess.DEVNULL))
@@ -488,6 +515,8 @@ def main() -> int:
             port = gport if name == "gateway" else free_port()
             genv = {**env, "PYTHONPATH": str(code.resolve()), "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{port}",
                     "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port() if name == 'against' else mport}"}
+            if name == "gateway" and args.socks:
+                genv["FLEET_GATEWAY_SOCKS_BIND_ADDRESS"] = f"127.0.0.1:{sport}"
             intercepts = args.intercept and (code / "fleet" / "gateway" / "intercept.py").exists()
             if intercepts:
                 genv |= {"FLEET_GATEWAY_CLIENTS_FILE": str(spy_clients), "FLEET_GATEWAY_CA_DIR": str(work / "ca"),
@@ -515,7 +544,8 @@ def main() -> int:
             pass
         # The origin by name, not 127.0.0.1: proxy.py's pool plugin sends a private-IP target straight to it
         # and not through the pool (before_upstream_connection), which would measure no Squid at all.
-        res = asyncio.run(run(args, proxies, squids, f"localhost:{oport}", pids))
+        res = asyncio.run(run(args, proxies, squids, f"localhost:{oport}", pids,
+                              ("127.0.0.1", sport) if args.socks else None))
         if intercepting:
             wait_port(tport, "the origin's TLS listener", work / "origin.log")
             # the certificates name 127.0.0.1 (the origin's, and the leaf the gateway makes for the CONNECT's host)
@@ -531,14 +561,19 @@ def main() -> int:
                     provider.delete(pid_id, Deadline.after(10))
         shutil.rmtree(work, ignore_errors=True)
     names = ["direct", *proxies]
+    tunnel_names = names + (["socks5"] if args.socks else [])
     d50, d99 = res["connect_direct"]
     print("CONNECT latency ms      " + " | ".join(
         f"{n} p50 {res[f'connect_{n}'][0]:.2f} p99 {res[f'connect_{n}'][1]:.2f}"
         + ("" if n == "direct" else f" (added {res[f'connect_{n}'][0] - d50:+.2f} / {res[f'connect_{n}'][1] - d99:+.2f})")
-        for n in names))
+        for n in tunnel_names))
     print(f"req/s, {args.tunnels} tunnels     " + " | ".join(
         f"{n} {res[f'rps_{n}']:.0f}" + ("" if n == "direct" else f" ({res[f'rps_{n}'] / res['rps_direct']:.2f}x)")
-        for n in names))
+        for n in tunnel_names))
+    if args.socks:
+        (s50, s99), (g50, g99) = res["connect_socks5"], res["connect_gateway"]
+        print(f"socks5 vs the gateway's HTTP CONNECT: handshake to tunnel {s50 - g50:+.2f} ms p50, {s99 - g99:+.2f} ms "
+              f"p99; keep-alive req/s {res['rps_socks5'] / res['rps_gateway']:.2f}x")
     if args.plain:
         print(f"plain req/s, {args.plain} conns  " + " | ".join(
             f"{n} {res[f'plain_{n}']:.0f}" + ("" if n == "direct" else f" ({res[f'plain_{n}'] / res['plain_direct']:.2f}x)")

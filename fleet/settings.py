@@ -162,6 +162,7 @@ GROUPS: dict[str, str] = {  # the docs' settings page and each command's --help 
     "api": "the discovery and lease API (`fleet api`)",
     "gateway": "the crawlers' forward proxy (`fleet gateway`)",
     "interception": "the gateway's TLS interception for the clients that ask (`fleet gateway`, `fleet ca`)",
+    "tls": "TLS between the crawlers and the gateway: an HTTPS proxy (`fleet gateway`, `fleet render`)",
 }
 KINDS = ("str", "duration", "int", "bool")
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -451,6 +452,10 @@ class Settings:
     gateway_metrics_bind_address: str = _bind(
         "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
         ":8083")
+    gateway_socks_bind_address: str = _bind(
+        "gateway", "host:port the gateway's SOCKS5 listener (CONNECT, username/password: the same usernames and tokens "
+        "as the HTTP proxy) listens on, beside --gateway-bind-address",
+        "")
     gateway_max_attempts: int = _option(
         "gateway", "Proxies one request tries before the crawler sees an error.",
         "int", 3, 1, 20)
@@ -531,6 +536,17 @@ class Settings:
     gateway_origin_ca_file: str | None = _path(
         "interception", "CA certificates (PEM) the gateway trusts for origins of intercepted requests, beside the "
         "system's.")
+    gateway_tls_bind_address: str = _bind(
+        "tls", "host:port of the gateway's TLS listener: the same proxy as --gateway-bind-address, the "
+        "connection to it in TLS (an https:// proxy URL), so the client's token never crosses the network in clear; "
+        "needs --gateway-tls-cert-file and --gateway-tls-key-file",
+        "")
+    gateway_tls_cert_file: str | None = _path(
+        "tls", "The TLS listener's certificate (PEM, the leaf first, then any intermediates), re-read with its "
+        "key when either file changes (connections open keep theirs).")
+    gateway_tls_key_file: str | None = _path(
+        "tls", "The TLS listener's private key (unencrypted PEM; a Secret mounted with defaultMode 0400); the "
+        "gateway refuses a key others may read, or one the certificate is not of.")
     log_format: str = _option(
         "process", "How log lines are written: text is key=value.",
         default="text", choices=("text", "json"))

@@ -1,5 +1,5 @@
-"""`fleet describe px|ph [NAME...]`: a block per object for people, as
-`kubectl describe` prints one, from Redis.
+"""`fleet describe px|ph|pools [NAME...]`: a block per object for people, as
+`kubectl describe` prints one.
 
 A Proxy: its metadata and spec (inline cloud-init as its size only), its
 status and conditions with their last transitions, the phase and since when
@@ -12,6 +12,10 @@ this shows the Redis side alone when no object is stored.
 
 A ProviderHealth: the verdict `fleet get ph` shows, the live workers serving
 the provider and every target's last result.
+
+A ProxyPool, read as `fleet get pools` reads it (the API server's, or with
+--proxies the manifests' with their status from Redis): its spec and its
+status, each provider's share and the conditions.
 
 NAME may be given as `fleet get -o name` prints it (`proxy.crawl.example.com/NAME`,
 `proxy.crawl.example.com/NAMESPACE/NAME`, `px/NAME`); without -n a Proxy's
@@ -34,6 +38,7 @@ from providers.text import show
 
 PROXY_PREFIX = "proxy.crawl.example.com"
 PH_PREFIX = "providerhealth.crawl.example.com"
+POOL_PREFIX = "proxypool.crawl.example.com"
 LABEL = 20  # the width of a field's label, kubectl describe's look
 NONE = "<none>"
 
@@ -277,16 +282,81 @@ def describe_ph(args: argparse.Namespace, names: list[str]) -> int:
                   "No providers (no providers file, and no results in Redis)")
 
 
+# --- ProxyPool -----------------------------------------------------------------------
+
+
+def pool_block(o: dict[str, Any], now: float) -> list[str]:
+    """One ProxyPool as the API server (or, standalone, the manifests and Redis) holds it: the spec's replicas,
+    providers, autoscale and strategy, and the status with each provider's share and the conditions."""
+    meta, spec, st = o.get("metadata") or {}, o.get("spec") or {}, o.get("status") or {}
+
+    def pairs(d: Any) -> str:
+        return ", ".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) else ""
+
+    out = [field("Name", meta.get("name")), field("Namespace", meta.get("namespace")), field("Kind", POOL_PREFIX),
+           field("Generation", meta.get("generation")), field("Created", stamp(meta.get("creationTimestamp") or "", now)),
+           "Spec:", field("Replicas", spec.get("replicas"), 2),
+           field("Providers", ", ".join(f"{p.get('provider')} (weight {p.get('weight', 1)})"
+                                        for p in spec.get("providers") or [] if isinstance(p, dict)), 2),
+           field("Autoscale", pairs(spec.get("autoscale")), 2), field("Strategy", pairs(spec.get("strategy")), 2),
+           field("Remediation", pairs(spec.get("remediation")), 2), field("Template", pairs(spec.get("template")), 2),
+           "Status:"]
+    out += [field(label, st.get(key), 2) for label, key in (
+        ("Replicas", "replicas"), ("Ready", "readyReplicas"), ("Available", "availableReplicas"),
+        ("Up-to-date", "updatedReplicas"), ("Unhealthy", "unhealthyReplicas"),
+        ("Observed generation", "observedGeneration"), ("Selector", "selector"))]
+    out.append(field("Last progress", stamp(st.get("progressTime") or "", now), 2))
+    shares = [p for p in st.get("providers") or [] if isinstance(p, dict)]
+    if shares:
+        out.append("Providers:")
+        out += grid(("PROVIDER", "DESIRED", "REPLICAS", "READY", "REFUSED"),
+                    [(p.get("provider"), p.get("desired", 0), p.get("replicas", 0), p.get("readyReplicas", 0),
+                      stamp(p.get("refusedAt") or "", now) if p.get("refusedAt") else "-") for p in shares])
+    conditions = [c for c in st.get("conditions") or [] if isinstance(c, dict)]
+    if conditions:
+        out.append("Conditions:")
+        out += grid(("TYPE", "STATUS", "REASON", "LAST TRANSITION", "MESSAGE"),
+                    [(c.get("type"), c.get("status"), c.get("reason", ""), stamp(c.get("lastTransitionTime") or "", now),
+                      c.get("message") or "") for c in conditions])
+    else:
+        out.append(field("Conditions", NONE))
+    return out
+
+
+def describe_pools(args: argparse.Namespace, names: list[str]) -> int:
+    """The cluster's ProxyPools (or standalone, with --proxies, the manifests' with their status from Redis), read
+    as `fleet get pools` reads them."""
+    from fleet.cli import pools
+
+    blocks: list[str] = []
+    missing: list[str] = []
+    asked: list[str | None] = [*names] if names else [None]
+    for name in asked:
+        source = pools.pools_source(argparse.Namespace(**{**vars(args), "name": name, "output": "yaml"}))
+        try:
+            listing = source.read()
+        finally:
+            source.close()
+        if name is not None and not listing.items:
+            missing.append(source.missing or f"proxypool {name!r} not found")
+        blocks += ["\n".join(pool_block(item.obj, time.time())) for item in listing.items]
+    return _print(blocks, missing, "No ProxyPools")
+
+
 # --- the command -----------------------------------------------------------------
 
 
 def split(resource: str, names: list[str]) -> tuple[str, list[str]]:
     """(kind, names) of `px a`, `px/a`, `proxy.crawl.example.com/a` or `proxy.crawl.example.com/crawl/a` (what `fleet
     get -o name` prints), also as further arguments (`fleet describe px/a px/b`)."""
-    kinds = {**{n: "px" for n in (*common.PROXY_NAMES, PROXY_PREFIX)}, **{n: "ph" for n in (*common.PH_NAMES, PH_PREFIX)}}
+    from fleet.cli.pools import POOL_NAMES
+
+    kinds = {**{n: "px" for n in (*common.PROXY_NAMES, PROXY_PREFIX)}, **{n: "ph" for n in (*common.PH_NAMES, PH_PREFIX)},
+             **{n: "pools" for n in (*POOL_NAMES, POOL_PREFIX)}}
     kind, slash, first = resource.partition("/")
     if kind not in kinds:
-        raise common.BadInput(f"unknown resource {show(kind)}: fleet describe knows px (proxies) and ph (providerhealth)")
+        raise common.BadInput(f"unknown resource {show(kind)}: fleet describe knows px (proxies), ph (providerhealth) "
+                              "and pools (proxypools)")
     out = [first] if slash else []
     for n in names:
         k, slash, rest = n.partition("/")
@@ -305,16 +375,21 @@ def cmd_describe(args: argparse.Namespace) -> int:
     kind, names = split(args.resource, args.names)
     if kind == "ph":
         return describe_ph(args, names)
+    if kind == "pools":
+        return describe_pools(args, names)
     return describe_proxies(args, names)
 
 
 def add_parser(sub: Any) -> None:
     s = common.command(sub, "describe",
-                       help="show one Proxy or ProviderHealth in detail: spec, status, conditions and, for a Proxy, "
-                            "its open leases and cooldowns, from Redis",
-                       example="fleet describe px egress-a -n crawl; fleet get px -o name | xargs fleet describe",
-                       groups=("process", "store", "providers", "health", "proxies"))
-    s.add_argument("resource", help="px (proxies) or ph (providerhealth), or TYPE/NAME as fleet get -o name prints it")
-    s.add_argument("names", nargs="*", metavar="name", help="which (default: all); px: in every namespace without -n")
-    s.add_argument("-n", "--namespace", help="px: only this namespace")
+                       help="show a Proxy, ProviderHealth or ProxyPool in detail: spec, status, conditions and, for a "
+                            "Proxy, its open leases and cooldowns from Redis; for a pool, each provider's share",
+                       example="fleet describe px egress-a -n crawl; fleet get px -o name | xargs fleet describe; "
+                               "fleet describe pools web -n crawl",
+                       groups=("process", "store", "providers", "cluster", "health", "proxies"))
+    s.add_argument("resource", help="px (proxies), ph (providerhealth) or pools (proxypools: the cluster's, or with "
+                                    "--proxies the manifests'), or TYPE/NAME as fleet get -o name prints it")
+    s.add_argument("names", nargs="*", metavar="name", help="which (default: all); px: in every namespace without -n; "
+                                                            "pools: in namespace default without -n")
+    s.add_argument("-n", "--namespace", help="px, pools: only this namespace")
     s.set_defaults(fn=cmd_describe)

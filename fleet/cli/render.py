@@ -51,7 +51,7 @@ from fleet.celery import routing
 from fleet.cli import commands
 from fleet.config import ProviderConfig, ProvidersConfig
 from fleet.proxies.claims import CLAIM_NAME, LEASE
-from fleet.settings import ALL_NAMESPACES, OPTIONS, Settings
+from fleet.settings import ALL_NAMESPACES, OPTIONS, Settings, SettingsError, parse_bind_address
 from providers import names
 from providers.blocks import Block, Runtime
 
@@ -78,6 +78,10 @@ API, API_PORT, API_REPLICAS, API_TOKEN_SECRET, API_TOKEN_KEY = "fleet-api", 8090
 # the Secret the operator creates (`kubectl create secret generic fleet-gateway-clients --from-file=clients.yaml`).
 GATEWAY, GATEWAY_PORT, GATEWAY_METRICS_PORT, GATEWAY_REPLICAS = "fleet-gateway", 8888, 8083, 2
 GATEWAY_CLIENTS_SECRET, GATEWAY_CLIENTS_KEY, GATEWAY_CLIENTS_DIR = "fleet-gateway-clients", "clients.yaml", "/etc/fleet/gateway"
+# Its TLS listener, when `fleet render --gateway-tls-bind-address :PORT` asks for one: the certificate and key are the
+# `kubernetes.io/tls` Secret the operator creates (`kubectl create secret tls fleet-gateway-tls --cert=... --key=...`).
+GATEWAY_TLS_SECRET, GATEWAY_TLS_DIR, GATEWAY_TLS_CERT, GATEWAY_TLS_KEY = (
+    "fleet-gateway-tls", "/etc/fleet/gateway-tls", "tls.crt", "tls.key")
 BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 # Provider workers serve their provider-call series (requests_total,
@@ -140,6 +144,7 @@ class Target:
     config_hash: str = ""
     proxy_namespaces: tuple[str, ...] = (NAMESPACE,)  # whose Proxies the controller serves; ("*",): every namespace
     prober_env: tuple[tuple[str, str], ...] = ()  # the prober's settings given to `fleet render` (FLEET_PROBE_TARGET, ...)
+    gateway_tls_port: int = 0  # the gateway's TLS listener (--gateway-tls-bind-address given to `fleet render`); 0: none
 
     @property
     def every_namespace(self) -> bool:
@@ -420,7 +425,10 @@ def gateway(t: Target) -> list[dict[str, Any]]:
     """`fleet gateway` (issue 23): the forward proxy on :8888 (port `proxy`) and /metrics, /readyz, /livez on
     :8083 (port `metrics`) behind the `fleet-gateway` Service; two replicas (they share every lease through
     Redis). The clients file is the Secret `fleet-gateway-clients` (key `clients.yaml`) mounted read-only; the
-    gateway re-reads it when the kubelet updates the mount. Redis only: no Kubernetes rights."""
+    gateway re-reads it when the kubelet updates the mount. Redis only: no Kubernetes rights. With a TLS port, the
+    same proxy over TLS there too (port `proxy-tls`): the Secret `fleet-gateway-tls` (tls.crt, tls.key) mounted
+    read-only with defaultMode 0400 (the kubelet adds group read for the pod's fsGroup, the gateway's own group),
+    re-read when the kubelet updates it."""
     objs = _redis_only(
         t, GATEWAY, "gateway", ["fleet", "gateway"], "metrics", GATEWAY_METRICS_PORT,
         [{"name": "FLEET_GATEWAY_BIND_ADDRESS", "value": f":{GATEWAY_PORT}"},
@@ -440,8 +448,21 @@ def gateway(t: Target) -> list[dict[str, Any]]:
             pod["volumes"].append({"name": "clients", "secret": {"secretName": GATEWAY_CLIENTS_SECRET,
                                                                 "items": [{"key": GATEWAY_CLIENTS_KEY,
                                                                            "path": GATEWAY_CLIENTS_KEY}]}})
+            if t.gateway_tls_port:
+                container["ports"].insert(1, {"name": "proxy-tls", "containerPort": t.gateway_tls_port})
+                container["env"] += [
+                    {"name": "FLEET_GATEWAY_TLS_BIND_ADDRESS", "value": f":{t.gateway_tls_port}"},
+                    {"name": "FLEET_GATEWAY_TLS_CERT_FILE", "value": f"{GATEWAY_TLS_DIR}/{GATEWAY_TLS_CERT}"},
+                    {"name": "FLEET_GATEWAY_TLS_KEY_FILE", "value": f"{GATEWAY_TLS_DIR}/{GATEWAY_TLS_KEY}"}]
+                container["volumeMounts"].append({"name": "tls", "mountPath": GATEWAY_TLS_DIR, "readOnly": True})
+                pod["volumes"].append({"name": "tls", "secret": {
+                    "secretName": GATEWAY_TLS_SECRET, "defaultMode": 0o400,
+                    "items": [{"key": k, "path": k} for k in (GATEWAY_TLS_CERT, GATEWAY_TLS_KEY)]}})
         elif obj["kind"] == "Service":
             obj["spec"]["ports"].insert(0, {"name": "proxy", "port": GATEWAY_PORT, "targetPort": "proxy"})
+            if t.gateway_tls_port:
+                obj["spec"]["ports"].insert(1, {"name": "proxy-tls", "port": t.gateway_tls_port,
+                                                "targetPort": "proxy-tls"})
     return objs
 
 
@@ -639,6 +660,18 @@ def prober_env(settings: Settings) -> tuple[tuple[str, str], ...]:
                  if o.group == "prober" and o.flag != "prober-metrics-bind-address" and given[o.env] != defaults[o.env])
 
 
+def gateway_tls_port(settings: Settings) -> int:
+    """The port of --gateway-tls-bind-address given to `fleet render` (its host is the pod's: any), 0 when off;
+    the certificate files are the mounted Secret's, whatever the flags say."""
+    try:
+        bind = parse_bind_address(settings.gateway_tls_bind_address, "--gateway-tls-bind-address")
+    except SettingsError as exc:
+        raise RenderError(str(exc)) from None
+    if bind is not None and bind[1] in (GATEWAY_PORT, GATEWAY_METRICS_PORT):
+        raise RenderError(f"--gateway-tls-bind-address: port {bind[1]} is the gateway's proxy or metrics port")
+    return bind[1] if bind else 0
+
+
 def render(
     config: ProvidersConfig, text: str, image: str = IMAGE, namespace: str = NAMESPACE, installation: str | None = None,
     proxy_namespaces: tuple[str, ...] | None = None, settings: Settings | None = None,
@@ -647,7 +680,8 @@ def render(
     ServiceAccount, secrets, RBAC and worker. `installation` defaults to
     the namespace, `proxy_namespaces` (as `fleet.settings.parse_namespaces`
     reads them) to that namespace; the prober's settings that `settings` sets
-    otherwise than the defaults go into its environment (`prober_env`)."""
+    otherwise than the defaults go into its environment (`prober_env`), and --gateway-tls-bind-address adds the
+    gateway's TLS listener (`gateway_tls_port`)."""
     for what, value in (("namespace", namespace), ("installation", installation or namespace)):
         if not names.is_label(value):
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
@@ -657,7 +691,7 @@ def render(
             raise RenderError(f"--proxy-namespaces: {ns!r} is not a namespace name (a DNS-1123 label)")
     copy, moved = split_secrets(config, text)
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope,
-               prober_env(settings) if settings else ())
+               prober_env(settings) if settings else (), gateway_tls_port(settings) if settings else 0)
     out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t), *gateway(t)]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()

@@ -1,5 +1,5 @@
-"""The gateway's core, protocol-neutral: what every front-end (HTTP/1.1 in `fleet.gateway.http1`; SOCKS5 next)
-does per connection, in the front-end's order:
+"""The gateway's core, protocol-neutral: what every front-end (HTTP/1.1 in `fleet.gateway.http1`, SOCKS5 in
+`fleet.gateway.socks5`) does per connection, in the front-end's order:
 
 - admit: credentials (a username and a password, however the protocol carried them) → the client of the
   clients file and the username's options (`fleet.gateway.decide`); `permit`: the target port for that client;
@@ -220,6 +220,7 @@ class Tunnel:
     writers: tuple[asyncio.StreamWriter, asyncio.StreamWriter]
     session: str = ""  # the username's -session-ID ('' none)
     ended: str = ""  # why the gateway ended it (idle, max_duration, revoked, banned)
+    protocol: str = "http"  # the front-end that opened it (http, socks5)
 
     def end(self, why: str) -> None:
         if not self.ended:
@@ -655,7 +656,8 @@ class Core:
     # -- relay, release -------------------------------------------------------------------------------------------
 
     async def relay_tunnel(self, client: Client, target: Target, attempt: Attempt, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter, reply: bytes, *, session: str = "") -> None:
+                           writer: asyncio.StreamWriter, reply: bytes, *, session: str = "",
+                           protocol: str = "http") -> None:
         """The tunnel's life: held as a lease (renewed by the sweeper, ended by it when idle, too long or revoked),
         `reply` (the front-end's "tunnel open" to the crawler) written, then bytes relayed both ways until either
         side closes; the lease released at the close."""
@@ -663,10 +665,11 @@ class Core:
         now = loop.time()
         up = attempt.upstream
         tunnel = Tunnel(client.name, up.proxy, target.host, up.ip, up.port, attempt.lease_id, now,
-                        now + self.config.lease_ttl / 2, now, (writer, attempt.channel.writer), session)
+                        now + self.config.lease_ttl / 2, now, (writer, attempt.channel.writer), session,
+                        protocol=protocol)
         self.tunnels.add(tunnel)
         self.per_client[client.name] = self.per_client.get(client.name, 0) + 1
-        self.series.tunnels_open = len(self.tunnels)
+        self.series.tunnels_open[protocol] = self.series.tunnels_open.get(protocol, 0) + 1
         try:
             writer.write(reply)
             await writer.drain()
@@ -679,7 +682,7 @@ class Core:
                 self.per_client[client.name] = left
             else:
                 self.per_client.pop(client.name, None)
-            self.series.tunnels_open = len(self.tunnels)
+            self.series.tunnels_open[protocol] -= 1
             self.series.tunnel_closed(loop.time() - tunnel.started)
             attempt.channel.close()
             writer.close()

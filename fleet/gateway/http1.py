@@ -67,6 +67,7 @@ from fleet.logs import kv
 log = logging.getLogger("fleet.gateway")
 
 PROXY_AUTHENTICATE = (("Proxy-Authenticate", 'Basic realm="fleet"'),)
+CONTROL_ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
 
 def refusal(outcome: Refusal) -> Refused:
@@ -144,7 +145,8 @@ class Http1:
                 span.set_attribute("server.address", target.host)
                 span.set_attribute("server.port", target.port)
                 if kind == "connect" and target.host == decide.CONTROL_HOST:
-                    outcome, again = await self._control_tunnel(client, opts, conn, reader, writer), False
+                    outcome, again = await self.control_tunnel(client, opts, conn, reader, writer,
+                                                               established=CONTROL_ESTABLISHED), False
                 elif kind == "connect" and self.core.intercepts(client):
                     outcome, again = await self._intercept(conn, client, opts, target, reader, writer), False
                 elif target.host == decide.CONTROL_HOST:
@@ -167,7 +169,7 @@ class Http1:
                     await _answer_and_linger(reader, writer, decide.answer(exc.status, exc.reason, exc.message, extra))
                     conn.close(httpguard.BODY_TIMEOUT if exc.status == 408 else "")
                     span.set_attribute("fleet.gateway.outcome", outcome)
-                    self.series.request(client_name, kind, outcome)
+                    self.series.request(client_name, kind, outcome, "http")
                     return False
                 if exc.retry_after:
                     extra = (("Retry-After", str(exc.retry_after)),)
@@ -175,7 +177,7 @@ class Http1:
                 writer.write(decide.answer(exc.status, exc.reason, exc.message, extra, keep_alive=again))
                 await writer.drain()
             span.set_attribute("fleet.gateway.outcome", outcome)
-            self.series.request(client_name, kind, outcome)
+            self.series.request(client_name, kind, outcome, "http")
         return again
 
     async def _head(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Head | None:
@@ -289,12 +291,13 @@ class Http1:
         await writer.drain()
         return got.label, again
 
-    async def _control_tunnel(self, client: Client, opts: Options, conn: Conn, reader: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter) -> str:
+    async def control_tunnel(self, client: Client, opts: Options, conn: Conn, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter, *, established: bytes) -> str:
         """`CONNECT fleet.gateway:PORT`, as clients that tunnel every proxied request send it (Node's agents,
-        Playwright's request API): the gateway answers it itself and serves its API inside, on the CONNECT's
-        credentials, until the client closes or a request is refused."""
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        Playwright's request API; a SOCKS5 CONNECT too): the gateway answers it itself (`established`: the
+        front-end's "tunnel open") and serves its API inside, on the CONNECT's credentials, until the client closes
+        or a request is refused."""
+        writer.write(established)
         await writer.drain()
         outcome = "ok"
         while (head := await self._head(conn, reader, writer)) is not None:

@@ -81,15 +81,17 @@ def ensure_ca(directory: Path) -> bool:
     return True
 
 
-def _private(path: Path) -> bytes:
-    """A key file's bytes, refused when its mode lets anyone but its owner read it (a Secret mounted with
-    defaultMode 0400 or 0600 passes; Kubernetes' default 0644 does not)."""
+def private_key(path: Path, what: str = "the CA key") -> bytes:
+    """A key file's bytes, refused when its mode lets anyone else read it: others never; its group only when the
+    group is this process's own and the file is another user's (a Kubernetes Secret volume under the pod's
+    fsGroup: root-owned, mode 0440 whatever its defaultMode, readable by this process through that group alone)."""
     try:
         st = os.stat(path)  # a Secret's file is a symlink into ..data: its target's mode is what counts
     except OSError as exc:
         raise CaError(f"{path}: {exc.strerror}") from None
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise CaError(f"{path}: the CA key is readable by others (mode {stat.S_IMODE(st.st_mode):04o}); make it 0600 "
+    through_group = st.st_gid == os.getegid() and st.st_uid != os.geteuid()
+    if st.st_mode & stat.S_IRWXO or (st.st_mode & stat.S_IRWXG and not through_group):
+        raise CaError(f"{path}: {what} is readable by others (mode {stat.S_IMODE(st.st_mode):04o}); make it 0600 "
                       f"or 0400 (a Secret volume: defaultMode: 0400)")
     with open(path, "rb") as f:
         return f.read(64 * 1024)
@@ -105,7 +107,7 @@ class Authority:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
 
-        key_pem = _private(directory / KEY_FILE)
+        key_pem = private_key(directory / KEY_FILE)
         try:
             cert_pem = (directory / CERT_FILE).read_bytes()
         except OSError as exc:
@@ -176,7 +178,7 @@ class Authority:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.set_alpn_protocols(ALPN)
-        _load_chain(ctx, cert.public_bytes(serialization.Encoding.PEM) + self.certificate_pem, self._leaf_key_pem)
+        load_chain(ctx, cert.public_bytes(serialization.Encoding.PEM) + self.certificate_pem, self._leaf_key_pem)
 
         def same_host(_obj: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> int | None:
             if name is None or name.lower().rstrip(".") == host:
@@ -187,16 +189,21 @@ class Authority:
         return ctx
 
 
-def _load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
-    """`load_cert_chain` reads files only: these are anonymous memory files, gone when closed."""
+def load_chain(ctx: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
+    """`load_cert_chain` reads files only: these are anonymous memory files, gone when closed. An encrypted key is
+    an SSLError here, never a passphrase prompt on the terminal."""
     fds = [os.memfd_create("fleet-leaf", os.MFD_CLOEXEC) for _ in range(2)]
     try:
         for fd, data in zip(fds, (chain_pem, key_pem), strict=True):
             os.write(fd, data)
-        ctx.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
+        ctx.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}", password=_no_passphrase)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _no_passphrase() -> bytes:
+    raise ssl.SSLError("the key is encrypted (fleet reads unencrypted PEM keys only)")
 
 
 def origin_context(extra_ca_file: str | None = None) -> ssl.SSLContext:

@@ -1,6 +1,6 @@
 """The `fleet gateway` process: the clients file, the rules file (optional), the Redis client, the server on uvloop
-(when installed), /metrics, the sweeper; SIGTERM/SIGINT stop accepting, and the open tunnels get `STOP_GRACE`
-seconds."""
+(when installed) and its TLS listener (optional, `fleet.gateway.tlsfront`), /metrics, the sweeper; SIGTERM/SIGINT
+stop accepting, and the open tunnels get `STOP_GRACE` seconds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import ssl
 from pathlib import Path
 
 from fleet import httpguard, runtime, tracing
-from fleet.gateway import decide, intercept
+from fleet.gateway import decide, intercept, tlsfront
 from fleet.gateway.clients import ClientsError, ClientsFile
 from fleet.gateway.dialers import Credentials
 from fleet.gateway.rules import Rules, RulesError, RulesFile
@@ -85,8 +85,10 @@ def main(settings: Settings) -> int:
     bind = parse_bind_address(settings.gateway_bind_address, "--gateway-bind-address")
     if bind is None:
         raise GatewayError("--gateway-bind-address must be host:port or :port (the gateway cannot be turned off)")
+    socks_bind = parse_bind_address(settings.gateway_socks_bind_address, "--gateway-socks-bind-address")
     config = config_of(settings)
     authority, origin_tls = interception_of(settings, clients)
+    tls = tls_of(settings)
     rules = rules_of(settings, config)
     tracing.setup("fleet-gateway")
     marker = Store.from_url(settings.broker, timeout=5, connect_timeout=3)
@@ -110,7 +112,22 @@ def main(settings: Settings) -> int:
         factory, loop_name = uvloop.new_event_loop, "uvloop"
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(_serve(settings, bind, config, limits, clients, rules, marker, loop_name,
-                                 authority=authority, origin_tls=origin_tls))
+                                 authority=authority, origin_tls=origin_tls, socks_bind=socks_bind, tls=tls))
+
+
+def tls_of(settings: Settings) -> tuple[tuple[str, int], tlsfront.ServerCert] | None:
+    """The TLS listener's address and certificate when --gateway-tls-bind-address is set, else None; GatewayError
+    when a file is missing, the key is readable by others, or the certificate is not the key's."""
+    bind = parse_bind_address(settings.gateway_tls_bind_address, "--gateway-tls-bind-address")
+    if bind is None:
+        return None
+    if not settings.gateway_tls_cert_file or not settings.gateway_tls_key_file:
+        raise GatewayError("--gateway-tls-bind-address needs --gateway-tls-cert-file and --gateway-tls-key-file: the "
+                           "certificate the crawlers verify and its key")
+    try:
+        return bind, tlsfront.ServerCert(settings.gateway_tls_cert_file, settings.gateway_tls_key_file)
+    except tlsfront.TlsError as exc:
+        raise GatewayError(str(exc)) from None
 
 
 def rules_of(settings: Settings, config: GatewayConfig) -> RulesFile | Rules:
@@ -126,7 +143,9 @@ def rules_of(settings: Settings, config: GatewayConfig) -> RulesFile | Rules:
 
 async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfig, limits: httpguard.Limits,
                  clients: ClientsFile, rules: RulesFile | Rules, marker: Store, loop_name: str, *,
-                 authority: intercept.Authority | None, origin_tls: ssl.SSLContext | None) -> int:
+                 authority: intercept.Authority | None, origin_tls: ssl.SSLContext | None,
+                 socks_bind: tuple[str, int] | None = None,
+                 tls: tuple[tuple[str, int], tlsfront.ServerCert] | None = None) -> int:
     guard = httpguard.Guard(limits)
     leases = AsyncLeases.from_url(settings.broker, max_connections=256)
     gw = Gateway(leases, clients, config, guard, rules=rules, authority=authority, origin_tls=origin_tls,
@@ -142,6 +161,29 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
     except OSError as exc:
         log.error("cannot listen", extra=kv(address=f"{bind[0]}:{bind[1]}", error=str(exc)))
         return 1
+    servers = [server]
+    if socks_bind is not None:  # --gateway-socks-bind-address: the SOCKS5 front-end over the same core and guard
+        try:
+            servers.append(await asyncio.start_server(gw.handle_socks5, socks_bind[0], socks_bind[1], backlog=4096,
+                                                      reuse_address=True))
+        except OSError as exc:
+            log.error("cannot listen", extra=kv(address=f"{socks_bind[0]}:{socks_bind[1]}", error=str(exc)))
+            for each in servers:
+                each.close()
+            return 1
+        log.info("serving SOCKS5", extra=kv(address=f"{socks_bind[0]}:{socks_bind[1]}"))
+    if tls is not None:  # the same front-end behind TLS: the handshake is the transport's, within the header timeout
+        (host, port), cert = tls
+        try:
+            servers.append(await asyncio.start_server(gw.handle, host, port, limit=config.max_header_bytes,
+                                                      backlog=4096, reuse_address=True, ssl=cert.listener(),
+                                                      ssl_handshake_timeout=config.header_timeout))
+        except OSError as exc:
+            for each in servers:
+                each.close()
+            log.error("cannot listen", extra=kv(address=f"{host}:{port}", error=str(exc)))
+            return 1
+        tlsfront.started(cert, f"{host}:{port}")
     log.info("serving the gateway", extra=kv(address=f"{bind[0]}:{bind[1]}", loop=loop_name,
                                              clients=len(clients.clients), rules=len(rules),
                                              max_attempts=config.max_attempts,
@@ -156,7 +198,8 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
         await stop.wait()
     finally:
         log.info("stopping: no new connections", extra=kv(tunnels=len(gw.tunnels)))
-        server.close()
+        for each in servers:
+            each.close()
         end = loop.time() + STOP_GRACE
         while gw.tunnels and loop.time() < end:
             await asyncio.sleep(0.1)

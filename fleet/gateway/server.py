@@ -3,7 +3,8 @@ connections pass `fleet.httpguard.Guard` (per client address, in all, the longes
 and are served by a front-end over one core:
 
     listener (this module) → front-end (`fleet.gateway.http1`: HTTP/1.1, and HTTP/1.1 inside the TLS it
-                                        intercepts, `fleet.gateway.intercept`; SOCKS5 next)
+                                        intercepts, `fleet.gateway.intercept`; `fleet.gateway.socks5` on
+                                        the SOCKS5 listener, `handle_socks5`)
       → core (`fleet.gateway.core`: admit, choose, dial, relay, release; outcomes as values)
       → dialer (`fleet.gateway.dialers`: by the upstream's kind, CONNECT through an HTTP proxy or SOCKS5)
 
@@ -18,10 +19,10 @@ import random
 import ssl
 import time
 from asyncio import CancelledError, StreamReader, StreamWriter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fleet import httpguard
-from fleet.gateway import http1
+from fleet.gateway import http1, socks5
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.core import SWEEP_EVERY, Clients, Conn, Core, Leases, Tunnel, sweep_every
 from fleet.gateway.dialers import Credentials, Dialer, Dialers
@@ -46,6 +47,7 @@ class Gateway:
         self.core = Core(leases, clients, config, dialer, clock, rand, rules, authority=authority,
                          origin_tls=origin_tls, credentials=credentials)
         self.http1 = http1.Http1(self.core, config, guard)
+        self.socks5 = socks5.Socks5(self.core, config, guard, self.http1)
 
     @property
     def series(self) -> GatewaySeries:
@@ -57,7 +59,16 @@ class Gateway:
 
     async def handle(self, reader: StreamReader, writer: StreamWriter) -> None:
         """One accepted connection: the guard's admission, then the HTTP/1.1 front-end until the connection ends."""
-        conn = Conn(self.guard, writer, http1.answer)
+        await self._handle(reader, writer, http1.answer, self.http1.serve)
+
+    async def handle_socks5(self, reader: StreamReader, writer: StreamWriter) -> None:
+        """One connection accepted on the SOCKS5 listener: the same guard (its limits and eviction are shared with
+        the HTTP listener's connections), then the SOCKS5 front-end."""
+        await self._handle(reader, writer, socks5.answer, self.socks5.serve)
+
+    async def _handle(self, reader: StreamReader, writer: StreamWriter, answer: Callable[[int, str, str], bytes],
+                      serve: Callable[[Conn, StreamReader, StreamWriter], Awaitable[None]]) -> None:
+        conn = Conn(self.guard, writer, answer)
         refused = self.guard.admit(conn)
         if refused is not None:
             conn.close(refused, 503, "too many connections from this address" if refused == httpguard.PER_CLIENT
@@ -65,7 +76,7 @@ class Gateway:
             return
         conn.counted = True
         try:
-            await self.http1.serve(conn, reader, writer)
+            await serve(conn, reader, writer)
         except (ConnectionError, EOFError, OSError):  # IncompleteReadError is an EOFError
             pass
         except CancelledError:  # the process is stopping: ended here, as Python 3.11's start_server callback

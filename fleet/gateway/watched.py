@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import ClassVar, Generic, TypeVar
 
 from fleet.logs import kv
@@ -22,9 +22,10 @@ from fleet.untrusted import FileProblem, read_bounded
 log = logging.getLogger("fleet.gateway")
 
 T = TypeVar("T")
+Stamp = tuple[int, ...]  # (mtime_ns, size, inode) of each file a version is read from
 MAX_FILE = 1024 * 1024
 RECHECK = 2.0
-_GONE = (-1, -1, -1)  # the stamp of a file that cannot be looked at
+_GONE: Stamp = (-1, -1, -1)  # the stamp of a file that cannot be looked at
 
 
 class WatchedFile(Generic[T]):
@@ -35,8 +36,8 @@ class WatchedFile(Generic[T]):
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.clock = clock
-        self._stamp: tuple[int, int, int] | None = None  # of the version in force
-        self._refused: tuple[int, int, int] | None = None  # of the last version refused (logged once)
+        self._stamp: Stamp | None = None  # of the version in force
+        self._refused: Stamp | None = None  # of the last version refused (logged once)
         try:
             self._stamp, self.value = self._read()
         except (FileProblem, self.error) as exc:
@@ -54,19 +55,14 @@ class WatchedFile(Generic[T]):
         """The `error` raised when the first version is not usable."""
         return self.error(self.problem(exc))
 
-    def counts(self, value: T) -> dict[str, int]:
+    def counts(self, value: T) -> Mapping[str, object]:
         """What a re-read logs of a new version (`clients=3`)."""
         return {}
 
-    def _stat(self) -> tuple[int, int, int]:
-        try:
-            st = os.stat(self.path)
-        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise FileProblem(f"cannot read {self.flag} {self.path}: {why}") from None
-        return st.st_mtime_ns, st.st_size, st.st_ino
+    def _stat(self) -> Stamp:
+        return stamp_of(self.path, self.flag)
 
-    def _read(self) -> tuple[tuple[int, int, int], T]:
+    def _read(self) -> tuple[Stamp, T]:
         stamp = self._stat()
         raw = read_bounded(self.path, MAX_FILE, f"{self.flag} {self.path}")
         return stamp, self.parse(raw)
@@ -96,9 +92,19 @@ class WatchedFile(Generic[T]):
         log.info("%s file re-read", self.what, extra=kv(path=self.path, **self.counts(value)))
         return value
 
-    def _refuse(self, stamp: tuple[int, int, int], exc: Exception) -> None:
+    def _refuse(self, stamp: Stamp, exc: Exception) -> None:
         if stamp == self._refused:
             return
         self._refused = stamp
         log.error("the %s file is not usable; the last good version stays in force", self.what,
                   extra=kv(path=self.path, error=self.problem(exc)[:2000]))
+
+
+def stamp_of(path: str, flag: str) -> Stamp:
+    """The file's (mtime_ns, size, inode), or FileProblem naming `flag`."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise FileProblem(f"cannot read {flag} {path}: {why}") from None
+    return st.st_mtime_ns, st.st_size, st.st_ino

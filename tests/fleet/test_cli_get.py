@@ -332,6 +332,29 @@ def test_describe_ph(capsys, redis, tmp_path):
 # --- version, a closed pipe ---------------------------------------------------------------
 
 
+def test_describe_pools_standalone_and_a_name_not_there(capsys, redis, tmp_path):
+    manifests = tmp_path / "pools.yaml"
+    manifests.write_text("""\
+apiVersion: crawl.example.com/v1alpha1
+kind: ProxyPool
+metadata: {name: web, namespace: crawl}
+spec:
+  replicas: 3
+  providers: [{provider: squid, weight: 2}, {provider: edge}]
+  autoscale: {min: 1, max: 6}
+  template: {port: 3128}
+""")
+    code, out, err = run(capsys, "describe", "pools", "--proxies", str(manifests))
+    assert code == 0, err
+    fields = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in out.splitlines() if ":" in line}
+    assert fields["Name"] == "web" and fields["Namespace"] == "crawl" and fields["Kind"] == "proxypool.crawl.example.com"
+    assert fields["Providers"] == "squid (weight 2), edge (weight 1)" and fields["Autoscale"] == "min=1, max=6"
+    assert "Conditions" in fields
+    assert run(capsys, "describe", "proxypool.crawl.example.com/web", "-n", "crawl", "--proxies", str(manifests))[1] == out
+    code, out, err = run(capsys, "describe", "pools", "nope", "-n", "crawl", "--proxies", str(manifests))
+    assert (code, out) == (1, "") and "proxypool 'nope' not found" in err
+
+
 def test_version(capsys):
     import tomllib
     from importlib import metadata

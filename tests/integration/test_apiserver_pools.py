@@ -177,6 +177,10 @@ def test_fleet_get_pools_habits_against_the_real_api_server(kube_server, kube_ns
     assert len(get("-n", kube_ns, "-o", "wide").splitlines()[0].split()) > len(get("-n", kube_ns).splitlines()[0].split())
     assert json.loads(get("web", "-n", kube_ns, "-o", "json"))["spec"]["replicas"] == 2
     assert yaml.safe_load(get("-n", kube_ns, "-o", "yaml"))["items"][0]["metadata"]["namespace"] == kube_ns
+    capsys.readouterr()
+    assert main(["describe", "pools", "web", "-n", kube_ns, *cfg]) == 0
+    described = capsys.readouterr().out
+    assert "Name:" in described and "squid-a (weight 3), squid-b (weight 1)" in described  # the server's defaulted weight
 
     watch = subprocess.Popen([sys.executable, "-m", "fleet.cli", "get", "pools", "web", "-n", kube_ns, "-w", *cfg],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

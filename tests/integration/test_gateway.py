@@ -393,8 +393,8 @@ def test_connect_and_plain_http_reach_the_origin_and_bad_credentials_get_407(lab
         assert (status, headers["x-fleet-reason"]) == want, user
     assert lab.loads() == {"crawl/a": 0}
     m = gw.metrics()
-    assert 'proxy_operator_gateway_requests_total{client="acme",kind="connect",outcome="ok"} 1.0' in m
-    assert 'proxy_operator_gateway_requests_total{client="-",kind="connect",outcome="unauthorized"} 4.0' in m
+    assert 'proxy_operator_gateway_requests_total{client="acme",kind="connect",outcome="ok",protocol="http"} 1.0' in m
+    assert 'proxy_operator_gateway_requests_total{client="-",kind="connect",outcome="unauthorized",protocol="http"} 4.0' in m
     assert TOKEN not in gw.log() and OTHER_TOKEN not in gw.log()
     for user, want in (("acme-pool-web", (200, "crawl/a")), ("acme-pool-api", (503, None)),  # the pool, not the namespace
                        ("acme-pool-crawl", (503, None))):
@@ -1078,7 +1078,7 @@ def test_a_chunked_response_past_the_ban_window_is_relayed_whole_or_ends_in_a_cl
     status, _, body = plain(gw, f"{url}/next")
     assert (status, body) == (200, b"ok\n")
     m = gw.metrics()
-    assert 'proxy_operator_gateway_requests_total{client="acme",kind="http",outcome="broken"} 4.0' in m, m
+    assert 'proxy_operator_gateway_requests_total{client="acme",kind="http",outcome="broken",protocol="http"} 4.0' in m, m
 
 
 def test_a_ban_reported_in_band_moves_the_session_and_cools_that_proxy_for_that_host_only(lab, origin):
@@ -1131,4 +1131,4 @@ def test_a_ban_reported_in_band_moves_the_session_and_cools_that_proxy_for_that_
                          proxies={"http": f"http://acme:{TOKEN}@127.0.0.1:{gw.port}"}).status_code == 404
     assert report("acme", "wrong-token-0123456789abcdef", host="a.example").status_code == 407
     m = gw.metrics()
-    assert 'proxy_operator_gateway_requests_total{client="acme",kind="http",outcome="ban_reported"} 2.0' in m
+    assert 'proxy_operator_gateway_requests_total{client="acme",kind="http",outcome="ban_reported",protocol="http"} 2.0' in m
