@@ -29,6 +29,7 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for git or kubectl
 # The names `fleet get` and `fleet describe` know each resource by (kubectl's: singular, plural, short name).
 PROXY_NAMES = ("px", "proxy", "proxies")
 PH_NAMES = ("ph", "providerhealth", "providerhealths")
+POOL_NAMES = ("pools", "pool", "pxp", "proxypool", "proxypools")
 
 ALL_GROUPS: tuple[str, ...] = tuple(GROUPS)
 # The settings groups of the Celery processes (worker, controller, beat): one app, every task's settings.

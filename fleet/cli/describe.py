@@ -29,7 +29,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fleet.cli import common
@@ -324,23 +324,11 @@ def pool_block(o: dict[str, Any], now: float) -> list[str]:
 
 
 def describe_pools(args: argparse.Namespace, names: list[str]) -> int:
-    """The cluster's ProxyPools (or standalone, with --proxies, the manifests' with their status from Redis), read
-    as `fleet get pools` reads them."""
-    from fleet.cli import pools
-
-    blocks: list[str] = []
-    missing: list[str] = []
-    asked: list[str | None] = [*names] if names else [None]
-    for name in asked:
-        source = pools.pools_source(argparse.Namespace(**{**vars(args), "name": name, "output": "yaml"}))
-        try:
-            listing = source.read()
-        finally:
-            source.close()
-        if name is not None and not listing.items:
-            missing.append(source.missing or f"proxypool {name!r} not found")
-        blocks += ["\n".join(pool_block(item.obj, time.time())) for item in listing.items]
-    return _print(blocks, missing, "No ProxyPools")
+    """The pools `args.read_pools` finds (the registry's `fleet.cli.pools.read`: command modules never import
+    each other)."""
+    found, missing = args.read_pools(args, names)
+    now = time.time()
+    return _print(["\n".join(pool_block(o, now)) for o in found], missing, "No ProxyPools")
 
 
 # --- the command -----------------------------------------------------------------
@@ -349,10 +337,8 @@ def describe_pools(args: argparse.Namespace, names: list[str]) -> int:
 def split(resource: str, names: list[str]) -> tuple[str, list[str]]:
     """(kind, names) of `px a`, `px/a`, `proxy.crawl.example.com/a` or `proxy.crawl.example.com/crawl/a` (what `fleet
     get -o name` prints), also as further arguments (`fleet describe px/a px/b`)."""
-    from fleet.cli.pools import POOL_NAMES
-
     kinds = {**{n: "px" for n in (*common.PROXY_NAMES, PROXY_PREFIX)}, **{n: "ph" for n in (*common.PH_NAMES, PH_PREFIX)},
-             **{n: "pools" for n in (*POOL_NAMES, POOL_PREFIX)}}
+             **{n: "pools" for n in (*common.POOL_NAMES, POOL_PREFIX)}}
     kind, slash, first = resource.partition("/")
     if kind not in kinds:
         raise common.BadInput(f"unknown resource {show(kind)}: fleet describe knows px (proxies), ph (providerhealth) "
@@ -380,7 +366,9 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return describe_proxies(args, names)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, *, read_pools: Callable[[argparse.Namespace, list[str]], tuple[list[dict[str, Any]], list[str]]]
+               ) -> None:
+    """`read_pools(args, names)`: the pools asked for and a line per name not found."""
     s = common.command(sub, "describe",
                        help="show a Proxy, ProviderHealth or ProxyPool in detail: spec, status, conditions and, for a "
                             "Proxy, its open leases and cooldowns from Redis; for a pool, each provider's share",
@@ -392,4 +380,4 @@ def add_parser(sub: Any) -> None:
     s.add_argument("names", nargs="*", metavar="name", help="which (default: all); px: in every namespace without -n; "
                                                             "pools: in namespace default without -n")
     s.add_argument("-n", "--namespace", help="px, pools: only this namespace")
-    s.set_defaults(fn=cmd_describe)
+    s.set_defaults(fn=cmd_describe, read_pools=read_pools)

@@ -31,7 +31,6 @@ from fleet.durations import age
 from fleet.pools.schema import MAX_REPLICAS
 from providers.text import show
 
-POOL_NAMES = ("pools", "pool", "pxp", "proxypool", "proxypools")
 DEFAULT_NAMESPACE = "default"  # as kubectl: a pool named without -n is looked for here
 
 
@@ -129,6 +128,24 @@ def pools_source(args: argparse.Namespace) -> listing.Source:
     return listing.Source(read, close, missing)
 
 
+def read(args: argparse.Namespace, names: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """`fleet describe pools [NAME...]`: the pools named (all without a name), read as `fleet get pools` reads them,
+    and a line per name not found."""
+    found: list[dict[str, Any]] = []
+    missing: list[str] = []
+    asked: list[str | None] = [*names] if names else [None]
+    for name in asked:
+        source = pools_source(argparse.Namespace(**{**vars(args), "name": name, "output": "yaml"}))
+        try:
+            items = source.read().items
+        finally:
+            source.close()
+        if name is not None and not items:
+            missing.append(source.missing or f"proxypool {name!r} not found")
+        found += [item.obj for item in items]
+    return found, missing
+
+
 NAME_PREFIX = "proxypool.crawl.example.com"
 
 
@@ -220,7 +237,7 @@ def within_autoscale(spec: dict[str, Any], n: int) -> str | None:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    if args.resource not in POOL_NAMES:
+    if args.resource not in common.POOL_NAMES:
         raise common.BadInput(f"unknown resource {show(args.resource)}: fleet scale knows pool (proxypool)")
     n = replicas_of(args.replicas)
     _name(args.name)

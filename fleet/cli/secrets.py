@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fleet.cli import common
-from fleet.gateway.clients import GENERATED_CLIENT, generated_file, new_token
+from fleet.gateway.issued import GENERATED_CLIENT, generated_file, new_token
 
 REDIS_SERVICE, REDIS_PORT = "fleet-redis", 6379  # deploy/redis
 # The names and keys the processes read them by (fleet.cli.render and deploy/ say the same; a test holds them equal).

@@ -53,6 +53,7 @@ from fleet.cli.common import (
     EXIT_OK,
     EXIT_UNREACHABLE,
     PH_NAMES,
+    POOL_NAMES,
     PROXY_NAMES,
     BadInput,
     Unreachable,
@@ -248,7 +249,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         source = sessions_source(args)
     elif args.selector is not None:
         raise BadInput("-l/--selector: only fleet get px has one")
-    elif args.resource in pools_cli.POOL_NAMES:
+    elif args.resource in POOL_NAMES:
         source = pools_cli.pools_source(args)
     elif args.resource in PH_NAMES:
         source = ph_source(args)
@@ -609,7 +610,7 @@ def parser() -> argparse.ArgumentParser:
                    help="after the listing, read again every 2s and print what changed, until Ctrl-C")
     s.set_defaults(fn=cmd_get)
 
-    describe_cli.add_parser(sub)  # `fleet describe px|ph NAME`
+    describe_cli.add_parser(sub, read_pools=pools_cli.read)  # `fleet describe px|ph|pools NAME`
 
     s = command(sub, "version", help="print fleet's version, the Python it runs on and its git commit when known",
                 example="fleet version -o json", groups=())

@@ -11,8 +11,8 @@ import tempfile
 from typing import Any
 
 from fleet.cli import common
-from fleet.gateway.clients import GENERATED_CLIENT as DEFAULT_CLIENT
-from fleet.gateway.clients import generated_file, new_token
+from fleet.gateway.issued import GENERATED_CLIENT as DEFAULT_CLIENT
+from fleet.gateway.issued import generated_file, new_token
 
 MAX_FILE = 1 << 20
 

@@ -24,8 +24,6 @@ clients:
 from __future__ import annotations
 
 import hmac
-import json
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,20 +31,6 @@ from fleet.durations import parse_duration
 from fleet.gateway.decide import _CLIENT, _NAMESPACE
 from fleet.gateway.watched import WatchedFile
 from fleet.untrusted import FileProblem, YamlLimits, YamlProblem, decode, load_one
-
-GENERATED_CLIENT = "crawler"  # the one client of a clients file an install makes (`fleet token init`, `fleet secrets ensure`)
-TOKEN_BYTES = 32  # secrets.token_urlsafe: 43 characters of [A-Za-z0-9_-], nothing to quote in a URL, YAML or a header
-
-
-def new_token() -> str:
-    """A random token for a generated clients file, the lease API or Redis."""
-    return secrets.token_urlsafe(TOKEN_BYTES)
-
-
-def generated_file(client: str, token: str, *, comment: str) -> str:
-    """A clients file with one client, as an install writes it; `parse_clients` reads it (a test says so)."""
-    return f"# {comment}\nclients:\n  {client}:\n    token: {json.dumps(token)}\n"
-
 
 LIMITS = YamlLimits(max_nodes=100_000)  # the one hostile-YAML reader's bounds (fleet.untrusted)
 MIN_TOKEN = 16
