@@ -206,6 +206,17 @@ class UpstreamConfig(Block):
     checkPlacement: dict[str, str] = Field(default_factory=dict)
     stateDir: str = ""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_endpoint_credentials(cls, data: object) -> object:
+        """Judged on the whole block, so the error shows the block's size and
+        never the endpoint's text (which would hold the password)."""
+        endpoint = data.get("endpoint") if isinstance(data, dict) else None
+        if isinstance(endpoint, str) and "@" in endpoint:
+            raise ValueError("endpoint holds credentials (user:pass@): they never stand in the providers file; "
+                             "put them in usernameFile/passwordFile")
+        return data
+
     @field_validator("proxies")
     @classmethod
     def _proxies(cls, v: list[str]) -> list[str]:

@@ -66,7 +66,7 @@ def parse(pid: str) -> Member:
         if not eq or key not in PLACEMENT_PLACEHOLDERS or not PLACEMENT_VALUE.match(value):
             raise MalformedId(f"malformed id {pid[:120]!r}: bad placement {part[:40]!r}")
         placement.append((key, value))
-    member = Member(endpoint, session, tuple(placement))
-    if member.id != pid:
+    order = [PLACEMENT_PLACEHOLDERS.index(k) for k, _ in placement]
+    if order != sorted(set(order)):
         raise MalformedId(f"malformed id {pid[:120]!r}: placement out of order or repeated")
-    return member
+    return Member(endpoint, session, tuple(placement))
