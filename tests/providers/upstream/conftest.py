@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -27,7 +28,7 @@ from fleet.testing.procs import free_port, wait_for
 from providers.local import squid as local_squid
 
 USER = "fleet"
-PASSWORD = "s3cret-upstream-pass"  # noqa: S105 (a test's own)
+PASSWORD = "s3cret-upstream-pass"
 VENDOR_USER = "fleet-country-us"  # what the helper sees once the session is dropped
 SQUID_HELPERS = "/usr/lib/squid"
 
@@ -150,10 +151,8 @@ class Scripted:
             threading.Thread(target=self._run, args=(conn,), daemon=True).start()
 
     def _run(self, conn: socket.socket) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.script(conn)
-        except OSError:
-            pass
 
     def close(self) -> None:
         self.stop.set()

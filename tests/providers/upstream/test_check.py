@@ -114,7 +114,7 @@ def test_unreadable_credentials_are_their_own_reason(tmp_path, origin):
         (dialing.Refused("socks", 5), base.REASON_API_ERROR),
         (dialing.ProtocolError("garbage"), base.REASON_API_ERROR),
         (TimeoutError(), base.REASON_TIMEOUT),
-        (socket.timeout(), base.REASON_TIMEOUT),
+        (TimeoutError(), base.REASON_TIMEOUT),
         (ConnectionRefusedError(111, "refused"), base.REASON_UNREACHABLE),
         (ConnectionResetError(104, "reset"), base.REASON_UNREACHABLE),
         (socket.gaierror(-2, "Name or service not known"), base.REASON_UNREACHABLE),

@@ -69,7 +69,7 @@ def test_errors_name_the_field_and_never_a_secret(block, path, says):
     with pytest.raises(fleet_config.ConfigError) as err:
         fleet_config.parse(providers_file(block))
     text = str(err.value)
-    assert f"providers[0].upstream" in text and path in text and says in text, text
+    assert "providers[0].upstream" in text and path in text and says in text, text
     assert SECRET not in text
 
 

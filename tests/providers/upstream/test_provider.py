@@ -118,7 +118,7 @@ def test_vendor_members_are_new_sessions_with_their_placement(tmp_path):
     p.delete(pa, d())
     rotated = p.create(dataclasses.replace(a, name=base.name_from_uid("new-uid"), uid="new-uid"), d())
     assert ids.parse(rotated).session not in (ma.session, mb.session)  # a replacement is a new exit
-    with pytest.raises(base.Permanent, match="give placement.zone"):
+    with pytest.raises(base.Permanent, match=r"give placement\.zone"):
         p.create(request(placement=Placement(region="us")), d())
 
 
