@@ -131,7 +131,7 @@ def test_a_vendor_member_of_another_endpoint_reads_stopped(tmp_path):
 
 def test_credentials_never_reach_logs_reprs_errors_ids_state_or_verdicts(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    p = vendor_provider(tmp_path)
+    p = vendor_provider(tmp_path, endpoint="socks5://127.0.0.1:1")  # loopback: the check dials it
     req = request(placement=Placement(region="us", zone="nyc"))
     pid = p.create(req, d())
     seen = [pid, repr(p.get(pid, d())), repr(p.list_by_tag(d())), repr(p.cfg), str(p.cfg.model_dump())]
