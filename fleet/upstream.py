@@ -12,10 +12,13 @@ The SOCKS5 encoders and parsers are pure (table-tested in tests/fleet/test_upstr
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import ipaddress
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the prober's target (and so the CLI's parser) imports the messages, not asyncio
+    import asyncio
 
 HTTP, SOCKS5 = "http", "socks5"
 SCHEMES = (HTTP, SOCKS5)
@@ -125,6 +128,8 @@ def socks5_reply(head: bytes) -> int:
 # -- handshakes on an open connection -----------------------------------------------------------------------------
 
 async def _exactly(reader: asyncio.StreamReader, n: int, what: str) -> bytes:
+    import asyncio
+
     try:
         return await reader.readexactly(n)
     except asyncio.IncompleteReadError:
@@ -170,6 +175,8 @@ def connect_status(head: bytes) -> int:
 async def http_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, authority: str,
                          auth: Auth | None) -> None:
     """CONNECT authority, its answer's head read (within the reader's limit) and a 200 required."""
+    import asyncio
+
     writer.write(connect_request(authority, auth))
     try:
         head = await reader.readuntil(b"\r\n\r\n")

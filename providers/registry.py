@@ -68,6 +68,12 @@ TYPES: dict[str, ProviderType] = {
         "Squid processes on this host, one per instance, for demos and tests",
         host="providers.local.check:host_problem",
     ),
+    "upstream": ProviderType(
+        "providers.upstream.config:UpstreamConfig",
+        "providers.upstream.provider:new",
+        "proxies fleet did not create: a list of URLs, or a vendor's sessions of one endpoint",
+        placement="providers.upstream.placement:placement_problem",
+    ),
     "fake": ProviderType(
         "providers.fake:FakeConfig",
         "providers.fake:new",

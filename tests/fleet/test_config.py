@@ -38,7 +38,7 @@ def ok(name="a", type_="fake", **extra):
         ({"providers": [ok(fake={"targets": [{"name": "t", "colour": 1}]})]}, "providers[0].fake.targets[0].colour: unknown key"),
         ({"providers": [ok(name="abc\n")]}, "providers[0].name: must be a DNS-1123 label"),
         ({"providers": [ok(type_=["fake"])]},
-         "providers[0].type: must be one of aws, fake, gcp, hetzner, kubernetes, kvm, local (got a list of 1 item(s))"),
+         "providers[0].type: must be one of aws, fake, gcp, hetzner, kubernetes, kvm, local, upstream (got a list of 1 item(s))"),
         ({"providers": [ok(type_={"a": 1})]}, "providers[0].type: must be one of"),
         ({"providers": [ok(fake={"latencyMs": 10**400})]}, "providers[0].fake.latencyMs: Input should be less than or equal to 600000"),
         ({"providers": [ok(fake={"latencyMs": 10**400})]}, "(got an integer of about 401 digits)"),
