@@ -109,6 +109,19 @@ class Guard(Collector):
         self.open += 1
         return None
 
+    async def first_byte(self, conn: Connection, reader: asyncio.StreamReader, timeout: float) -> bytes:
+        """A stream connection's next first byte, waited for while it counts as idle (so the oldest idle one is
+        the one evicted for room); b"" when it ended or stayed silent for `timeout` (closed as IDLE)."""
+        self.idle[conn] = None
+        self.idle.move_to_end(conn)
+        try:
+            return await asyncio.wait_for(reader.read(1), timeout)
+        except TimeoutError:
+            conn.close(IDLE)
+            return b""
+        finally:
+            self.idle.pop(conn, None)
+
     def forget(self, conn: Connection) -> None:
         if not conn.counted:
             return

@@ -184,15 +184,7 @@ class Http1:
         """The next request's head: its first byte within the idle timeout, the rest within the header timeout and
         `max_header_bytes`; None when the connection ended (a refusal already answered)."""
         c = self.config
-        self.guard.idle[conn] = None
-        self.guard.idle.move_to_end(conn)
-        try:
-            first = await asyncio.wait_for(reader.read(1), c.idle_timeout)
-        except TimeoutError:
-            conn.close(httpguard.IDLE)
-            return None
-        finally:
-            self.guard.idle.pop(conn, None)
+        first = await self.guard.first_byte(conn, reader, c.idle_timeout)
         if not first:
             return None
         try:

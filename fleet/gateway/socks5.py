@@ -182,15 +182,7 @@ class Socks5:
     async def serve(self, conn: Conn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: the handshake, then its one tunnel."""
         c = self.config
-        self.guard.idle[conn] = None
-        self.guard.idle.move_to_end(conn)
-        try:
-            first = await asyncio.wait_for(reader.read(1), c.idle_timeout)
-        except TimeoutError:
-            conn.close(httpguard.IDLE)
-            return
-        finally:
-            self.guard.idle.pop(conn, None)
+        first = await self.guard.first_byte(conn, reader, c.idle_timeout)
         if not first:
             return
         try:
