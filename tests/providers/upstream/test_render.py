@@ -44,7 +44,8 @@ def test_only_each_providers_worker_mounts_its_credentials(tmp_path):
     for dialer, var in (("fleet-gateway", "FLEET_GATEWAY_UPSTREAM_SECRETS_DIR"),
                         ("fleet-prober", "FLEET_PROBER_UPSTREAM_SECRETS_DIR")):
         spec = pod(deployments[dialer])
-        mounted = {v["secret"]["secretName"]: v for v in spec["volumes"] if v.get("secret", {}).get("secretName", "").endswith("-credentials")}
+        mounted = {v["secret"]["secretName"]: v for v in spec["volumes"]
+                   if v.get("secret", {}).get("secretName", "").endswith("-credentials")}
         assert sorted(mounted) == [credentials_secret("dc"), credentials_secret("resi")]
         assert [(i["key"], i["path"]) for i in mounted[credentials_secret("dc")]["secret"]["items"]] == [
             ("proxies.txt", "list"), ("username", "username"), ("password", "password")]
