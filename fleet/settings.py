@@ -392,6 +392,9 @@ class Settings:
     prober_metrics_bind_address: str = _bind(
         "prober", "host:port of the prober's /metrics",
         ":8081")
+    prober_upstream_secrets_dir: str | None = _path(
+        "prober", "The credentials of upstream proxies that ask for them, as --gateway-upstream-secrets-dir (one "
+        "subdirectory per provider): the prober probes a bought proxy with them; never stored in Redis.")
     api_bind_address: str = _option(
         "api", "host:port the discovery and lease API (`fleet api`) listens on.",
         default=":8090", check="bind")

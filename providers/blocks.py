@@ -19,6 +19,8 @@ class Runtime:
       hosts, kubeconfigs); mounted read-only from the provider's own Secret,
       marked optional so the worker starts (and reports why) without it.
     - `env`: plain, non-secret environment variables.
+    - `dial_files`: the files the gateway and the prober dial its members
+      with (bought proxies' credentials), by the name they read them as.
     - `in_cluster`: it talks to the cluster it runs in with its pod's
       ServiceAccount token. Its RBAC rules come in two scopes:
       `cluster_rules` (a ClusterRole: only what must span every namespace)
@@ -32,6 +34,9 @@ class Runtime:
     cluster_rules: tuple[dict[str, Any], ...] = ()
     namespaced_rules: tuple[dict[str, Any], ...] = ()
     rules_namespace: str | None = None
+    # What whoever dials the provider's members (the gateway, the prober) reads: (name, path of one of `files`),
+    # mounted from the same Secret at <their secrets dir>/<provider>/<name>; the worker's mounts are unchanged.
+    dial_files: tuple[tuple[str, str], ...] = ()
 
 
 class Block(BaseModel):

@@ -29,6 +29,13 @@ class ProviderType:
     # starts (`fleet worker`, `fleet up`) and nowhere else: the controller, the
     # API or `fleet render` may run where the worker's programs are not. "" = none.
     host: str = ""
+    # "module:function", dial(name, block, provider_id) -> dict | None: the
+    # fields of a member's endpoint (as the gateway and prober read it) that
+    # differ from a fleet-made proxy's `status.ip` and `spec.port`: `ip` and
+    # `port` of the upstream, `scheme`, `credentials` (a reference: the
+    # provider's name, never a secret) and `username` (a template whose only
+    # placeholder left is `{user}`); pure, reads no file. "" = none.
+    dial: str = ""
 
 
 TYPES: dict[str, ProviderType] = {
@@ -73,6 +80,7 @@ TYPES: dict[str, ProviderType] = {
         "providers.upstream.provider:new",
         "proxies fleet did not create: a list of URLs, or a vendor's sessions of one endpoint",
         placement="providers.upstream.placement:placement_problem",
+        dial="providers.upstream.ids:dial_facts",
     ),
     "fake": ProviderType(
         "providers.fake:FakeConfig",
@@ -102,6 +110,12 @@ def host_problem(type_name: str, block: Any) -> str | None:
     """Why a worker of this type cannot run on this host, or None."""
     ref = TYPES[type_name].host
     return _load(ref)(block) if ref else None
+
+
+def dial_facts(type_name: str, name: str, block: Any, provider_id: str) -> dict[str, Any] | None:
+    """What a dialer needs of a member beyond its IP and the Proxy's port, or None (dial those, an open proxy)."""
+    ref = TYPES[type_name].dial
+    return _load(ref)(name, block, provider_id) if ref else None
 
 
 def build(name: str, type_name: str, block: Any) -> Provider:

@@ -89,7 +89,10 @@ METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 WORKER_METRICS_PORT = 9090
 RBAC_API = "rbac.authorization.k8s.io"
 # Directories a credential mount may not cover (or sit inside).
-RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
+# Where the gateway and the prober find the credentials of bought proxies: one Secret mount per provider whose
+# members they dial with credentials (Runtime.dial_files), at UPSTREAM_SECRETS_DIR/<provider>/.
+UPSTREAM_SECRETS_DIR = "/etc/fleet/upstreams"
+RESERVED_DIRS = ("/tmp", CONFIG_DIR, SECRETS_DIR, UPSTREAM_SECRETS_DIR, "/opt/fleet", "/usr", "/etc/ssl")
 
 # The controller's rights on fleet's own kinds. ProviderHealth (cluster-
 # scoped, so a ClusterRole whatever the Proxy scope): uncached get, create
@@ -543,6 +546,23 @@ def credential_volumes(pc: ProviderConfig, rt: Runtime) -> tuple[list[dict[str, 
     return volumes, mounts
 
 
+def upstream_volumes(config: ProvidersConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The gateway's and the prober's mounts of the providers whose members they dial with credentials
+    (`Runtime.dial_files`): each one's credentials Secret at UPSTREAM_SECRETS_DIR/<provider>/, its keys renamed to
+    what fleet.credentials reads. None for other providers: the gateway never holds a worker's keys."""
+    volumes, mounts = [], []
+    for pc in config.providers:
+        rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
+        if not rt.dial_files:
+            continue
+        vol = f"upstream-{pc.name}"[:63]
+        volumes.append({"name": vol, "secret": {
+            "secretName": credentials_secret(pc.name), "optional": True, "defaultMode": 0o440,
+            "items": [{"key": posixpath.basename(path), "path": name} for name, path in rt.dial_files]}})
+        mounts.append({"name": vol, "mountPath": f"{UPSTREAM_SECRETS_DIR}/{pc.name}", "readOnly": True})
+    return volumes, mounts
+
+
 def secret_volume(provider: str, keys: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The provider's moved secret fields, at SECRETS_DIR/<field>. Not
     optional: the config points at these files and the Secret is rendered
@@ -693,6 +713,15 @@ def render(
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope,
                prober_env(settings) if settings else (), gateway_tls_port(settings) if settings else 0)
     out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t), *gateway(t)]
+    dialing = upstream_volumes(config)
+    for obj in out:
+        if obj["kind"] == "Deployment" and obj["metadata"]["name"] in (GATEWAY, PROBER) and dialing[0]:
+            pod = obj["spec"]["template"]["spec"]
+            (container,) = pod["containers"]
+            pod["volumes"] += dialing[0]
+            container["volumeMounts"] += dialing[1]
+            var = "FLEET_GATEWAY_UPSTREAM_SECRETS_DIR" if obj["metadata"]["name"] == GATEWAY else "FLEET_PROBER_UPSTREAM_SECRETS_DIR"
+            container["env"] = [e for e in container["env"] if e["name"] != var] + [{"name": var, "value": UPSTREAM_SECRETS_DIR}]
     for pc in config.providers:
         rt = pc.block.runtime() if isinstance(pc.block, Block) else Runtime()
         out.append(service_account(worker_name(pc.name), t, "worker", rt.in_cluster, pc.name))

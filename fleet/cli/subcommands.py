@@ -24,11 +24,13 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -65,6 +67,7 @@ from fleet.cli.common import (
 from fleet.durations import format_duration
 from fleet.settings import OPTION, Settings, parse_namespaces, redact_url
 from providers import names
+from providers.blocks import Block
 from providers.text import show
 
 # Building the parser (`fleet --help`, and every command before it runs) imports only the
@@ -548,6 +551,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     children += supervise.prober(settings, base_env)
     children += supervise.api(settings, base_env)
     children += supervise.gateway(settings, base_env)
+    with contextlib.ExitStack() as cleanup:
+        dial = {pc.name: pc.block.runtime().dial_files for pc in config.providers if isinstance(pc.block, Block)}
+        if any(dial.values()):
+            root = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="fleet-up-upstreams-"))
+            supervise.with_secrets_dir(children, supervise.upstream_secrets(dial, root))
+        return _up(args, env, children, stop)
+
+
+def _up(args: argparse.Namespace, env: dict[str, str], children: list[Any], stop: Any) -> int:
+    from fleet.cli import commands, supervise
+
     generated = None
     if args.flower and importlib.util.find_spec("flower") is not None:
         flower_env, generated = supervise.flower_auth(env)

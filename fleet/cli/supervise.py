@@ -32,6 +32,36 @@ LOCAL_GATEWAY_BIND = "127.0.0.1:8888"
 LOCAL_GATEWAY_METRICS_BIND = "127.0.0.1:8083"
 
 
+def upstream_secrets(dial_files: dict[str, tuple[tuple[str, str], ...]], root: str) -> str | None:
+    """The credentials directory the gateway and prober read (fleet.credentials) for the providers whose members
+    they dial with credentials: `root/<provider>/<name>` a symbolic link to the file the provider's block names
+    (`Runtime.dial_files`), so a rotated file is read as it is and no secret is copied. None when there are none."""
+    made = False
+    for provider, files in sorted(dial_files.items()):
+        if not files:
+            continue
+        d = os.path.join(root, provider)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        for name, path in files:
+            link = os.path.join(d, name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(link)
+            os.symlink(path, link)
+        made = True
+    return root if made else None
+
+
+def with_secrets_dir(children: list[Child], directory: str | None, environ: dict[str, str] | None = None) -> None:
+    """Point the gateway and the prober at `directory` unless the user set their own."""
+    user_env = os.environ if environ is None else environ
+    if directory is None:
+        return
+    for child in children:
+        var = {"gateway": "FLEET_GATEWAY_UPSTREAM_SECRETS_DIR", "prober": "FLEET_PROBER_UPSTREAM_SECRETS_DIR"}.get(child.role)
+        if var and var not in user_env:
+            child.env = {**child.env, var: directory}
+
+
 @dataclass
 class Child:
     """One process of `fleet up`, restarted with backoff when it exits."""

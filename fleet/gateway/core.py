@@ -34,11 +34,12 @@ import orjson
 
 from fleet import httpguard
 from fleet import upstream as wire
+from fleet.credentials import Credentials, member_url
 from fleet.gateway import decide, intercept
 from fleet.gateway.clients import Client
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Options, Target
-from fleet.gateway.dialers import Channel, Credentials, Dialer, DialError, Upstream
+from fleet.gateway.dialers import Channel, Dialer, DialError, Upstream
 from fleet.gateway.metrics import GatewaySeries
 from fleet.gateway.rules import Rule, RuleBook, Rules
 from fleet.logs import kv
@@ -257,9 +258,10 @@ class Clients(Protocol):
 
 
 class UpstreamCredentials(Protocol):
-    """What the core calls of `fleet.gateway.dialers.Credentials`: a credentials reference → its Auth (None: none)."""
+    """What the core calls of `fleet.credentials.Credentials`: a credentials reference, the member's URL and its
+    username template → its Auth (None: none)."""
 
-    def get(self, ref: str) -> wire.Auth | None: ...
+    def get(self, ref: str, *, member: str = "", username: str = "") -> wire.Auth | None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -577,7 +579,9 @@ class Core:
             return None
         auth = None
         if ref is not None:
-            auth = self.credentials.get(ref) if isinstance(ref, str) else None
+            template = ep.get("username", "")
+            auth = self.credentials.get(ref, member=member_url(scheme, ip, port),
+                                        username=template if isinstance(template, str) else "") if isinstance(ref, str) else None
             if auth is None:
                 return None
         return Upstream(proxy, ip, port, scheme, auth)

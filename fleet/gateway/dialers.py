@@ -16,25 +16,20 @@ of its kind:
 
 A 407 (or a SOCKS5 proxy refusing the credentials) is `upstream_auth`: the member's fault, not the target's.
 Credentials never live in Redis: a proxy's endpoint names a credentials *reference* (its provider) and
-`Credentials` (files under --gateway-upstream-secrets-dir, read in this process) resolves it.
+`Credentials` (fleet.credentials: files under --gateway-upstream-secrets-dir, read in this process) resolves it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from fleet import upstream as wire
+from fleet.credentials import Credentials
 from fleet.gateway import decide
 from fleet.gateway.decide import Target
-from fleet.logs import kv
-from fleet.untrusted import FileProblem, read_bounded
 from fleet.upstream import Auth
 
 __all__ = ["Auth", "Channel", "Credentials", "DialError", "Dialer", "Dialers", "HttpProxyDialer", "Socks5Dialer",
@@ -188,56 +183,3 @@ class Dialers:
     async def forward(self, upstream: Upstream, target: Target) -> Channel | DialError:
         dialer = self._of(upstream)
         return dialer if isinstance(dialer, DialError) else await dialer.forward(upstream, target)
-
-
-# -- where credentials come from ----------------------------------------------------------------------------------
-
-_REF = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)  # a provider's name: never a path
-MAX_SECRET = 1024
-RECHECK = 2.0
-
-
-class Credentials:
-    """Upstream credentials by reference (a provider's name), read from `directory/<ref>/username` and
-    `directory/<ref>/password` (a mounted Secret per provider; one trailing newline dropped), re-read when either
-    file changed (looked at most every RECHECK s per reference). No directory, a reference that is not a name, or
-    files that cannot be read: None (a warning once per reference and version, never the password)."""
-
-    def __init__(self, directory: str | None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.directory = directory
-        self.clock = clock
-        self._held: dict[str, tuple[float, tuple[int, ...], Auth | None]] = {}  # ref → (looked, stamp, auth)
-
-    def get(self, ref: str) -> Auth | None:
-        if not self.directory or not _REF.fullmatch(ref):
-            return None
-        now = self.clock()
-        held = self._held.get(ref)
-        if held is not None and now - held[0] < RECHECK:
-            return held[2]
-        paths = [os.path.join(self.directory, ref, f) for f in ("username", "password")]
-        stamp = tuple(_stamp(p) for p in paths)
-        if held is not None and held[1] == stamp:
-            self._held[ref] = (now, stamp, held[2])
-            return held[2]
-        try:
-            user, password = (read_bounded(p, MAX_SECRET, f"the {f} of credentials {ref!r}").decode()
-                              for p, f in zip(paths, ("username", "password"), strict=True))
-            auth: Auth | None = Auth(_line(user), _line(password))
-        except (FileProblem, UnicodeDecodeError) as exc:
-            log.warning("upstream credentials cannot be read", extra=kv(credentials=ref, error=str(exc)[:200]))
-            auth = None
-        self._held[ref] = (now, stamp, auth)
-        return auth
-
-
-def _stamp(path: str) -> int:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return -1
-    return hash((st.st_mtime_ns, st.st_size, st.st_ino))
-
-
-def _line(text: str) -> str:
-    return text[:-1] if text.endswith("\n") else text

@@ -52,6 +52,7 @@ from typing import Any
 from opentelemetry.trace import Status, StatusCode
 
 from fleet import runtime, tracing
+from fleet.credentials import Credentials, member_url
 from fleet.logs import kv
 from fleet.prober import share as sharing
 from fleet.prober.decide import Outcome, State, Thresholds, Verdict, judge, restored
@@ -77,6 +78,7 @@ class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
     trace: bool = False
     max_in_flight: int = MAX_IN_FLIGHT
+    upstream_secrets_dir: str | None = None
 
     @classmethod
     def from_settings(cls, s: Settings) -> Config:
@@ -84,6 +86,7 @@ class Config:
             target=parse_target(s.probe_target) if s.probe_target else None,
             interval=s.probe_interval, time_limit=s.probe_time_limit,
             thresholds=Thresholds(s.probe_failure_threshold, s.probe_success_threshold), trace=s.traces_probes,
+            upstream_secrets_dir=s.prober_upstream_secrets_dir,
         )
 
     @property
@@ -130,6 +133,7 @@ class Prober:
         self.member = member or member_id()
         self.clock = clock
         self.series = ProberSeries()
+        self.credentials = Credentials(config.upstream_secrets_dir)
         self.delays = Delays()
         self.members: list[str] = []
         self.endpoints: dict[str, sharing.Endpoint] = {}
@@ -285,7 +289,7 @@ class Prober:
                 if self.config.trace:
                     outcome = await self._traced(key, ep, target)
                 else:
-                    outcome = await probe(ep.ip, ep.port, target, self.config.time_limit)
+                    outcome = await self._through(ep, target)
             self.probes += 1
             if not outcome.ok:
                 self.failed += 1
@@ -294,10 +298,21 @@ class Prober:
         finally:
             self._running.pop(key, None)
 
+    async def _through(self, ep: sharing.Endpoint, target: Target) -> Outcome:
+        """One probe through the endpoint's kind and, for a member that asks for them, its credentials (by
+        reference, as the gateway dials it); credentials it does not have: a failed probe saying so."""
+        auth = None
+        if ep.credentials:
+            auth = self.credentials.get(ep.credentials, member=member_url(ep.scheme, ep.ip, ep.port),
+                                        username=ep.username)
+            if auth is None:
+                return Outcome(False, f"no credentials {ep.credentials!r} under --prober-upstream-secrets-dir")
+        return await probe(ep.ip, ep.port, target, self.config.time_limit, scheme=ep.scheme, auth=auth)
+
     async def _traced(self, key: str, ep: sharing.Endpoint, target: Target) -> Outcome:
         with tracing.span("prober.probe", **{"proxy": key, "proxy.uid": ep.uid, "proxy.endpoint": f"{ep.ip}:{ep.port}",
                                              "probe.target": str(target)}) as s:
-            outcome = await probe(ep.ip, ep.port, target, self.config.time_limit)
+            outcome = await self._through(ep, target)
             s.set_attribute("probe.ok", outcome.ok)
             if outcome.egress_ip:
                 s.set_attribute("probe.egress_ip", outcome.egress_ip)

@@ -17,15 +17,26 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from fleet import upstream
+
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
+    """`ip`: an IP literal, or a bought proxy's host name; `scheme`, `credentials` (a reference, never a secret) and
+    `username` (a template with `{user}` left) as the controller writes them for such a member."""
+
     uid: str
     ip: str
     port: int
+    scheme: str = upstream.HTTP
+    credentials: str = ""
+    username: str = ""
 
 
 def parse_endpoint(raw: bytes | str) -> Endpoint | None:
@@ -37,15 +48,19 @@ def parse_endpoint(raw: bytes | str) -> Endpoint | None:
     if not isinstance(doc, dict):
         return None
     uid, ip, port = doc.get("uid"), doc.get("ip"), doc.get("port")
-    if not isinstance(uid, str) or not uid or len(uid) > 128 or not isinstance(ip, str) or len(ip) > 64:
+    if not isinstance(uid, str) or not uid or len(uid) > 128 or not isinstance(ip, str) or len(ip) > 253:
         return None
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         return None
     try:
         ipaddress.ip_address(ip)
     except ValueError:
+        if len(ip) > 253 or not _HOST.fullmatch(ip):
+            return None
+    scheme, ref, username = doc.get("scheme", upstream.HTTP), doc.get("credentials", ""), doc.get("username", "")
+    if scheme not in upstream.SCHEMES or not isinstance(ref, str) or not isinstance(username, str) or len(username) > 512:
         return None
-    return Endpoint(uid, ip, port)
+    return Endpoint(uid, ip, port, scheme, ref, username)
 
 
 class Endpoints:

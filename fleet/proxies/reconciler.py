@@ -268,11 +268,20 @@ class Reconciler:
         endpoint = None
         if p.status.phase == RUNNING and p.status.ip:
             pl = p.spec.placement
-            endpoint = json.dumps({"uid": p.uid, "ip": p.status.ip, "port": p.status.port or p.spec.port,
-                                   "provider": p.spec.provider, "region": pl.region, "zone": pl.zone, "instance": p.status.provider_id,
-                                   "pool": p.pool},
-                                  separators=(",", ":"))
+            doc: dict[str, Any] = {"uid": p.uid, "ip": p.status.ip, "port": p.status.port or p.spec.port,
+                                   "provider": p.spec.provider, "region": pl.region, "zone": pl.zone,
+                                   "instance": p.status.provider_id, "pool": p.pool}
+            doc.update(self._dial_facts(p) or {})
+            endpoint = json.dumps(doc, separators=(",", ":"))
         tail.set_state(f"{p.status.phase}|{since:.3f}", endpoint)
+
+    def _dial_facts(self, p: Proxy) -> dict[str, Any] | None:
+        """How a member of a provider whose proxies fleet did not make is dialed (its upstream's host, port, kind and
+        credentials reference: the provider type's `dial` hook); None for the others (status.ip, the Proxy's port)."""
+        if p.spec.provider not in self.config.names() or not p.status.provider_id:
+            return None
+        pc = self.config.get(p.spec.provider)
+        return registry.dial_facts(pc.type, pc.name, pc.block, p.status.provider_id)
 
     def _send(self, p: Proxy, call: Call, env: Env, cloud_init: str, tail: Tail) -> str:
         provider, timeout, grace = p.spec.provider, self.timing.call_timeout, self.timing.grace

@@ -320,8 +320,10 @@ class UpstreamConfig(Block):
 
     def runtime(self) -> Runtime:
         """The credential files (and listFile, which may carry credentials):
-        mounted from the provider's Secret."""
-        return Runtime(files=tuple(f for f in (self.listFile, self.usernameFile, self.passwordFile) if f))
+        mounted from the provider's Secret, in the worker and (as `list`,
+        `username`, `password`: fleet.credentials) in the gateway and prober."""
+        named = (("list", self.listFile), ("username", self.usernameFile), ("password", self.passwordFile))
+        return Runtime(files=tuple(f for _, f in named if f), dial_files=tuple((n, f) for n, f in named if f))
 
     def vendor_endpoint(self) -> Endpoint:
         return parse_url(self.endpoint, credentials=False).endpoint

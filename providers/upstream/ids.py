@@ -19,8 +19,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from providers.upstream.config import PLACEMENT_PLACEHOLDERS, PLACEMENT_VALUE, Endpoint, parse_url
+from providers.upstream.config import (
+    PLACEMENT_PLACEHOLDERS,
+    PLACEMENT_VALUE,
+    USER,
+    Endpoint,
+    UpstreamConfig,
+    parse_url,
+    render_username,
+)
+from providers.upstream.config import (
+    SESSION as SESSION_PLACEHOLDER,
+)
 
 SESSIONS = "/sessions/"
 SESSION = re.compile(r"^[a-z0-9]{8,32}$")
@@ -70,3 +82,22 @@ def parse(pid: str) -> Member:
     if order != sorted(set(order)):
         raise MalformedId(f"malformed id {pid[:120]!r}: placement out of order or repeated")
     return Member(endpoint, session, tuple(placement))
+
+
+def dial_facts(name: str, cfg: UpstreamConfig, pid: str) -> dict[str, Any] | None:
+    """The registry's `dial` hook: a member's endpoint fields (pure, no file read). `credentials` is the provider's
+    name when the block names credential files (the gateway and prober read them from their own mount of the
+    provider's Secret); a vendor member's `username` is the template rendered with its session and placement, its
+    `{user}` left for whoever holds the secret. None for an id that is not a member's."""
+    try:
+        member = parse(pid)
+    except MalformedId:
+        return None
+    ep = member.endpoint
+    facts: dict[str, Any] = {"ip": ep.host, "port": ep.port, "scheme": ep.scheme}
+    if cfg.usernameFile or cfg.listFile:
+        facts["credentials"] = name
+    if member.session and cfg.usernameTemplate:
+        values = {**dict(member.placement), SESSION_PLACEHOLDER: member.session, USER: "{" + USER + "}"}
+        facts["username"] = render_username(cfg.usernameTemplate, values)
+    return facts

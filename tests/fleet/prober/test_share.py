@@ -16,7 +16,14 @@ KEYS = [f"ns{i % 7}/proxy-{i}" for i in range(2000)]
     ('{"uid": "u", "ip": "10.0.0.1", "port": 3128}', Endpoint("u", "10.0.0.1", 3128)),
     ('{"uid": "u", "ip": "2001:db8::1", "port": 1}', Endpoint("u", "2001:db8::1", 1)),
     ('{"uid": "", "ip": "10.0.0.1", "port": 3128}', None),
-    ('{"uid": "u", "ip": "host.example", "port": 3128}', None),
+    ('{"uid": "u", "ip": "gate.vendor.example", "port": 7777, "scheme": "http", "credentials": "resi",'
+     ' "username": "{user}-session-k3x9abcd"}',
+     Endpoint("u", "gate.vendor.example", 7777, "http", "resi", "{user}-session-k3x9abcd")),  # a bought proxy
+    ('{"uid": "u", "ip": "203.0.113.8", "port": 1080, "scheme": "socks5", "credentials": "dc"}',
+     Endpoint("u", "203.0.113.8", 1080, "socks5", "dc")),
+    ('{"uid": "u", "ip": "10.0.0.1", "port": 3128, "scheme": "ftp"}', None),
+    ('{"uid": "u", "ip": "10.0.0.1", "port": 3128, "credentials": 7}', None),
+    ('{"uid": "u", "ip": "host with spaces", "port": 3128}', None),
     ('{"uid": "u", "ip": "10.0.0.1", "port": 0}', None),
     ('{"uid": "u", "ip": "10.0.0.1", "port": true}', None),
     ('{"uid": "u", "ip": "10.0.0.1", "port": "3128"}', None),
