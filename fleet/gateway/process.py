@@ -194,6 +194,8 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     sweeper = asyncio.create_task(sweep(gw), name="gateway-sweep")
+    # without it a new proxy joins the load set only when every other is busy, and a gone one never leaves it
+    syncer = asyncio.create_task(leases.keep_synced(gw.core.clock, log), name="gateway-lease-sync")
     try:
         await stop.wait()
     finally:
@@ -206,9 +208,10 @@ async def _serve(settings: Settings, bind: tuple[str, int], config: GatewayConfi
         for t in list(gw.tunnels):
             t.end("stopping")
         await asyncio.sleep(0.2)  # their releases
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
+        for task in (sweeper, syncer):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await leases.close()
         if metrics is not None:
             metrics.shutdown()  # type: ignore[attr-defined]

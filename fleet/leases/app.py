@@ -54,7 +54,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 STICKY_KEEP = 3600.0  # a sticky binding outlives its last lease by this long
-SYNC_EVERY = 10.0  # seconds between the load set's syncs with the Running proxies
 JSON = (b"content-type", b"application/json")
 WWW_AUTHENTICATE = (b"www-authenticate", b'Bearer realm="fleet"')
 INSECURE_WARNING = "the API runs without authentication (--insecure-no-auth): anyone who reaches it can lease proxies"
@@ -127,7 +126,7 @@ class Api:
             if message["type"] == "lifespan.startup":
                 with contextlib.suppress(*_Unavailable):
                     await self.check()  # the epoch before the first grant (the loop retries when Redis is away)
-                self._tasks = [asyncio.create_task(self._sync_loop(), name="lease-sync"),
+                self._tasks = [asyncio.create_task(self.leases.keep_synced(self.clock, log), name="lease-sync"),
                                asyncio.create_task(self._guard_loop(), name="lease-epoch")]
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
@@ -138,22 +137,6 @@ class Api:
                 await self.leases.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-    async def _sync_loop(self) -> None:
-        failing = False
-        while True:
-            try:
-                joined, left = await self.leases.sync(self.clock())
-                if joined or left:
-                    log.debug("load set synced", extra=kv(joined=joined, left=left))
-                if failing:
-                    log.info("Redis answers again")
-                failing = False
-            except _Unavailable as exc:
-                if not failing:
-                    log.warning("cannot sync the lease load set with Redis", extra=kv(error=type(exc).__name__))
-                failing = True
-            await asyncio.sleep(SYNC_EVERY)
 
     async def check(self) -> None:
         """The epoch check and the replica count (every CHECK_EVERY s, and at start)."""

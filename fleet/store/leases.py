@@ -64,9 +64,11 @@ together).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +85,7 @@ RELEASED, EPOCH, REFUSED = keys.LEASE_RELEASED, keys.LEASE_EPOCH, keys.LEASE_REF
 ALL_FIXED = (DOCS, EXPIRY, LOAD, COOL_TARGET, COOL_GLOBAL, ERRORS)
 
 SWEEP_BATCH = 100  # expired leases swept per call
+SYNC_EVERY = 10.0  # seconds between the load set's syncs with the Running proxies (keep_synced)
 RELEASE_KEEP = 300.0  # seconds a release's answer is kept for a repeated release (a client's retry)
 SCAN_LIMIT = 5000  # proxies one lease request examines at most
 REFUSED_WINDOW = 120.0  # seconds a pool's refused lease request counts as demand (the longest autoscale look-back)
@@ -573,6 +576,24 @@ class AsyncLeases:
     async def sync(self, now: float) -> tuple[int, int]:
         got: Any = await self._sync(keys=_KEYS7, args=argv("sync", now=repr(now)))
         return int(got[0]), int(got[1])
+
+    async def keep_synced(self, clock: Callable[[], float], log: logging.Logger, every: float = SYNC_EVERY) -> None:
+        """`sync` every `every` s, for ever (a task of each process that leases: the lease API, the gateway), so
+        entries of gone proxies leave the load set and new ones join it; Redis away is logged once, not raised."""
+        failing = False
+        while True:
+            try:
+                joined, left = await self.sync(clock())
+                if joined or left:
+                    log.debug("load set synced: %d joined, %d left", joined, left)
+                if failing:
+                    log.info("Redis answers again")
+                failing = False
+            except (redis.RedisError, OSError) as exc:  # TimeoutError is an OSError
+                if not failing:
+                    log.warning("cannot sync the lease load set with Redis: %s", type(exc).__name__)
+                failing = True
+            await asyncio.sleep(every)
 
     async def snapshot(self) -> Snapshot:
         async with self._redis.pipeline(transaction=False) as pipe:

@@ -178,22 +178,30 @@ local function attempt()
   return nil
 end
 
+-- Proxies Running but not yet in the load set (new since the last sync) join it: how many did.
+local function join()
+  local names = redis.call('hkeys', KEYS[4])
+  local added = 0
+  for i = 1, #names, 500 do
+    local args = {}
+    for j = i, math.min(i + 499, #names) do
+      args[#args + 1] = 0
+      args[#args + 1] = names[j]
+    end
+    added = added + redis.call('zadd', KEYS[3], 'NX', unpack(args))
+  end
+  return added
+end
+
+-- More Running proxies than entries (two O(1) counts): a new one joins before the scan, so it takes its share
+-- at once rather than only when every other is busy (a gateway's crawler asking one at a time never makes them so).
+if redis.call('hlen', KEYS[4]) > redis.call('zcard', KEYS[3]) then join() end
 local got = attempt()
 if got then return got end
 if full then return {'busy', tostring(full)} end
--- Nothing free. Proxies Running but not yet in the load set (new since the last sync) join
--- it now, and the scan runs once more.
-local names = redis.call('hkeys', KEYS[4])
-local added = 0
-for i = 1, #names, 500 do
-  local args = {}
-  for j = i, math.min(i + 499, #names) do
-    args[#args + 1] = 0
-    args[#args + 1] = names[j]
-  end
-  added = added + redis.call('zadd', KEYS[3], 'NX', unpack(args))
-end
-if added > 0 then
+-- Nothing free. A new proxy the counts hid (entries of gone proxies still held, until the sync drops them) joins
+-- now, and the scan runs once more.
+if join() > 0 then
   got = attempt()
   if got then return got end
 end

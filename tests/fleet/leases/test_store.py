@@ -396,6 +396,34 @@ def test_sync_adds_running_proxies_and_drops_gone_idle_ones(store):
     assert store.leases.sync(NOW + 61) == (0, 1) and store.leases.loads() == {}
 
 
+def test_a_new_proxy_joins_at_once_though_another_is_free(store):
+    """One crawler asking one at a time never makes every proxy busy: a proxy that went Running takes its share from
+    the next lease, not only when all others are full (no sync in between, as under a gateway between syncs)."""
+    running(store, "ns/a")
+    lid, got = lease(store)
+    store.leases.release(lid, NOW)
+    running(store, "ns/b")
+    seen = set()
+    for rand in (0.0, 0.99, 0.0, 0.99):
+        lid, got = lease(store, rand=rand)
+        seen.add(got.proxy)
+        store.leases.release(lid, NOW)
+    assert seen == {"ns/a", "ns/b"} and set(store.leases.loads()) | {"ns/b"} == {"ns/a", "ns/b"}
+    assert store._redis.zscore(keys.LEASE_LOAD, "ns/b") is not None
+
+
+def test_a_new_proxy_hidden_by_a_gone_ones_entry_joins_when_nothing_else_is_free(store):
+    """A gone proxy's entry (its lease still open until the sync drops it) evens the counts: the new one still joins
+    once the others are busy."""
+    running(store, "ns/a")
+    running(store, "ns/gone")
+    assert {lease(store)[1].proxy for _ in range(2)} == {"ns/a", "ns/gone"}
+    store._redis.hdel(keys.PX_ENDPOINTS, "ns/gone")
+    running(store, "ns/b")
+    assert store._redis.hlen(keys.PX_ENDPOINTS) == store._redis.zcard(keys.LEASE_LOAD) == 2
+    assert lease(store)[1].proxy == "ns/b"
+
+
 def test_a_corrupt_endpoint_is_skipped(store):
     store._redis.hset(keys.PX_ENDPOINTS, "ns/bad", "{not json")
     running(store, "ns/a")
