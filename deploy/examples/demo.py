@@ -12,8 +12,13 @@ shows `fleet get ph` and the gauges; waits for the Proxies to run, shows
 egress address from the provider's `egressRange`, and the origin answers
 with the address it sees); then `curl -x` through `fleet gateway` twice at
 once (two proxies: two egress addresses) and twice with one session (the
-same one); then removes the manifests, waits for the Squid processes to be
-deleted, and stops it all.
+same one). One more Proxy is a bought one: an `upstream` provider in vendor
+mode whose endpoint is a real Squid asking for a password and leaving from
+a new loopback address per session (fleet.testing.vendor stands in for a
+residential vendor); the gateway reaches the origin through it with
+`-provider-resi`, the credentials read from files the demo wrote, never
+from Redis. Then it removes the manifests, waits for the Squid processes to
+be deleted, and stops it all.
 """
 
 from __future__ import annotations
@@ -40,8 +45,11 @@ from fleet.testing.http import LoopbackServer, Quiet  # noqa: E402
 from fleet.testing.kvmlab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
 from fleet.testing.procs import free_port  # noqa: E402
 from fleet.testing.redis import RedisServer  # noqa: E402
+from fleet.testing.vendor import Missing, vendor_squid  # noqa: E402
 
 EGRESS_RANGE = "127.0.1.0/24"  # each Squid its own outgoing address (docs/local-provider.md)
+VENDOR_EXITS = ("127.0.2.1", "127.0.2.2", "127.0.2.3")  # the stand-in vendor's exits, one per new session
+VENDOR_USER = "demo-buyer"  # the account the vendor sold; its password is made up per run
 
 
 class _EchoOrigin(Quiet):
@@ -106,9 +114,9 @@ def curl_answer(proc: subprocess.Popen) -> tuple[str, str, str]:
     return lines[0], via, body.strip()
 
 
-def through_gateway(gateway: str, token: str, origin_url: str) -> bool:
+def through_gateway(gateway: str, token: str, origin_url: str, bought: bool) -> bool:
     """Twice at once without a session (two proxies, two egress addresses), then twice with one (the
-    same); True when both hold."""
+    same), then once through the bought member when there is one; True when all hold."""
     ok = True
     print(f"\n$ curl -x http://demo:$GATEWAY_TOKEN@{gateway} {origin_url}slow   # twice at once")
     pair = [curl_answer(p) for p in [curl_gateway(gateway, "demo", token, origin_url + "slow") for _ in range(2)]]
@@ -124,7 +132,35 @@ def through_gateway(gateway: str, token: str, origin_url: str) -> bool:
     if len({(via, body) for _, via, body in sticky}) != 1 or not all(" 200" in status for status, _, _ in sticky):
         print("FAILED: one session should keep its proxy and egress address")
         ok = False
+    if bought:
+        print(f"$ curl -x http://demo-provider-resi:$GATEWAY_TOKEN@{gateway} {origin_url}   # the bought member")
+        status, via, body = curl_answer(curl_gateway(gateway, "demo-provider-resi", token, origin_url))
+        print(f"{status}  X-Fleet-Proxy: {via}  origin saw {body} (the vendor's exit)")
+        if " 200" not in status or body not in VENDOR_EXITS:
+            print("FAILED: the bought member should reach the origin from one of the vendor's exits")
+            ok = False
     return ok
+
+
+def buy(stack: contextlib.ExitStack, tmp_path: Path, origin_url: str) -> dict | None:
+    """The stand-in vendor started and the `upstream` provider block naming it (vendor mode: each member a session
+    of the account), its credentials in files only this run can read; None (said why) without Squid."""
+    password = secrets.token_urlsafe(12)
+    try:
+        port = stack.enter_context(vendor_squid(f"{VENDOR_USER}-country-us", password, exits=VENDOR_EXITS))
+    except Missing as exc:
+        print(f"(no bought member: {exc})")
+        return None
+    creds = tmp_path / "resi"
+    creds.mkdir(mode=0o700)
+    (creds / "username").write_text(VENDOR_USER + "\n")
+    (creds / "password").write_text(password + "\n")
+    host = origin_url.removeprefix("http://").rstrip("/")
+    return {"name": "resi", "type": "upstream", "upstream": {
+        "mode": "vendor", "endpoint": f"http://127.0.0.1:{port}",
+        "usernameTemplate": "{user}-session-{session}-country-{country}",
+        "usernameFile": str(creds / "username"), "passwordFile": str(creds / "password"),
+        "checkPlacement": {"country": "us"}, "checkURL": host, "stateDir": str(tmp_path / "resi-state")}}
 
 
 def fetch(ip: str, port: int, url: str) -> str:
@@ -162,8 +198,14 @@ def main() -> int:
         declared = yaml.safe_load((ROOT / "deploy/examples/proxies.yaml").read_text())
         for i, item in enumerate(declared["items"]):
             item["spec"]["port"] = lo + i
-        (manifests / "proxies.yaml").write_text(yaml.safe_dump(declared, sort_keys=False))
         origin_url = stack.enter_context(LoopbackServer(_EchoOrigin, "origin")).url + "/"
+        bought = buy(stack, tmp_path, origin_url)
+        if bought is not None:
+            config["providers"].append(bought)
+            declared["items"].append({"apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+                                      "metadata": {"name": "bought-a", "namespace": "crawl"},
+                                      "spec": {"provider": "resi", "port": 3128, "placement": {"region": "us"}}})
+        (manifests / "proxies.yaml").write_text(yaml.safe_dump(declared, sort_keys=False))
         gateway_token = secrets.token_urlsafe(24)
         clients = tmp_path / "gateway-clients.yaml"
         clients.write_text(yaml.safe_dump({"clients": {"demo": {"token": gateway_token, "ports": "*"}}}))
@@ -214,10 +256,12 @@ def main() -> int:
         print("\n$ fleet get px")
         print(fleet(env, "get", "px"))
         for item in proxies:
+            if item["spec"]["provider"] == "resi":
+                continue  # a bought member asks for the vendor's credentials: the gateway has them, below
             st = item["status"]
             print(f"$ curl -x http://{st['ip']}:{st['port']} {origin_url}   # {item['metadata']['name']}")
             print(fetch(st["ip"], st["port"], origin_url))
-        if not through_gateway(gateway, gateway_token, origin_url):
+        if not through_gateway(gateway, gateway_token, origin_url, bought is not None):
             print((tmp_path / "up.log").read_text()[-3000:])
             return 1
         print(f"\n$ rm {manifests}/proxies.yaml   # deleting the Proxies stops their Squid processes")
