@@ -4,7 +4,7 @@ from a new loopback exit for each new session (tests/providers/upstream/conftest
 
 - A list provider's two members (HTTP and SOCKS5) both serve through the gateway (`X-Fleet-Proxy` says which),
   though the crawler asks one request at a time; the endpoints carry the upstream's port, kind and a credentials
-  reference, and the password is nowhere in Redis, the log or /metrics.
+  reference, and the password is nowhere in Redis, the logs, /metrics, Flower's task list or the traces.
 - A vendor member is one exit: the prober sees its egress address, every request through the gateway leaves from
   it, and the pool's rotation (`maxAgeSeconds`) makes a member on a new session that leaves from another.
 - A ProxyPool mixes two own Squids (local provider) and two bought members; one bought member's password is wrong:
@@ -67,7 +67,8 @@ class Up:
     """`fleet up` with `providers` and the manifests `docs` (file name → text), the gateway on a free port (and a
     SOCKS5 listener), one client `demo` that may reach any port."""
 
-    def __init__(self, tmp_path: Path, redis_url: str, providers: list[dict], docs: dict[str, str], **env: str):
+    def __init__(self, tmp_path: Path, redis_url: str, providers: list[dict], docs: dict[str, str],
+                 flower: int | None = None, **env: str):
         cfg = tmp_path / "providers.yaml"
         cfg.write_text(yaml.safe_dump({"providers": providers}))
         manifests = tmp_path / "proxies"
@@ -86,7 +87,8 @@ class Up:
                    "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{self.metrics}", **env}
         self.log = tmp_path / "up.log"
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "up", "-c", str(cfg), "--no-flower"],
+            flags = ["--flower-port", str(flower)] if flower else ["--no-flower"]
+            self.proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "up", "-c", str(cfg), *flags],
                                          env=environ, stdout=out, stderr=subprocess.STDOUT,
                                          preexec_fn=die_with_parent, start_new_session=True)
         self.answers: list[str] = []  # what the gateway said to requests that got no page
@@ -139,8 +141,9 @@ class Up:
 
 
 @contextlib.contextmanager
-def up(tmp_path: Path, redis_url: str, providers: list[dict], docs: dict[str, str], **env: str) -> Iterator[Up]:
-    stack = Up(tmp_path, redis_url, providers, docs, **env)
+def up(tmp_path: Path, redis_url: str, providers: list[dict], docs: dict[str, str], flower: int | None = None,
+       **env: str) -> Iterator[Up]:
+    stack = Up(tmp_path, redis_url, providers, docs, flower, **env)
     try:
         yield stack
     finally:
@@ -174,13 +177,30 @@ def test_a_crawler_asking_one_at_a_time_reaches_the_origin_through_each_bought_m
     providers = [{"name": "dc", "type": "upstream", "upstream": {
         "mode": "list", "listFile": str(secrets / "proxies.txt"), "stateDir": str(tmp_path / "state"),
         "checkURL": origin.removeprefix("http://").rstrip("/")}}]
-    with up(tmp_path, redis_server.url, providers, {f"{n}.yaml": PROXY.format(name=n) for n in ("a", "b")}) as stack:
+    flower = free_port()
+    with up(tmp_path, redis_server.url, providers, {f"{n}.yaml": PROXY.format(name=n) for n in ("a", "b")},
+            flower=flower, FLOWER_BASIC_AUTH="ops:flower-pass", OTEL_TRACES_EXPORTER="console",
+            FLEET_PROXY_RESYNC_INTERVAL="3s") as stack:
         served_by(stack, origin, {"crawl/a", "crawl/b"}, ORIGIN_BODY)
         by_scheme = {ep["scheme"]: ep for ep in stack.endpoints().values()}
         assert by_scheme["http"]["port"] == squid_vendor and by_scheme["socks5"]["port"] == microsocks
         assert {ep["credentials"] for ep in by_scheme.values()} == {"dc"}
         assert stack.socks_get(origin) == ORIGIN_BODY
         stack.assert_no_secret()
+        auth = {"Authorization": "Basic " + base64.b64encode(b"ops:flower-pass").decode()}
+
+        def flower_tasks() -> str:
+            req = urllib.request.Request(f"http://127.0.0.1:{flower}/api/tasks?limit=1000", headers=auth)
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                body = resp.read().decode()
+            return body if f"socks5://127.0.0.1:{microsocks}" in body else ""
+
+        # Flower sees the provider calls (it turns task events on when it connects): the list sweep's answers
+        # name the members by their credential-free URLs, never with a password
+        tasks = wait_for(flower_tasks, 60, "Flower to list the provider calls", interval=1)
+        assert PASSWORD not in tasks
+    log = stack.log.read_text(errors="replace")
+    assert '"trace_id"' in log  # the spans (console exporter) went to the log, which holds no password (up())
 
 
 POOL = """apiVersion: crawl.example.com/v1alpha1
