@@ -67,7 +67,6 @@ from fleet.cli.common import (
 from fleet.durations import format_duration
 from fleet.settings import OPTION, Settings, parse_namespaces, redact_url
 from providers import names
-from providers.blocks import Block
 from providers.text import show
 
 # Building the parser (`fleet --help`, and every command before it runs) imports only the
@@ -551,6 +550,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     children += supervise.prober(settings, base_env)
     children += supervise.api(settings, base_env)
     children += supervise.gateway(settings, base_env)
+    from providers.blocks import Block  # pydantic: not while the parser is built
+
     with contextlib.ExitStack() as cleanup:
         dial = {pc.name: pc.block.runtime().dial_files for pc in config.providers if isinstance(pc.block, Block)}
         if any(dial.values()):
