@@ -162,6 +162,7 @@ GROUPS: dict[str, str] = {  # the docs' settings page and each command's --help 
     "api": "the discovery and lease API (`fleet api`)",
     "gateway": "the crawlers' forward proxy (`fleet gateway`)",
     "interception": "the gateway's TLS interception for the clients that ask (`fleet gateway`, `fleet ca`)",
+    "socks5": "the gateway's SOCKS5 listener (`fleet gateway`, `fleet render`)",
     "tls": "TLS between the crawlers and the gateway: an HTTPS proxy (`fleet gateway`, `fleet render`)",
 }
 KINDS = ("str", "duration", "int", "bool")
@@ -456,7 +457,7 @@ class Settings:
         "gateway", "host:port of the gateway's /metrics, /livez and /readyz",
         ":8083")
     gateway_socks_bind_address: str = _bind(
-        "gateway", "host:port the gateway's SOCKS5 listener (CONNECT, username/password: the same usernames and tokens "
+        "socks5", "host:port the gateway's SOCKS5 listener (CONNECT, username/password: the same usernames and tokens "
         "as the HTTP proxy) listens on, beside --gateway-bind-address",
         "")
     gateway_max_attempts: int = _option(

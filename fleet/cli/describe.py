@@ -119,7 +119,7 @@ def proxy_block(p: Any, key: str, runtime: dict[str, Any], now: float) -> list[s
                 field("Placement", ", ".join(f"{k}={v}" for k, v in placement.items()), 2),
                 field("Cloud-init", cloud_init, 2)]
         st = p.status
-        out += ["Status:", field("Phase", st.phase, 2), field("Instance", st.provider_id, 2),
+        out += ["Status:", field("Phase", st.phase, 2), field("Member", st.member, 2), field("Instance", st.provider_id, 2),
                 field("Endpoint", f"{st.ip}:{st.port}" if st.ip and st.port else "", 2), field("Egress IP", st.egress_ip, 2),
                 field("Observed generation", st.observed_generation, 2), field("Message", st.message, 2)]
         if st.conditions:

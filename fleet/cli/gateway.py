@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
     s = common.command(sub, "gateway",
                        help="serve the crawlers' forward proxy (--gateway-bind-address, default :8888); needs only Redis",
                        example="fleet gateway --gateway-clients-file clients.yaml --broker redis://127.0.0.1:6379/0",
-                       groups=("process", "store", "leases", "gateway", "tls", "interception"))
+                       groups=("process", "store", "leases", "gateway", "socks5", "tls", "interception"))
     s.set_defaults(fn=cmd_gateway)
     c = common.command(sub, "ca",
                        help="print the certificate of the gateway's CA (made first when --gateway-ca-dir holds none), "

@@ -82,6 +82,10 @@ GATEWAY_CLIENTS_SECRET, GATEWAY_CLIENTS_KEY, GATEWAY_CLIENTS_DIR = "fleet-gatewa
 # `kubernetes.io/tls` Secret the operator creates (`kubectl create secret tls fleet-gateway-tls --cert=... --key=...`).
 GATEWAY_TLS_SECRET, GATEWAY_TLS_DIR, GATEWAY_TLS_CERT, GATEWAY_TLS_KEY = (
     "fleet-gateway-tls", "/etc/fleet/gateway-tls", "tls.crt", "tls.key")
+# The names of the gateway's optional listeners' ports (container and Service), when `fleet render` is given
+# --gateway-socks-bind-address or --gateway-tls-bind-address: deploy/network's `fleet-gateway` policy admits them by
+# these names, so it admits nothing more until a rendering declares them.
+GATEWAY_SOCKS_PORT_NAME, GATEWAY_TLS_PORT_NAME = "socks5", "proxy-tls"
 BEAT_REPLICAS = 2  # one active (the Redis lock's holder), one standby
 METRICS_SERVICE, METRICS_PORT = "fleet-controller-metrics", 8080
 # Provider workers serve their provider-call series (requests_total,
@@ -147,6 +151,7 @@ class Target:
     config_hash: str = ""
     proxy_namespaces: tuple[str, ...] = (NAMESPACE,)  # whose Proxies the controller serves; ("*",): every namespace
     prober_env: tuple[tuple[str, str], ...] = ()  # the prober's settings given to `fleet render` (FLEET_PROBE_TARGET, ...)
+    gateway_socks_port: int = 0  # the gateway's SOCKS5 listener (--gateway-socks-bind-address given to `fleet render`); 0: none
     gateway_tls_port: int = 0  # the gateway's TLS listener (--gateway-tls-bind-address given to `fleet render`); 0: none
 
     @property
@@ -428,10 +433,11 @@ def gateway(t: Target) -> list[dict[str, Any]]:
     """`fleet gateway` (issue 23): the forward proxy on :8888 (port `proxy`) and /metrics, /readyz, /livez on
     :8083 (port `metrics`) behind the `fleet-gateway` Service; two replicas (they share every lease through
     Redis). The clients file is the Secret `fleet-gateway-clients` (key `clients.yaml`) mounted read-only; the
-    gateway re-reads it when the kubelet updates the mount. Redis only: no Kubernetes rights. With a TLS port, the
-    same proxy over TLS there too (port `proxy-tls`): the Secret `fleet-gateway-tls` (tls.crt, tls.key) mounted
-    read-only with defaultMode 0400 (the kubelet adds group read for the pod's fsGroup, the gateway's own group),
-    re-read when the kubelet updates it."""
+    gateway re-reads it when the kubelet updates the mount. Redis only: no Kubernetes rights. With a SOCKS5 port,
+    the SOCKS5 listener there (port `socks5`). With a TLS port, the same proxy over TLS there too (port
+    `proxy-tls`): the Secret `fleet-gateway-tls` (tls.crt, tls.key) mounted read-only with defaultMode 0400 (the
+    kubelet adds group read for the pod's fsGroup, the gateway's own group), re-read when the kubelet updates it.
+    Each listener's port is on the pods and the Service only when asked for."""
     objs = _redis_only(
         t, GATEWAY, "gateway", ["fleet", "gateway"], "metrics", GATEWAY_METRICS_PORT,
         [{"name": "FLEET_GATEWAY_BIND_ADDRESS", "value": f":{GATEWAY_PORT}"},
@@ -442,17 +448,20 @@ def gateway(t: Target) -> list[dict[str, Any]]:
         {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         strategy={"type": "RollingUpdate"}, replicas=GATEWAY_REPLICAS,
     )
+    listeners = [("proxy", GATEWAY_PORT)] + [(name, port) for name, port in (
+        (GATEWAY_SOCKS_PORT_NAME, t.gateway_socks_port), (GATEWAY_TLS_PORT_NAME, t.gateway_tls_port)) if port]
     for obj in objs:
         if obj["kind"] == "Deployment":
             pod = obj["spec"]["template"]["spec"]
             (container,) = pod["containers"]
-            container["ports"].insert(0, {"name": "proxy", "containerPort": GATEWAY_PORT})
+            container["ports"][:0] = [{"name": name, "containerPort": port} for name, port in listeners]
             container["volumeMounts"].append({"name": "clients", "mountPath": GATEWAY_CLIENTS_DIR, "readOnly": True})
             pod["volumes"].append({"name": "clients", "secret": {"secretName": GATEWAY_CLIENTS_SECRET,
                                                                 "items": [{"key": GATEWAY_CLIENTS_KEY,
                                                                            "path": GATEWAY_CLIENTS_KEY}]}})
+            if t.gateway_socks_port:
+                container["env"].append({"name": "FLEET_GATEWAY_SOCKS_BIND_ADDRESS", "value": f":{t.gateway_socks_port}"})
             if t.gateway_tls_port:
-                container["ports"].insert(1, {"name": "proxy-tls", "containerPort": t.gateway_tls_port})
                 container["env"] += [
                     {"name": "FLEET_GATEWAY_TLS_BIND_ADDRESS", "value": f":{t.gateway_tls_port}"},
                     {"name": "FLEET_GATEWAY_TLS_CERT_FILE", "value": f"{GATEWAY_TLS_DIR}/{GATEWAY_TLS_CERT}"},
@@ -462,10 +471,7 @@ def gateway(t: Target) -> list[dict[str, Any]]:
                     "secretName": GATEWAY_TLS_SECRET, "defaultMode": 0o400,
                     "items": [{"key": k, "path": k} for k in (GATEWAY_TLS_CERT, GATEWAY_TLS_KEY)]}})
         elif obj["kind"] == "Service":
-            obj["spec"]["ports"].insert(0, {"name": "proxy", "port": GATEWAY_PORT, "targetPort": "proxy"})
-            if t.gateway_tls_port:
-                obj["spec"]["ports"].insert(1, {"name": "proxy-tls", "port": t.gateway_tls_port,
-                                                "targetPort": "proxy-tls"})
+            obj["spec"]["ports"][:0] = [{"name": name, "port": port, "targetPort": name} for name, port in listeners]
     return objs
 
 
@@ -680,16 +686,25 @@ def prober_env(settings: Settings) -> tuple[tuple[str, str], ...]:
                  if o.group == "prober" and o.flag != "prober-metrics-bind-address" and given[o.env] != defaults[o.env])
 
 
-def gateway_tls_port(settings: Settings) -> int:
-    """The port of --gateway-tls-bind-address given to `fleet render` (its host is the pod's: any), 0 when off;
-    the certificate files are the mounted Secret's, whatever the flags say."""
-    try:
-        bind = parse_bind_address(settings.gateway_tls_bind_address, "--gateway-tls-bind-address")
-    except SettingsError as exc:
-        raise RenderError(str(exc)) from None
-    if bind is not None and bind[1] in (GATEWAY_PORT, GATEWAY_METRICS_PORT):
-        raise RenderError(f"--gateway-tls-bind-address: port {bind[1]} is the gateway's proxy or metrics port")
-    return bind[1] if bind else 0
+def gateway_listener_ports(settings: Settings) -> tuple[int, int]:
+    """The ports of --gateway-socks-bind-address and --gateway-tls-bind-address given to `fleet render` (their
+    host is the pod's: any), 0 for one that is off; the TLS certificate files are the mounted Secret's, whatever
+    the flags say."""
+    taken = {GATEWAY_PORT: "the gateway's proxy port", GATEWAY_METRICS_PORT: "the gateway's metrics port"}
+    ports = []
+    for address, flag in ((settings.gateway_socks_bind_address, "--gateway-socks-bind-address"),
+                          (settings.gateway_tls_bind_address, "--gateway-tls-bind-address")):
+        try:
+            bind = parse_bind_address(address, flag)
+        except SettingsError as exc:
+            raise RenderError(str(exc)) from None
+        port = bind[1] if bind else 0
+        if port in taken:
+            raise RenderError(f"{flag}: port {port} is {taken[port]}")
+        if port:
+            taken[port] = f"the port of {flag}"
+        ports.append(port)
+    return ports[0], ports[1]
 
 
 def render(
@@ -700,8 +715,8 @@ def render(
     ServiceAccount, secrets, RBAC and worker. `installation` defaults to
     the namespace, `proxy_namespaces` (as `fleet.settings.parse_namespaces`
     reads them) to that namespace; the prober's settings that `settings` sets
-    otherwise than the defaults go into its environment (`prober_env`), and --gateway-tls-bind-address adds the
-    gateway's TLS listener (`gateway_tls_port`)."""
+    otherwise than the defaults go into its environment (`prober_env`), and --gateway-socks-bind-address and
+    --gateway-tls-bind-address add the gateway's SOCKS5 and TLS listeners (`gateway_listener_ports`)."""
     for what, value in (("namespace", namespace), ("installation", installation or namespace)):
         if not names.is_label(value):
             raise RenderError(f"--{what} must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63), got {value!r}")
@@ -710,8 +725,9 @@ def render(
         if ns != ALL_NAMESPACES and not names.is_label(ns):
             raise RenderError(f"--proxy-namespaces: {ns!r} is not a namespace name (a DNS-1123 label)")
     copy, moved = split_secrets(config, text)
+    socks_port, tls_port = gateway_listener_ports(settings) if settings else (0, 0)
     t = Target(namespace, installation or namespace, image, hashlib.sha256(copy.encode()).hexdigest(), scope,
-               prober_env(settings) if settings else (), gateway_tls_port(settings) if settings else 0)
+               prober_env(settings) if settings else (), socks_port, tls_port)
     out = [config_map(copy, t), *controller(t), *beat(t), *prober(t), *api(t), *gateway(t)]
     dialing = upstream_volumes(config)
     for obj in out:

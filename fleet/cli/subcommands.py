@@ -665,7 +665,7 @@ def parser() -> argparse.ArgumentParser:
                                     "prober's, API's and gateway's",
                 example="fleet render -c providers.yaml --image ghcr.io/example/fleet:1.0 --probe-target example.com:443 "
                         "| kubectl apply -f -",
-                groups=("process", "providers", "proxies", "prober", "tls"))
+                groups=("process", "providers", "proxies", "prober", "socks5", "tls"))
     s.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     s.add_argument("--image", default=None, help="container image of the workers")
     s.add_argument("--namespace", default=None, help="namespace of the workers (default fleet-system)")

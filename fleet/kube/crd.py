@@ -175,14 +175,18 @@ def array(description: str, items: Field, **kw: Any) -> Field:
 
 @dataclass(frozen=True)
 class Column:
-    """One `additionalPrinterColumns` entry (`kubectl get`)."""
+    """One `additionalPrinterColumns` entry (`kubectl get`); a priority above 0 shows it with `-o wide` only."""
 
     name: str
     json_path: str
     type: str = "string"
+    priority: int = 0
 
-    def openapi(self) -> dict[str, str]:
-        return {"jsonPath": self.json_path, "name": self.name, "type": self.type}
+    def openapi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"jsonPath": self.json_path, "name": self.name}
+        if self.priority:
+            out["priority"] = self.priority
+        return {**out, "type": self.type}
 
 
 @dataclass(frozen=True)

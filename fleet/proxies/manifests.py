@@ -382,6 +382,7 @@ def _status(value: Any) -> ProxyStatus:
         message=_lenient_str(value.get("message")),
         conditions=_conditions(value.get("conditions")),
         egress_ip=_lenient_str(value.get("egressIP")),
+        member=_lenient_str(value.get("member")),
     )
 
 

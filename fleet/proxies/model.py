@@ -29,9 +29,19 @@ PENDING, PROVISIONING, RUNNING, REPLACING, DELETING, FAILED = (
 )
 PHASES = (PENDING, PROVISIONING, RUNNING, REPLACING, DELETING, FAILED)
 
+# status.member: a proxy fleet made, or a bought one of an upstream provider by how it is dialed (`member_kind`)
+MEMBER_OWN, MEMBER_UPSTREAM = "own", "upstream"
+
 # condition types
 PROVISIONED, HEALTHY, READY = "Provisioned", "Healthy", "Ready"
 CONDITIONS = (PROVISIONED, HEALTHY, READY)
+
+
+def member_kind(endpoint: Mapping[str, Any]) -> str:
+    """status.member from the endpoint the reconciler writes: `upstream/<scheme>` when its provider's dial hook gave
+    it a scheme (a proxy fleet did not make, spoken to over http or socks5), else `own`."""
+    scheme = endpoint.get("scheme")
+    return f"{MEMBER_UPSTREAM}/{scheme}" if isinstance(scheme, str) and scheme else MEMBER_OWN
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ class ProxyStatus:
     message: str = ""
     conditions: tuple[Condition, ...] = ()
     egress_ip: str = ""  # what the prober's echoing target saw (issue 13)
+    member: str = ""  # MEMBER_OWN or upstream/<scheme>: the reconciler's, from the endpoint it writes ("" not yet)
 
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -122,6 +133,8 @@ class ProxyStatus:
         }
         if self.egress_ip:
             out["egressIP"] = self.egress_ip
+        if self.member:
+            out["member"] = self.member
         if not self.phase:
             del out["phase"]
         return out

@@ -40,6 +40,7 @@ stages the text again under a new token.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -59,7 +60,7 @@ from fleet.proxies import decide as rules
 from fleet.proxies.decide import Call, Env, Outcome, Probe, RunningProxy, Step
 from fleet.proxies.errors import CloudInitUnavailable as CloudInitUnavailable  # defined apart: see errors.py
 from fleet.proxies.errors import Conflict as Conflict
-from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus
+from fleet.proxies.model import FINALIZER, RUNNING, Proxy, ProxyStatus, member_kind
 from fleet.store import Proxies as ProxyStore
 from fleet.store.proxies import StepRead, Tail, failures_of
 from providers import registry
@@ -233,10 +234,14 @@ class Reconciler:
             if got is None:
                 return "gone"
             p = got
-        if step.status is not None:
-            p = self.objects.write_status(p, step.status)
+        status, st = step.status, step.status if step.status is not None else p.status
+        endpoint = self._endpoint(p, st)
+        if endpoint is not None and st.member != (kind := member_kind(endpoint)):
+            status = dataclasses.replace(st, member=kind)  # in the step's write, or a write of its own
+        if status is not None:
+            p = self.objects.write_status(p, status)
         if p.status.phase:
-            self._publish_state(p, now, read, tail)
+            self._publish_state(p, now, read, tail, endpoint)
         result = "idle"
         if step.call is not None:
             result = self._send(p, step.call, env, cloud_init, tail)
@@ -260,28 +265,32 @@ class Reconciler:
         base = FULL_RETRY * (1 + place // max(1, self.timing.max_calls))
         return min(base, self.timing.call_timeout + self.timing.grace) + random.uniform(0, FULL_RETRY)
 
-    def _publish_state(self, p: Proxy, now: float, read: StepRead, tail: Tail) -> None:
+    def _publish_state(self, p: Proxy, now: float, read: StepRead, tail: Tail, endpoint: dict[str, Any] | None) -> None:
         """What others read: the phase since when (the gauges) and, while
-        Running, the endpoint the prober probes."""
+        Running, the endpoint the prober probes (`_endpoint`)."""
         old = phase_since(read.phase)
         since = old[1] if old is not None and old[0] == p.status.phase else now
-        endpoint = None
-        if p.status.phase == RUNNING and p.status.ip:
-            pl = p.spec.placement
-            doc: dict[str, Any] = {"uid": p.uid, "ip": p.status.ip, "port": p.status.port or p.spec.port,
-                                   "provider": p.spec.provider, "region": pl.region, "zone": pl.zone,
-                                   "instance": p.status.provider_id, "pool": p.pool}
-            doc.update(self._dial_facts(p) or {})
-            endpoint = json.dumps(doc, separators=(",", ":"))
-        tail.set_state(f"{p.status.phase}|{since:.3f}", endpoint)
+        tail.set_state(f"{p.status.phase}|{since:.3f}",
+                       json.dumps(endpoint, separators=(",", ":")) if endpoint is not None else None)
 
-    def _dial_facts(self, p: Proxy) -> dict[str, Any] | None:
+    def _endpoint(self, p: Proxy, st: ProxyStatus) -> dict[str, Any] | None:
+        """The endpoint of `p` with status `st` as the gateway, the prober and the lease API read it, None unless
+        Running with an address; status.member is read from it (`member_kind`)."""
+        if st.phase != RUNNING or not st.ip:
+            return None
+        pl = p.spec.placement
+        doc: dict[str, Any] = {"uid": p.uid, "ip": st.ip, "port": st.port or p.spec.port, "provider": p.spec.provider,
+                               "region": pl.region, "zone": pl.zone, "instance": st.provider_id, "pool": p.pool}
+        doc.update(self._dial_facts(p.spec.provider, st.provider_id) or {})
+        return doc
+
+    def _dial_facts(self, provider: str, provider_id: str) -> dict[str, Any] | None:
         """How a member of a provider whose proxies fleet did not make is dialed (its upstream's host, port, kind and
         credentials reference: the provider type's `dial` hook); None for the others (status.ip, the Proxy's port)."""
-        if p.spec.provider not in self.config.names() or not p.status.provider_id:
+        if provider not in self.config.names() or not provider_id:
             return None
-        pc = self.config.get(p.spec.provider)
-        return registry.dial_facts(pc.type, pc.name, pc.block, p.status.provider_id)
+        pc = self.config.get(provider)
+        return registry.dial_facts(pc.type, pc.name, pc.block, provider_id)
 
     def _send(self, p: Proxy, call: Call, env: Env, cloud_init: str, tail: Tail) -> str:
         provider, timeout, grace = p.spec.provider, self.timing.call_timeout, self.timing.grace

@@ -74,6 +74,9 @@ STATUS = obj(
         "port": integer("port is the port clients connect to.", format="int32", minimum=0, maximum=65535),
         "egressIP": string("egressIP is the address the prober's target saw the proxy's traffic come from, when the "
                            "target echoes it.", max_length=_ADDRESS),
+        "member": string("member is what kind of proxy this is, as the gateway and the prober dial it: own (one fleet "
+                         "made) or upstream/http, upstream/socks5 (a bought proxy of an upstream provider, and how it "
+                         "is spoken to). Written with the endpoint while Running.", max_length=64),
         "providerID": string("providerID identifies the instance on its provider's backend.", max_length=1024),
         "specHash": string("specHash is the hash of the spec the instance was created from; a different one means the "
                            "instance is replaced.", max_length=128),
@@ -104,5 +107,6 @@ CRD = Crd(
         Column("Port", ".status.port", "integer"),
         Column("Ready", '.status.conditions[?(@.type=="Ready")].status'),
         Column("Age", ".metadata.creationTimestamp", "date"),
+        Column("Member", ".status.member", priority=1),
     ),
 )

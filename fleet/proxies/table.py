@@ -3,11 +3,12 @@
 show them. Pure: Proxies in, rows or text out.
 
 The columns are the CRD's printer columns, with NAMESPACE first when listing
-every namespace (kubectl's `-A`); `-o wide` adds what the object knows
-besides: the placement's REGION and ZONE, the POOL it belongs to, the
-EGRESS IP the prober saw and the provider's INSTANCE id (`<none>` where
-unset, as kubectl's wide columns). `-o name` prints `proxy.crawl.example.com/NAME`,
-kubectl's form, with the namespace in front of the name
+every namespace (kubectl's `-A`); `-o wide` adds those kubectl shows with
+`-o wide` too (MEMBER: `own`, or `upstream/http`, `upstream/socks5` for a
+bought proxy), then what the object knows besides: the placement's REGION
+and ZONE, the POOL it belongs to, the EGRESS IP the prober saw and the
+provider's INSTANCE id (`<none>` where unset, as kubectl's wide columns).
+`-o name` prints `proxy.crawl.example.com/NAME`, kubectl's form, with the namespace in front of the name
 (`proxy.crawl.example.com/NAMESPACE/NAME`) when listing every namespace,
 as the table adds its NAMESPACE column then: each line names one object. Cells follow kubectl: PORT is
 `.status.port` (blank until the controller has written one, as a printer
@@ -37,9 +38,11 @@ import yaml
 from fleet.durations import age
 from fleet.proxies import model
 from fleet.proxies.model import LAST_APPLIED, READY, Proxy
+from fleet.proxies.schema import CRD
 
-COLUMNS = ("NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE")
-WIDE_COLUMNS = ("REGION", "ZONE", "POOL", "EGRESS IP", "INSTANCE")  # `-o wide`: after COLUMNS
+# The CRD's printer columns as kubectl heads them; `-o wide` adds those of a priority above 0, then its own.
+COLUMNS = ("NAME", *(c.name.upper() for c in CRD.columns if not c.priority))
+WIDE_COLUMNS = (*(c.name.upper() for c in CRD.columns if c.priority), "REGION", "ZONE", "POOL", "EGRESS IP", "INSTANCE")
 NAMESPACE_COLUMN = "NAMESPACE"
 AGE_COLUMN = COLUMNS.index("AGE")  # of a row without NAMESPACE
 NONE = "<none>"
@@ -66,8 +69,8 @@ def row(p: Proxy, now: float, all_namespaces: bool = False, wide: bool = False) 
     ]
     if wide:
         pl = p.spec.placement
-        cells += [pl.region or NONE, pl.zone or NONE, p.pool or NONE, p.status.egress_ip or NONE,
-                  p.status.provider_id or NONE]
+        cells += [p.status.member or NONE, pl.region or NONE, pl.zone or NONE, p.pool or NONE,
+                  p.status.egress_ip or NONE, p.status.provider_id or NONE]
     return [p.namespace, *cells] if all_namespaces else cells
 
 

@@ -9,6 +9,7 @@ import yaml
 from fleet.health import decide
 from fleet.health.results import CheckResult
 from fleet.kube import PROVIDER_HEALTH
+from fleet.proxies.table import COLUMNS, WIDE_COLUMNS
 from providers.base import TargetStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,15 +128,18 @@ def test_proxy_names_scope_and_subresource():
 
 
 def test_proxy_printer_columns():
-    cols = [(c["name"], c["jsonPath"], c["type"]) for c in PX_VER["additionalPrinterColumns"]]
+    cols = [(c["name"], c["jsonPath"], c["type"], c.get("priority", 0)) for c in PX_VER["additionalPrinterColumns"]]
     assert cols == [
-        ("Provider", ".spec.provider", "string"),
-        ("Phase", ".status.phase", "string"),
-        ("IP", ".status.ip", "string"),
-        ("Port", ".status.port", "integer"),
-        ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string"),
-        ("Age", ".metadata.creationTimestamp", "date"),
+        ("Provider", ".spec.provider", "string", 0),
+        ("Phase", ".status.phase", "string", 0),
+        ("IP", ".status.ip", "string", 0),
+        ("Port", ".status.port", "integer", 0),
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string", 0),
+        ("Age", ".metadata.creationTimestamp", "date", 0),
+        ("Member", ".status.member", "string", 1),  # `kubectl get px -o wide`, as `fleet get px -o wide`
     ]
+    assert COLUMNS[1:] == tuple(c[0].upper() for c in cols if not c[3])
+    assert WIDE_COLUMNS[:1] == tuple(c[0].upper() for c in cols if c[3])
 
 
 def rules(schema):
@@ -218,7 +222,7 @@ def test_proxy_status_phases_and_conditions_are_the_models():
     props = PX_STATUS["properties"]
     assert props["phase"]["enum"] == list(model.PHASES)
     assert set(props) == {"phase", "providerID", "ip", "port", "specHash", "observedGeneration", "message", "conditions",
-                          "egressIP"}
+                          "egressIP", "member"}
     conditions = props["conditions"]
     assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
     item = conditions["items"]
@@ -234,7 +238,8 @@ def test_what_the_proxy_model_writes_fits_the_schema(phase):
 
     conds = tuple(Condition(t, s, "SomeReason", "m" * 100, 3, "2026-01-01T00:00:00Z")
                   for t, s in ((PROVISIONED, "True"), (HEALTHY, "Unknown"), (READY, "False")))
-    st = ProxyStatus(phase, "projects/p/zones/z/instances/px-1", "10.0.0.7", 3128, "a" * 64, 3, "ok", conds)
+    st = ProxyStatus(phase, "projects/p/zones/z/instances/px-1", "10.0.0.7", 3128, "a" * 64, 3, "ok", conds,
+                     egress_ip="203.0.113.9", member="upstream/socks5")
     check(st.to_dict(), PX_STATUS)
 
 

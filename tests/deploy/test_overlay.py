@@ -170,9 +170,18 @@ def peer_allows(peer: dict[str, Any], src: Peer, policy_ns: str) -> bool:
 
 
 class Peer:
-    def __init__(self, ns: str, labels: dict[str, str], ns_labels: dict[str, str] | None = None) -> None:
-        self.ns, self.labels = ns, labels
+    """A pod: its namespace, labels, its namespace's labels and its containers' named ports (a policy's port given
+    by name matches the port of that name on the pod it selects, none when the pod declares no such name)."""
+
+    def __init__(self, ns: str, labels: dict[str, str], ns_labels: dict[str, str] | None = None,
+                 ports: dict[str, int] | None = None) -> None:
+        self.ns, self.labels, self.ports = ns, labels, ports or {}
         self.ns_labels = {"kubernetes.io/metadata.name": ns, **(ns_labels or {})}
+
+
+def port_matches(x: dict[str, Any], subject: Peer, port: int, protocol: str) -> bool:
+    named = x["port"] if isinstance(x["port"], str) else None
+    return x.get("protocol", "TCP") == protocol and (subject.ports.get(named) == port if named else x["port"] == port)
 
 
 def allowed(policies: list[dict[str, Any]], direction: str, subject: Peer, other: Peer, port: int, protocol: str = "TCP") -> bool:
@@ -185,7 +194,7 @@ def allowed(policies: list[dict[str, Any]], direction: str, subject: Peer, other
     key, peers = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
     for p in selecting:
         for rule in p["spec"].get(key) or ():
-            port_ok = "ports" not in rule or any(x.get("protocol", "TCP") == protocol and x["port"] == port for x in rule["ports"])
+            port_ok = "ports" not in rule or any(port_matches(x, subject, port, protocol) for x in rule["ports"])
             peer_ok = peers not in rule or any(peer_allows(peer, other, p["metadata"]["namespace"]) for peer in rule[peers])
             if port_ok and peer_ok:
                 return True
@@ -209,6 +218,37 @@ def test_crawlers_reach_the_gateway_and_the_api_and_nothing_else(overlay):
     for target, port in ((fleet("redis"), 6379), (fleet("controller"), 8080), (fleet("prober"), 8081), (fleet("gateway"), 8083),
                          (fleet("flower"), 5555), (fleet("worker"), 9090), (PROXY_POD, 3128), (fleet("api"), 9999)):
         assert not allowed(nps, "Ingress", target, CRAWLER, port), (target.labels, port)
+
+
+def gateway_pod(objs: list[dict[str, Any]]) -> Peer:
+    """The gateway's pod as a rendering makes it: its labels and its named container ports."""
+    d = by_kind(objs, "Deployment")[render.GATEWAY]
+    (c,) = pod(d)["containers"]
+    return Peer(NS, d["spec"]["template"]["metadata"]["labels"], ports={p["name"]: p["containerPort"] for p in c["ports"]})
+
+
+@pytest.mark.parametrize(("socks", "tls"), [("", ""), (":1080", ""), ("", ":8443"), (":1080", ":8443"), (":9050", ":443")])
+def test_the_gateways_socks5_and_tls_listeners_are_admitted_when_rendered_and_only_then(three_path, socks, tls):
+    """deploy/network names the optional listeners' ports: a rendering with a listener opens it to crawlers, one
+    without opens nothing more (the same policy, whatever port the flags chose)."""
+    from fleet.config import load
+    from fleet.settings import Settings
+
+    objs = render.render(load(str(three_path)), three_path.read_text(),
+                         settings=Settings(gateway_socks_bind_address=socks, gateway_tls_bind_address=tls))
+    nps = list(by_kind(kustomize.render(DEPLOY / "network"), "NetworkPolicy").values())
+    gw = gateway_pod(objs)
+    asked = {render.GATEWAY_SOCKS_PORT_NAME: socks, render.GATEWAY_TLS_PORT_NAME: tls}
+    assert {n for n, address in asked.items() if address} == gw.ports.keys() - {"proxy", "metrics"}
+    assert allowed(nps, "Ingress", gw, CRAWLER, render.GATEWAY_PORT)
+    assert not allowed(nps, "Ingress", gw, CRAWLER, render.GATEWAY_METRICS_PORT)
+    for address in (socks, tls):
+        if address:
+            port = int(address.lstrip(":"))
+            assert allowed(nps, "Ingress", gw, CRAWLER, port), address
+            assert not allowed(nps, "Ingress", Peer(NS, gw.labels), CRAWLER, port)  # a pod without the named port
+    for port in {1080, 8443, 9050, 443} - {int(a.lstrip(":")) for a in (socks, tls) if a}:
+        assert not allowed(nps, "Ingress", gw, CRAWLER, port), port
 
 
 def test_redis_takes_fleets_pods_only(overlay):

@@ -43,7 +43,7 @@ def run(capsys, *argv):
 
 def proxy(name, namespace="crawl", **kw):
     status = kw.pop("status", ProxyStatus(phase="Running", provider_id="local://a", ip="127.0.0.1", port=31280,
-                                          egress_ip="203.0.113.9",
+                                          egress_ip="203.0.113.9", member=kw.pop("member", "own"),
                                           conditions=(Condition("Ready", "True", "Running", "", 1, CREATED),)))
     spec = kw.pop("spec", ProxySpec(provider="squid", placement=Placement(region="fsn1")))
     return Proxy(namespace=namespace, name=name, uid=f"u-{name}", generation=1, spec=spec, status=status,
@@ -80,17 +80,20 @@ def test_all_namespaces_lists_every_namespace_as_no_namespace_does(capsys, redis
 
 
 def test_get_px_wide_and_name(capsys, redis):
-    put(redis, proxy("a", pool="web"), proxy("b", namespace="web"))
+    put(redis, proxy("a", pool="web"), proxy("b", namespace="web", member="upstream/socks5"),
+        proxy("c", namespace="web", status=ProxyStatus(phase="Pending")))
     code, out, _ = run(capsys, "get", "px", "-o", "wide")
     assert code == 0
-    head, a, b = (line.split() for line in out.splitlines())
-    assert head == ["NAMESPACE", "NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE", "REGION", "ZONE", "POOL",
-                    "EGRESS", "IP", "INSTANCE"]
+    head, a, b, c = (line.split() for line in out.splitlines())
+    assert head == ["NAMESPACE", "NAME", "PROVIDER", "PHASE", "IP", "PORT", "READY", "AGE", "MEMBER", "REGION", "ZONE",
+                    "POOL", "EGRESS", "IP", "INSTANCE"]
     assert a[:7] == ["crawl", "a", "squid", "Running", "127.0.0.1", "31280", "True"]
-    assert a[8:] == ["fsn1", "<none>", "web", "203.0.113.9", "local://a"]
-    assert b[:2] == ["web", "b"] and b[10] == "<none>"
+    assert a[8:] == ["own", "fsn1", "<none>", "web", "203.0.113.9", "local://a"]
+    assert b[:2] == ["web", "b"] and b[8] == "upstream/socks5" and b[11] == "<none>"
+    assert c[:3] == ["web", "c", "squid"] and c[-6] == "<none>"  # not Running yet: no member written
+    assert "MEMBER" not in run(capsys, "get", "px")[1]  # a wide column, as the CRD's priority 1
     assert run(capsys, "get", "px", "-o", "name")[1].splitlines() == [
-        "proxy.crawl.example.com/crawl/a", "proxy.crawl.example.com/web/b"]
+        "proxy.crawl.example.com/crawl/a", "proxy.crawl.example.com/web/b", "proxy.crawl.example.com/web/c"]
     assert run(capsys, "get", "px", "-n", "crawl", "-o", "name")[1] == "proxy.crawl.example.com/a\n"
     assert run(capsys, "get", "px", "a", "-n", "crawl", "-o", "wide")[1].splitlines()[0].split()[0] == "NAME"
 
@@ -291,6 +294,7 @@ def test_describe_px_shows_spec_conditions_leases_and_cooldowns(capsys, redis):
     fields = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in out.splitlines()
               if ":" in line and not line.startswith("    ")}
     assert fields["Name"] == "a" and fields["Namespace"] == "crawl" and fields["Provider"] == "squid"
+    assert fields["Member"] == "own" and fields["Egress IP"] == "203.0.113.9"
     assert fields["Labels"] == "crawl.example.com/pool=web" and fields["Placement"] == "region=fsn1"
     assert fields["Leases"] == "1 open" and fields["Cooldowns"] == "2 in force" and fields["Error reports"] == "2 in a row"
     assert fields["Phase since"].startswith("Running since ") and "ago)" in fields["Phase since"]

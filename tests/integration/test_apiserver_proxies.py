@@ -124,6 +124,7 @@ def test_a_proxy_goes_running_and_is_deleted_through_its_finalizer(kube_server, 
     assert obj["metadata"]["finalizers"] == ["crawl.example.com/cleanup"]
     assert obj["status"]["ip"] == "127.0.0.1" and obj["status"]["observedGeneration"] == 1
     assert obj["status"]["providerID"]
+    assert obj["status"]["member"] == "own"  # the CRD's schema keeps it (an unknown field would be pruned)
     ready = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     assert ready.get("Provisioned") == "True", obj["status"]
     managers = {(m["manager"], m.get("subresource", "")) for m in obj["metadata"]["managedFields"]}

@@ -62,9 +62,9 @@ def run_op(p: FakeProvider, op: str, kw: dict[str, Any], deadline: base.Deadline
 
 
 class Worker:
-    """Runs sent calls on a FakeProvider when told to (`drain`); can fail them."""
+    """Runs sent calls on a provider (a FakeProvider, or an upstream one) when told to (`drain`); can fail them."""
 
-    def __init__(self, provider: FakeProvider) -> None:
+    def __init__(self, provider: Any) -> None:
         self.provider = provider
         self.sent: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
         self.fail: dict[str, type[base.ProviderError]] = {}
@@ -99,12 +99,16 @@ class Worker:
 
 @pytest.fixture
 def world(tmp_path):
+    return make_world(tmp_path, ProviderConfig("edge", "fake", FakeConfig()), FakeProvider("edge", FakeConfig()))
+
+
+def make_world(tmp_path, pc: ProviderConfig, provider: Any) -> Any:
+    """Provider `edge` configured as `pc`, its calls run on `provider`, manifests in tmp_path/proxies."""
     manifests = tmp_path / "proxies"
     manifests.mkdir()
     store = Store(fakeredis.FakeRedis())
     clock = Clock()
-    config = ProvidersConfig((ProviderConfig("edge", "fake", FakeConfig()),))
-    provider = FakeProvider("edge", FakeConfig())
+    config = ProvidersConfig((pc,))
     worker = Worker(provider)
     objects = Standalone(store.proxies, str(manifests), "test", clock=clock)
     rec = Reconciler(store.proxies, objects, config, worker.send, Timing(poll=10, resync=60, call_timeout=5, max_calls=3),
@@ -159,6 +163,49 @@ def test_pending_to_running_in_three_writes_and_then_quiet(world):
     (endpoint,) = world.store.proxies.endpoints().values()
     assert json.loads(endpoint) == {"uid": p.uid, "ip": "127.0.0.1", "port": 3128, "provider": "edge", "region": "", "zone": "",
                                     "instance": p.status.provider_id, "pool": ""}
+    assert p.status.member == "own"  # written with Running: no write of its own
+
+
+def upstream_world(tmp_path, entry: str) -> Any:
+    from providers.upstream.config import UpstreamConfig
+    from providers.upstream.provider import UpstreamProvider
+
+    tmp_path.mkdir()
+    (tmp_path / "list").write_text(entry + "\n")
+    cfg = UpstreamConfig.model_validate({"mode": "list", "listFile": str(tmp_path / "list"), "stateDir": str(tmp_path / "state")})
+    return make_world(tmp_path, ProviderConfig("edge", "upstream", cfg), UpstreamProvider("edge", cfg))
+
+
+@pytest.mark.parametrize(("entry", "member", "scheme"), [
+    (None, "own", None),  # the fake: a proxy fleet made
+    ("http://203.0.113.1:8080", "upstream/http", "http"),
+    ("socks5://203.0.113.2:1080", "upstream/socks5", "socks5"),
+])
+def test_a_running_member_says_what_kind_it_is_as_its_endpoint_does(world, tmp_path, entry, member, scheme):
+    """status.member is read off the endpoint the reconciler writes: a scheme there (an upstream provider's dial
+    hook) is a bought proxy and how it is spoken to; none is one of fleet's own."""
+    w = world if entry is None else upstream_world(tmp_path / "up", entry)
+    w.declare("a")
+    w.step()
+    assert w.proxy("a").status.member == ""  # Provisioning: no endpoint yet, nothing said
+    w.step(10)
+    p = w.proxy("a")
+    endpoint = json.loads(w.store.proxies.endpoints()["crawl/a"])
+    assert (p.status.phase, p.status.member, endpoint.get("scheme")) == ("Running", member, scheme)
+    version = p.resource_version
+    w.step(60)  # the resync's Get: nothing changed, nothing written
+    assert w.proxy("a").resource_version == version
+
+
+def test_a_running_proxy_without_a_member_gets_it_at_its_next_step(world):
+    """A Proxy that went Running before status.member existed: its next reconcile writes it."""
+    world.declare("a")
+    world.step()
+    world.step(10)
+    p = world.proxy("a")
+    world.objects.write_status(p, dataclasses.replace(p.status, member=""))
+    world.step(60)
+    assert world.proxy("a").status.member == "own"
 
 
 @pytest.mark.parametrize(("label", "pool"), [("web", "web"), ("Not_A-Pool", ""), (None, "")])

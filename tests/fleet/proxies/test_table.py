@@ -57,18 +57,23 @@ def test_rows() -> None:
     assert rows([], now, True) == []
 
 
-def test_wide_adds_placement_pool_egress_and_instance_after_the_printer_columns() -> None:
-    assert WIDE_COLUMNS == ("REGION", "ZONE", "POOL", "EGRESS IP", "INSTANCE")
+def test_wide_adds_member_placement_pool_egress_and_instance_after_the_printer_columns() -> None:
+    assert WIDE_COLUMNS == ("MEMBER", "REGION", "ZONE", "POOL", "EGRESS IP", "INSTANCE")
     assert columns(wide=True) == (*COLUMNS, *WIDE_COLUMNS)
     assert columns(all_namespaces=True, wide=True) == ("NAMESPACE", *COLUMNS, *WIDE_COLUMNS)
     placed = proxy("web-1", spec=ProxySpec(provider="kvm", placement=Placement(region="fsn1", zone="fsn1-dc14")),
-                   status=ProxyStatus(**{**RUNNING.__dict__, "egress_ip": "203.0.113.9"}), pool="crawl")
+                   status=ProxyStatus(**{**RUNNING.__dict__, "egress_ip": "203.0.113.9", "member": "own"}), pool="crawl")
+    bought = proxy("web-3", spec=ProxySpec(provider="vendor"),
+                   status=ProxyStatus(**{**RUNNING.__dict__, "member": "upstream/http",
+                                         "provider_id": "http://203.0.113.1:8080"}))
     bare = proxy("web-2")
     now = T0 + 60
-    assert rows([bare, placed], now, all_namespaces=True, wide=True) == [
+    assert rows([bare, placed, bought], now, all_namespaces=True, wide=True) == [
         ["default", "web-1", "kvm", "Running", "10.0.0.7", "3128", "True", "60s",
-         "fsn1", "fsn1-dc14", "crawl", "203.0.113.9", "kvm://nas1/px-u-1"],
-        ["default", "web-2", "kvm", "", "", "", "", "60s", "<none>", "<none>", "<none>", "<none>", "<none>"],
+         "own", "fsn1", "fsn1-dc14", "crawl", "203.0.113.9", "kvm://nas1/px-u-1"],
+        ["default", "web-2", "kvm", "", "", "", "", "60s", "<none>", "<none>", "<none>", "<none>", "<none>", "<none>"],
+        ["default", "web-3", "vendor", "Running", "10.0.0.7", "3128", "True", "60s",
+         "upstream/http", "<none>", "<none>", "<none>", "<none>", "http://203.0.113.1:8080"],
     ]
     assert rows([placed], now, wide=False) == [["web-1", "kvm", "Running", "10.0.0.7", "3128", "True", "60s"]]
 
