@@ -5,6 +5,7 @@
   `-session-<id>` part of the username first, as a vendor's gateway takes
   any session of one account: `fleet-session-<any>-country-us` / PASSWORD.
 - `microsocks`: `microsocks -u USER -P PASSWORD`, an authenticated SOCKS5 server.
+  (Both started by fleet.testing.upstreams, as benchmarks/gateway.py starts them.)
 - `scripted`: a TCP server that answers each connection with a script
   (garbage, a 502, a close, nothing at all).
 - `origin`: what a tunnel connects to (checkURL).
@@ -15,28 +16,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from fleet.testing.procs import free_port, wait_for
-from providers.local import squid as local_squid
+from fleet.testing import upstreams
+from fleet.testing.procs import free_port
 
 USER = "fleet"
 PASSWORD = "s3cret-upstream-pass"
 VENDOR_USER = "fleet-country-us"  # what the helper sees once the session is dropped
-SQUID_HELPERS = "/usr/lib/squid"
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(scope="module")
@@ -62,67 +54,27 @@ def origin() -> Iterator[int]:
     srv.close()
 
 
-def _apr1(password: str) -> str:
-    out = subprocess.run(["openssl", "passwd", "-apr1", password], capture_output=True, text=True, check=True, timeout=10)
-    return out.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def squid_vendor() -> Iterator[int]:
-    binary = shutil.which("squid") or "/usr/sbin/squid"
-    if not os.access(binary, os.X_OK) or not os.access(f"{SQUID_HELPERS}/basic_ncsa_auth", os.X_OK):
+    if upstreams.squid_binary() is None:
         pytest.skip("squid with basic_ncsa_auth is not installed (apt-get install squid; `make test` installs it)")
     d = tempfile.mkdtemp(prefix="fleet-upstream-squid-")
     os.chmod(d, 0o755)
-    who = local_squid.run_as()
     port = free_port()
-    htpasswd = os.path.join(d, "htpasswd")
-    with open(htpasswd, "w") as f:
-        f.write(f"{VENDOR_USER}:{_apr1(PASSWORD)}\n")
-    helper = os.path.join(d, "auth.sh")
-    with open(helper, "w") as f:
-        f.write("#!/bin/sh\n# a vendor's gateway: any session of the account\n"
-                f"exec sed -u 's/^\\([^ ]*\\)-session-[a-z0-9]*/\\1/' | {SQUID_HELPERS}/basic_ncsa_auth {htpasswd}\n")
-    os.chmod(helper, 0o755)
-    os.chmod(htpasswd, 0o644)
-    conf = "\n".join([
-        f"http_port 127.0.0.1:{port}", "visible_hostname fleet-upstream-test", "workers 1",
-        f"pid_filename {d}/squid.pid", f"cache_log stdio:{d}/cache.log", "access_log none", "cache_store_log none",
-        f"coredump_dir {d}", "cache deny all", "cache_mem 8 MB", "pinger_enable off", "shutdown_lifetime 1 second",
-        f"auth_param basic program {helper}", "auth_param basic children 2", "auth_param basic realm fleet-test",
-        "acl authed proxy_auth REQUIRED", "http_access allow authed", "http_access deny all", "",
-    ])
-    conf_path = local_squid.prepare(d, conf, who)
-    service = local_squid.service_name(d, "vendor")
-    proc = local_squid.start(binary, conf_path, service, d, who)
     try:
-        wait_for(lambda: listening(port) or proc.poll() is not None, 30, "squid to listen")
-        if proc.poll() is not None:
-            with open(os.path.join(d, local_squid.OUT), errors="replace") as f:
-                pytest.fail(f"squid exited: {f.read()[-2000:]}")
-        yield port
+        with upstreams.auth_squid(os.path.join(d, "squid"), port, VENDOR_USER, PASSWORD, any_session=True):
+            yield port
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        local_squid.remove_shm(service)
         shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def microsocks() -> Iterator[int]:
-    binary = shutil.which("microsocks")
-    if binary is None:
+    if upstreams.microsocks_binary() is None:
         pytest.skip("microsocks is not installed (apt-get install microsocks; `make test` installs it)")
     port = free_port()
-    proc = subprocess.Popen([binary, "-i", "127.0.0.1", "-p", str(port), "-u", USER, "-P", PASSWORD],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_for(lambda: listening(port) or proc.poll() is not None, 15, "microsocks to listen")
-        assert proc.poll() is None, "microsocks exited"
+    with upstreams.microsocks(port, USER, PASSWORD):
         yield port
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 Script = Callable[[socket.socket], None]
