@@ -10,17 +10,20 @@ Measured, each through the gateway and directly to a Squid:
 
 - added latency per CONNECT: time from connecting to the tunnel's 200, p50/p99 over `--connects`
   rounds of one new tunnel per column (each then makes one GET), after a warm-up tunnel each;
-- requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each);
+- requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each; every column's
+  tunnels open at once, the columns taking 5 turns of `--seconds`/5 each);
 - with `--socks` (the default), the same two through the gateway's SOCKS5 listener (a column `socks5`: greeting,
   username/password, CONNECT by name), against the gateway's HTTP CONNECT;
 - with `--upstream` (the default), the same two for bought proxies as members: an authenticated Squid (the local
   provider's, with Basic auth: basic_ncsa_auth over an `openssl passwd -apr1` htpasswd) and an authenticated
   microsocks (`-u USER -P PASS`), written into Redis as the Proxy reconciler writes an upstream provider's members
-  (`scheme`, `credentials`: a reference to `<secrets dir>/<provider>/{username,password}`). They live in a Redis
-  database of their own with a gateway of their own (FLEET_GATEWAY_UPSTREAM_SECRETS_DIR), so no other column leases
-  them; its client picks each by `-provider-`. Each is measured directly (Proxy-Authorization; SOCKS5
-  username/password) and through that gateway (HTTP CONNECT), and what the gateway adds to it is printed beside
-  what it adds to a Squid of its own (the goal: an upstream member adds no more than a Squid member does);
+  (`scheme`, `credentials`: a reference to `<secrets dir>/<provider>/{username,password}`), and beside them the
+  first Squid as a member of its own. These three live in a Redis database of their own with a gateway of their
+  own (FLEET_GATEWAY_UPSTREAM_SECRETS_DIR), so no other column leases them; its client picks one by `-provider-`.
+  Each is measured directly (the bought ones with Proxy-Authorization, SOCKS5 username/password) and through that
+  gateway (HTTP CONNECT), one proxy process behind one gateway each, and what the gateway adds to a bought member
+  is printed beside what it adds to the Squid member (the goal: an upstream member adds no more than a Squid
+  member does);
 - plain HTTP requests/s (absolute URI, as a crawler's http_proxy sends them) on `--plain` keep-alive connections
   for `--seconds`: the gateway parses each head and opens a connection to a Squid per request;
 - 1 MiB bodies through one tunnel, `--bodies` times: MB/s, and CPU seconds per MB of the gateway process
@@ -179,6 +182,7 @@ async def tunnel(proxy: tuple[str, int], target: str, auth: bool | str, header: 
 
 
 Opener = Callable[[int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]]]
+ROUNDS = 5  # turns of the keep-alive requests/s, each column --seconds/ROUNDS a turn
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -237,24 +241,28 @@ async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | Non
     for name, xs in lat.items():
         out[f"connect_{name}"] = (statistics.median(xs), pct(xs, 0.99))
     await asyncio.sleep(0.5)  # the gateway's releases
-    # 2. requests/s through keep-alive tunnels
-    for name, opener in tunnel_cols:
-        conns = [await opener(i) for i in range(args.tunnels)]
-        count = 0
-        end = time.perf_counter() + args.seconds
+    # 2. requests/s through `--tunnels` keep-alive tunnels per column, all open at once, in ROUNDS turns of
+    # --seconds/ROUNDS per column (as above: a drift in the machine's load falls on every column alike)
+    held = {name: [await opener(i) for i in range(args.tunnels)] for name, opener in tunnel_cols}
+    done = dict.fromkeys(held, 0)
+    spent = dict.fromkeys(held, 0.0)
+    for _ in range(ROUNDS):
+        for name, conns in held.items():
+            end = time.perf_counter() + args.seconds / ROUNDS
 
-        async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end) -> None:
-            nonlocal count
-            while time.perf_counter() < end:
-                await get(r, w, host)
-                count += 1
+            async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end, name: str = name) -> None:
+                while time.perf_counter() < end:
+                    await get(r, w, host)
+                    done[name] += 1
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(loop(r, w) for r, w, _ in conns))
-        out[f"rps_{name}"] = count / (time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await asyncio.gather(*(loop(r, w) for r, w, _ in conns))
+            spent[name] += time.perf_counter() - t0
+    for name, conns in held.items():
+        out[f"rps_{name}"] = done[name] / spent[name]
         for _, w, _ in conns:
             w.close()
-        await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)
     # 2b. plain HTTP (absolute URI) requests/s through `--plain` keep-alive connections: the gateway parses each
     # request head and opens a connection to a Squid per request (Connection: close upstream)
     if args.plain:
@@ -407,19 +415,25 @@ def basic(user: str, password: str) -> str:
 
 
 def start_upstream(work: Path, *, env: dict[str, str], bought: contextlib.ExitStack,
-                   procs: list[subprocess.Popen[bytes]], rport: int, ports: tuple[int, int], target: str) -> dict[str, Opener]:
+                   procs: list[subprocess.Popen[bytes]], rport: int, ports: tuple[int, int], target: str,
+                   squid: tuple[str, dict]) -> dict[str, Opener]:
     """The bought proxies (--upstream) on `ports`: an authenticated Squid (the local provider's, Basic auth added)
-    and an authenticated microsocks, written as members of two upstream providers into Redis database 1, with a
-    gateway of their own on that database (so the own Squids' columns never lease them, nor they those), which
-    reads their credentials from its secrets dir; its client picks the member by `-provider-`. The columns, to
-    `target`: each member directly with its credentials, and through that gateway (HTTP CONNECT)."""
+    and an authenticated microsocks, written as members of two upstream providers into Redis database 1 beside
+    `squid` (one of ours: its key and endpoint), with a gateway of their own on that database (so the other columns
+    never lease them, nor they those), which reads the bought ones' credentials from its secrets dir; its client
+    picks the member by `-provider-`. The columns, to `target`: each member directly (with its credentials), and
+    through that gateway (HTTP CONNECT)."""
     squid_port, socks_port = ports
     bought.enter_context(upstreams.auth_squid(str(work / "vendor-squid"), squid_port, UPSTREAM_USER, UPSTREAM_PASSWORD))
     bought.enter_context(upstreams.microsocks(socks_port, UPSTREAM_USER, UPSTREAM_PASSWORD))
     members = redis.Redis(port=rport, db=1)
+    key, doc = squid
+    member = {"squid": (key, doc["provider"])}
+    members.hset(keys.PX_ENDPOINTS, key, json.dumps(doc))
     for kind, port in (("http", squid_port), ("socks5", socks_port)):
-        doc = upstream_endpoint(UPSTREAM_PROVIDERS[kind], f"{kind}://127.0.0.1:{port}", work / "secrets")
-        members.hset(keys.PX_ENDPOINTS, f"bought/{kind}", json.dumps(doc))
+        member[kind] = (f"bought/{kind}", UPSTREAM_PROVIDERS[kind])
+        bought_doc = upstream_endpoint(UPSTREAM_PROVIDERS[kind], f"{kind}://127.0.0.1:{port}", work / "secrets")
+        members.hset(keys.PX_ENDPOINTS, member[kind][0], json.dumps(bought_doc))
     port = free_port()
     genv = {**env, "PYTHONPATH": str(ROOT), "FLEET_BROKER_URL": f"redis://127.0.0.1:{rport}/1",
             "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{port}",
@@ -431,35 +445,38 @@ def start_upstream(work: Path, *, env: dict[str, str], bought: contextlib.ExitSt
     wait_port(port, "fleet gateway (upstream members)", work / "upstream-gateway.log")
 
     def through(kind: str) -> Opener:  # the gateway's 200 names the member, or the column stops
-        header = basic(f"bench-provider-{UPSTREAM_PROVIDERS[kind]}", TOKEN)
-        return lambda i: tunnel(("127.0.0.1", port), target, True, header, via=f"bought/{kind}")
+        key, provider = member[kind]
+        header = basic(f"bench-provider-{provider}", TOKEN)
+        return lambda i: tunnel(("127.0.0.1", port), target, True, header, via=key)
 
-    own = basic(UPSTREAM_USER, UPSTREAM_PASSWORD)
-    return {"upstream-http direct": lambda i: tunnel(("127.0.0.1", squid_port), target, True, own),
-            "upstream-http": through("http"),
-            "upstream-socks5 direct": lambda i: tunnel(("127.0.0.1", socks_port), target, "socks5",
-                                                       socks_user=(UPSTREAM_USER, UPSTREAM_PASSWORD)),
-            "upstream-socks5": through("socks5")}
+    creds = basic(UPSTREAM_USER, UPSTREAM_PASSWORD)
+    return {"member-squid direct": lambda i: tunnel((doc["ip"], doc["port"]), target, False),
+            "member-squid": through("squid"),
+            "member-http direct": lambda i: tunnel(("127.0.0.1", squid_port), target, True, creds),
+            "member-http": through("http"),
+            "member-socks5 direct": lambda i: tunnel(("127.0.0.1", socks_port), target, "socks5",
+                                                     socks_user=(UPSTREAM_USER, UPSTREAM_PASSWORD)),
+            "member-socks5": through("socks5")}
 
 
 def print_upstream(res: dict, tunnels: int) -> None:
-    """Each bought member through the gateway against using it directly, beside the same for a Squid of the
-    gateway's own (the goal: an upstream member adds no more than a Squid member does)."""
-    kinds = list(UPSTREAM_PROVIDERS)
-    print("bought, CONNECT ms      " + " | ".join(
-        f"{k} direct p50 {res[f'connect_upstream-{k} direct'][0]:.2f} p99 {res[f'connect_upstream-{k} direct'][1]:.2f}"
-        f", gateway p50 {res[f'connect_upstream-{k}'][0]:.2f} p99 {res[f'connect_upstream-{k}'][1]:.2f}" for k in kinds))
-    print(f"bought, req/s, {tunnels} tunn. " + " | ".join(
-        f"{k} direct {res[f'rps_upstream-{k} direct']:.0f}, gateway {res[f'rps_upstream-{k}']:.0f}" for k in kinds))
+    """Each member of the upstream columns' gateway through it against directly, and what the gateway adds to a
+    bought member beside what it adds to the Squid member (the goal: no more)."""
+    kinds = ["squid", *UPSTREAM_PROVIDERS]
+    print("one member, CONNECT ms  " + " | ".join(
+        f"{k} direct p50 {res[f'connect_member-{k} direct'][0]:.2f} p99 {res[f'connect_member-{k} direct'][1]:.2f}"
+        f", gateway p50 {res[f'connect_member-{k}'][0]:.2f} p99 {res[f'connect_member-{k}'][1]:.2f}" for k in kinds))
+    print("one member, req/s       " + " | ".join(
+        f"{k} direct {res[f'rps_member-{k} direct']:.0f}, gateway {res[f'rps_member-{k}']:.0f}" for k in kinds)
+          + f"  ({tunnels} tunnels each)")
 
-    def added(direct: str, through: str) -> str:
-        (d50, d99), (g50, g99) = res[f"connect_{direct}"], res[f"connect_{through}"]
-        return f"adds {g50 - d50:+.2f} ms p50, {g99 - d99:+.2f} ms p99, keeps {res[f'rps_{through}'] / res[f'rps_{direct}']:.2f}x req/s"
+    def added(k: str) -> str:
+        (d50, d99), (g50, g99) = res[f"connect_member-{k} direct"], res[f"connect_member-{k}"]
+        return (f"adds {g50 - d50:+.2f} ms p50, {g99 - d99:+.2f} ms p99, keeps "
+                f"{res[f'rps_member-{k}'] / res[f'rps_member-{k} direct']:.2f}x req/s")
 
-    own = added("direct", "gateway")
-    for k in kinds:
-        print(f"an upstream {k} member {added(f'upstream-{k} direct', f'upstream-{k}')}; a Squid member {own} "
-              f"(goal: no more than the Squid member)")
+    for k in UPSTREAM_PROVIDERS:
+        print(f"an upstream {k} member {added(k)}; the Squid member {added('squid')} (goal: no more than the Squid member)")
 
 
 def upstream_endpoint(name: str, url: str, secrets: Path) -> dict:
@@ -573,15 +590,16 @@ def main() -> int:
         provider = LocalProvider("bench", LocalConfig.model_validate({"stateDir": str(work / "squid"),
                                                                        "portRange": f"{lo}-{lo + 49}"}))
         squids = []
+        endpoints: dict[str, dict] = {}
         for i in range(args.squids):
             uid = str(uuid.uuid4())
             pid_id = provider.create(CreateRequest(name=base.name_from_uid(uid), uid=uid, namespace="bench",
                                                    proxy_name=f"p{i}", port=lo + i), Deadline.after(30))
             made.append(pid_id)
             squids.append(("127.0.0.1", lo + i))
-            r.hset(keys.PX_ENDPOINTS, f"bench/p{i}", json.dumps({"uid": uid, "ip": "127.0.0.1", "port": lo + i,
-                                                                "provider": "bench", "region": "r", "zone": "z",
-                                                                "instance": pid_id}))
+            endpoints[f"bench/p{i}"] = {"uid": uid, "ip": "127.0.0.1", "port": lo + i, "provider": "bench",
+                                        "region": "r", "zone": "z", "instance": pid_id}
+            r.hset(keys.PX_ENDPOINTS, f"bench/p{i}", json.dumps(endpoints[f"bench/p{i}"]))
         deadline = time.monotonic() + 30
         for s in squids:
             while True:
@@ -635,7 +653,8 @@ def main() -> int:
         extra: dict[str, Opener] = {}
         if args.upstream:
             extra = start_upstream(work, env=env, bought=bought, procs=procs, rport=rport,
-                                   ports=(lo + args.squids, lo + args.squids + 1), target=f"127.0.0.1:{oport}")
+                                   ports=(lo + args.squids, lo + args.squids + 1), target=f"127.0.0.1:{oport}",
+                                   squid=("bench/p0", endpoints["bench/p0"]))
         if args.proxypy:
             pp = start_proxypy(pport, squids, work, args.proxypy_acceptors)
             procs.append(pp)
