@@ -9,10 +9,21 @@ Running proxies, one `fleet gateway` process, and an origin (an asyncio HTTP/1.1
 Measured, each through the gateway and directly to a Squid:
 
 - added latency per CONNECT: time from connecting to the tunnel's 200, p50/p99 over `--connects`
-  sequential tunnels (each then makes one GET);
-- requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each);
+  rounds of one new tunnel per column (each then makes one GET), after a warm-up tunnel each;
+- requests/s through `--tunnels` keep-alive tunnels for `--seconds` (GET / in a loop in each; every column's
+  tunnels open at once, the columns taking 5 turns of `--seconds`/5 each);
 - with `--socks` (the default), the same two through the gateway's SOCKS5 listener (a column `socks5`: greeting,
   username/password, CONNECT by name), against the gateway's HTTP CONNECT;
+- with `--upstream` (the default), the same two for bought proxies as members: an authenticated Squid (the local
+  provider's, with Basic auth: basic_ncsa_auth over an `openssl passwd -apr1` htpasswd) and an authenticated
+  microsocks (`-u USER -P PASS`), written into Redis as the Proxy reconciler writes an upstream provider's members
+  (`scheme`, `credentials`: a reference to `<secrets dir>/<provider>/{username,password}`), and beside them the
+  first Squid as a member of its own. These three live in a Redis database of their own with a gateway of their
+  own (FLEET_GATEWAY_UPSTREAM_SECRETS_DIR), so no other column leases them; its client picks one by `-provider-`.
+  Each is measured directly (the bought ones with Proxy-Authorization, SOCKS5 username/password) and through that
+  gateway (HTTP CONNECT), one proxy process behind one gateway each, and what the gateway adds to a bought member
+  is printed beside what it adds to the Squid member (the goal: an upstream member adds no more than a Squid
+  member does);
 - plain HTTP requests/s (absolute URI, as a crawler's http_proxy sends them) on `--plain` keep-alive connections
   for `--seconds`: the gateway parses each head and opens a connection to a Squid per request;
 - 1 MiB bodies through one tunnel, `--bodies` times: MB/s, and CPU seconds per MB of the gateway process
@@ -49,6 +60,7 @@ retries or ban detection: the floor of a plugin-based proxy, not a like-for-like
     python benchmarks/gateway.py                          # 4 squids, 200 tunnels, 1000 open, the HTTPS part
     python benchmarks/gateway.py --tunnels 50 --open 300 --seconds 5
     python benchmarks/gateway.py --intercept-connects 500 --intercept-bodies 200   # more HTTPS samples
+    python benchmarks/gateway.py --no-intercept --no-proxypy --plain 0 --seconds 3   # mostly the tunnel columns
     git worktree add /tmp/old HEAD~10 && python benchmarks/gateway.py --against /tmp/old --no-proxypy
 """
 
@@ -70,7 +82,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,16 +92,20 @@ import redis  # noqa: E402
 
 from benchmarks.procstats import cpu_s, free_port, rss_mib, stop  # noqa: E402
 from fleet.store import keys  # noqa: E402
+from fleet.testing import upstreams  # noqa: E402
 from fleet.testing.tls import self_signed  # noqa: E402
-from providers import base  # noqa: E402
+from providers import base, registry  # noqa: E402
 from providers.base import CreateRequest, Deadline  # noqa: E402
 from providers.local.config import LocalConfig  # noqa: E402
 from providers.local.provider import LocalProvider  # noqa: E402
+from providers.upstream.config import UpstreamConfig  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 AUTH = "Basic " + base64.b64encode(f"bench:{TOKEN}".encode()).decode()
 SPY_TOKEN = "spy-token-0123456789abcdef"  # the client with `intercept: true`
 SPY_AUTH = "Basic " + base64.b64encode(f"spy:{SPY_TOKEN}".encode()).decode()
+UPSTREAM_USER, UPSTREAM_PASSWORD = "buyer", "bench-upstream-pass"  # what the bought proxies (--upstream) ask for
+UPSTREAM_PROVIDERS = {"http": "vendor-http", "socks5": "vendor-socks"}  # kind -> its provider's name (and credentials)
 
 ORIGIN = r"""
 import asyncio, ssl, sys
@@ -122,11 +138,6 @@ asyncio.run(main())
 """
 
 
-async def read_head(r: asyncio.StreamReader) -> int:
-    head = await r.readuntil(b"\r\n\r\n")
-    return int(head[9:12])
-
-
 async def get(r: asyncio.StreamReader, w: asyncio.StreamWriter, host: str, path: str = "/") -> int:
     w.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
     head = await r.readuntil(b"\r\n\r\n")
@@ -135,15 +146,17 @@ async def get(r: asyncio.StreamReader, w: asyncio.StreamWriter, host: str, path:
     return n
 
 
-async def tunnel(proxy: tuple[str, int], target: str, auth: bool | str,
-                 header: str = AUTH) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
-    """A tunnel by CONNECT (`auth`: with the Proxy-Authorization `header`), or by SOCKS5 (`auth` "socks5": username
-    and password, the target's name sent for the proxy to resolve)."""
+async def tunnel(proxy: tuple[str, int], target: str, auth: bool | str, header: str = AUTH,
+                 socks_user: tuple[str, str] = ("bench", TOKEN),
+                 via: str = "") -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
+    """A tunnel by CONNECT (`auth`: with the Proxy-Authorization `header`; `via`: the gateway's 200 must name this
+    proxy in X-Fleet-Proxy), or by SOCKS5 (`auth` "socks5": username and password `socks_user`, the target's name
+    sent for the proxy to resolve)."""
     t0 = time.perf_counter()
     r, w = await asyncio.open_connection(*proxy, limit=1 << 20)
     if auth == "socks5":
         host, _, port = target.rpartition(":")
-        user, token = b"bench", TOKEN.encode()
+        user, token = socks_user[0].encode(), socks_user[1].encode()
         w.write(b"\x05\x01\x02")
         if await r.readexactly(2) != b"\x05\x02":
             raise RuntimeError("SOCKS5: username/password refused")
@@ -158,11 +171,18 @@ async def tunnel(proxy: tuple[str, int], target: str, auth: bool | str,
         return r, w, time.perf_counter() - t0
     w.write((f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n" + (f"Proxy-Authorization: {header}\r\n" if auth else "")
              + "\r\n").encode())
-    status = await read_head(r)
-    if status != 200:
+    head = await r.readuntil(b"\r\n\r\n")
+    if head[9:12] != b"200":
         w.close()
-        raise RuntimeError(f"CONNECT answered {status}")
+        raise RuntimeError(f"CONNECT answered {head[9:12].decode(errors='replace')}")
+    if via and f"\r\nx-fleet-proxy: {via}\r\n".encode() not in head.lower():
+        w.close()
+        raise RuntimeError(f"the tunnel is not through {via}: {head[:300]!r}")
     return r, w, time.perf_counter() - t0
+
+
+Opener = Callable[[int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]]]
+ROUNDS = 5  # turns of the keep-alive requests/s, each column --seconds/ROUNDS a turn
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -192,44 +212,57 @@ def tree_rss_mib(pid: int) -> float:
 
 
 async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | None], squids: list[tuple[str, int]],
-              target: str, pids: dict[str, int], socks: tuple[str, int] | None = None) -> dict:
+              target: str, pids: dict[str, int], socks: tuple[str, int] | None = None,
+              extra: dict[str, Opener] | None = None) -> dict:
     """`proxies`: the relays measured besides "direct" (name -> address); `pids`: whose CPU and RSS count
     for each column (direct: the first Squid); `socks`: the gateway's SOCKS5 listener, a column of its own in the
-    CONNECT latency and keep-alive requests/s."""
+    CONNECT latency and keep-alive requests/s; `extra`: more columns of those two (the upstream members, directly
+    and through the gateway), each opening its own i-th tunnel."""
     out: dict = {}
     host = target.split(":")[0]
     cols: list[tuple[str, Callable[[int], tuple[str, int]], bool | str]] = [
         ("direct", lambda i: squids[i % len(squids)], False)]
     cols += [(name, lambda i, a=addr: a, True) for name, addr in proxies.items()]
-    tunnel_cols = cols + ([("socks5", lambda i: socks, "socks5")] if socks else [])
-    # 1. CONNECT latency
-    for name, pick, auth in tunnel_cols:
-        lat = []
-        for i in range(args.connects):
-            r, w, dt = await tunnel(pick(i), target, auth)
-            lat.append(dt * 1000)
+    tunnel_cols: list[tuple[str, Opener]] = [
+        (name, lambda i, pick=pick, auth=auth: tunnel(pick(i), target, auth)) for name, pick, auth in cols]
+    if socks:
+        tunnel_cols.append(("socks5", lambda i: tunnel(socks, target, "socks5")))
+    tunnel_cols += list((extra or {}).items())
+    # 1. CONNECT latency: a warm-up tunnel per column (an authenticating Squid starts its helper on first use), then
+    # `--connects` rounds of one tunnel per column (a drift in the machine's load falls on every column alike)
+    lat: dict[str, list[float]] = {name: [] for name, _ in tunnel_cols}
+    for i in range(args.connects + 1):
+        for name, opener in tunnel_cols:
+            r, w, dt = await opener(i)
+            if i:
+                lat[name].append(dt * 1000)
             await get(r, w, host)
             w.close()
-        out[f"connect_{name}"] = (statistics.median(lat), pct(lat, 0.99))
-        await asyncio.sleep(0.5)  # the gateway's releases
-    # 2. requests/s through keep-alive tunnels
-    for name, pick, auth in tunnel_cols:
-        conns = [await tunnel(pick(i), target, auth) for i in range(args.tunnels)]
-        count = 0
-        end = time.perf_counter() + args.seconds
+    for name, xs in lat.items():
+        out[f"connect_{name}"] = (statistics.median(xs), pct(xs, 0.99))
+    await asyncio.sleep(0.5)  # the gateway's releases
+    # 2. requests/s through `--tunnels` keep-alive tunnels per column, all open at once, in ROUNDS turns of
+    # --seconds/ROUNDS per column (as above: a drift in the machine's load falls on every column alike)
+    held = {name: [await opener(i) for i in range(args.tunnels)] for name, opener in tunnel_cols}
+    done = dict.fromkeys(held, 0)
+    spent = dict.fromkeys(held, 0.0)
+    for _ in range(ROUNDS):
+        for name, conns in held.items():
+            end = time.perf_counter() + args.seconds / ROUNDS
 
-        async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end) -> None:
-            nonlocal count
-            while time.perf_counter() < end:
-                await get(r, w, host)
-                count += 1
+            async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end, name: str = name) -> None:
+                while time.perf_counter() < end:
+                    await get(r, w, host)
+                    done[name] += 1
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(loop(r, w) for r, w, _ in conns))
-        out[f"rps_{name}"] = count / (time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await asyncio.gather(*(loop(r, w) for r, w, _ in conns))
+            spent[name] += time.perf_counter() - t0
+    for name, conns in held.items():
+        out[f"rps_{name}"] = done[name] / spent[name]
         for _, w, _ in conns:
             w.close()
-        await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)
     # 2b. plain HTTP (absolute URI) requests/s through `--plain` keep-alive connections: the gateway parses each
     # request head and opens a connection to a Squid per request (Connection: close upstream)
     if args.plain:
@@ -377,6 +410,88 @@ def start_proxypy(port: int, squids: list[tuple[str, int]], work: Path, acceptor
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work)
 
 
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def start_upstream(work: Path, *, env: dict[str, str], bought: contextlib.ExitStack,
+                   procs: list[subprocess.Popen[bytes]], rport: int, ports: tuple[int, int], target: str,
+                   squid: tuple[str, dict]) -> dict[str, Opener]:
+    """The bought proxies (--upstream) on `ports`: an authenticated Squid (the local provider's, Basic auth added)
+    and an authenticated microsocks, written as members of two upstream providers into Redis database 1 beside
+    `squid` (one of ours: its key and endpoint), with a gateway of their own on that database (so the other columns
+    never lease them, nor they those), which reads the bought ones' credentials from its secrets dir; its client
+    picks the member by `-provider-`. The columns, to `target`: each member directly (with its credentials), and
+    through that gateway (HTTP CONNECT)."""
+    squid_port, socks_port = ports
+    bought.enter_context(upstreams.auth_squid(str(work / "vendor-squid"), squid_port, UPSTREAM_USER, UPSTREAM_PASSWORD))
+    bought.enter_context(upstreams.microsocks(socks_port, UPSTREAM_USER, UPSTREAM_PASSWORD))
+    members = redis.Redis(port=rport, db=1)
+    key, doc = squid
+    member = {"squid": (key, doc["provider"])}
+    members.hset(keys.PX_ENDPOINTS, key, json.dumps(doc))
+    for kind, port in (("http", squid_port), ("socks5", socks_port)):
+        member[kind] = (f"bought/{kind}", UPSTREAM_PROVIDERS[kind])
+        bought_doc = upstream_endpoint(UPSTREAM_PROVIDERS[kind], f"{kind}://127.0.0.1:{port}", work / "secrets")
+        members.hset(keys.PX_ENDPOINTS, member[kind][0], json.dumps(bought_doc))
+    port = free_port()
+    genv = {**env, "PYTHONPATH": str(ROOT), "FLEET_BROKER_URL": f"redis://127.0.0.1:{rport}/1",
+            "FLEET_GATEWAY_BIND_ADDRESS": f"127.0.0.1:{port}",
+            "FLEET_GATEWAY_METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
+            "FLEET_GATEWAY_UPSTREAM_SECRETS_DIR": str(work / "secrets")}
+    with open(work / "upstream-gateway.log", "ab") as log:
+        procs.append(subprocess.Popen([sys.executable, "-m", "fleet.cli", "gateway"], env=genv, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT))
+    wait_port(port, "fleet gateway (upstream members)", work / "upstream-gateway.log")
+
+    def through(kind: str) -> Opener:  # the gateway's 200 names the member, or the column stops
+        key, provider = member[kind]
+        header = basic(f"bench-provider-{provider}", TOKEN)
+        return lambda i: tunnel(("127.0.0.1", port), target, True, header, via=key)
+
+    creds = basic(UPSTREAM_USER, UPSTREAM_PASSWORD)
+    return {"member-squid direct": lambda i: tunnel((doc["ip"], doc["port"]), target, False),
+            "member-squid": through("squid"),
+            "member-http direct": lambda i: tunnel(("127.0.0.1", squid_port), target, True, creds),
+            "member-http": through("http"),
+            "member-socks5 direct": lambda i: tunnel(("127.0.0.1", socks_port), target, "socks5",
+                                                     socks_user=(UPSTREAM_USER, UPSTREAM_PASSWORD)),
+            "member-socks5": through("socks5")}
+
+
+def print_upstream(res: dict, tunnels: int) -> None:
+    """Each member of the upstream columns' gateway through it against directly, and what the gateway adds to a
+    bought member beside what it adds to the Squid member (the goal: no more)."""
+    kinds = ["squid", *UPSTREAM_PROVIDERS]
+    print("one member, CONNECT ms  " + " | ".join(
+        f"{k} direct p50 {res[f'connect_member-{k} direct'][0]:.2f} p99 {res[f'connect_member-{k} direct'][1]:.2f}"
+        f", gateway p50 {res[f'connect_member-{k}'][0]:.2f} p99 {res[f'connect_member-{k}'][1]:.2f}" for k in kinds))
+    print("one member, req/s       " + " | ".join(
+        f"{k} direct {res[f'rps_member-{k} direct']:.0f}, gateway {res[f'rps_member-{k}']:.0f}" for k in kinds)
+          + f"  ({tunnels} tunnels each)")
+
+    def added(k: str) -> str:
+        (d50, d99), (g50, g99) = res[f"connect_member-{k} direct"], res[f"connect_member-{k}"]
+        return (f"adds {g50 - d50:+.2f} ms p50, {g99 - d99:+.2f} ms p99, keeps "
+                f"{res[f'rps_member-{k}'] / res[f'rps_member-{k} direct']:.2f}x req/s")
+
+    for k in UPSTREAM_PROVIDERS:
+        print(f"an upstream {k} member {added(k)}; the Squid member {added('squid')} (goal: no more than the Squid member)")
+
+
+def upstream_endpoint(name: str, url: str, secrets: Path) -> dict:
+    """A bought proxy's endpoint as the Proxy reconciler writes it for a member of the upstream provider `name`
+    (list mode, `url`): the registry's dial hook adds its kind and the credentials reference (the provider's name);
+    the credentials themselves go to `secrets/<name>/{username,password}`, where the gateway reads them."""
+    (secrets / name).mkdir(parents=True)
+    for f, value in (("username", UPSTREAM_USER), ("password", UPSTREAM_PASSWORD)):
+        (secrets / name / f).write_text(value + "\n")
+    cfg = UpstreamConfig(mode="list", proxies=[url], usernameFile=str(secrets / name / "username"),
+                         passwordFile=str(secrets / name / "password"))
+    doc = {"uid": str(uuid.uuid4()), "provider": name, "region": "r", "zone": "z", "instance": url}
+    return doc | (registry.dial_facts("upstream", name, cfg, url) or {})
+
+
 def wait_port(port: int, what: str, log: Path) -> None:
     for _ in range(400):
         with contextlib.suppress(OSError):
@@ -421,6 +536,9 @@ def main() -> int:
     p.add_argument("--socks", action=argparse.BooleanOptionalAction, default=True,
                    help="a SOCKS5 column (the gateway's --gateway-socks-bind-address) in the CONNECT latency and "
                         "keep-alive requests/s")
+    p.add_argument("--upstream", action=argparse.BooleanOptionalAction, default=True,
+                   help="bought proxies as members: an authenticated Squid and an authenticated microsocks, each "
+                        "directly and through a gateway of their own, in the CONNECT latency and keep-alive requests/s")
     p.add_argument("--intercept", action=argparse.BooleanOptionalAction, default=True,
                    help="the HTTPS part: an origin speaking TLS, directly, through the gateway as a plain tunnel, and "
                         "intercepted (a client with intercept: true, fleet's CA trusted)")
@@ -438,6 +556,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="fleet-bench-gw-"))
     os.chmod(work, 0o755)
     procs: list[subprocess.Popen[bytes]] = []
+    bought = contextlib.ExitStack()  # the authenticated Squid and microsocks (--upstream)
     provider = None
     made: list[str] = []
     try:
@@ -467,19 +586,20 @@ def main() -> int:
                 if r.ping():
                     break
             time.sleep(0.05)
-        lo = squid_ports(args.squids)
+        lo = squid_ports(args.squids + (2 if args.upstream else 0))
         provider = LocalProvider("bench", LocalConfig.model_validate({"stateDir": str(work / "squid"),
                                                                        "portRange": f"{lo}-{lo + 49}"}))
         squids = []
+        endpoints: dict[str, dict] = {}
         for i in range(args.squids):
             uid = str(uuid.uuid4())
             pid_id = provider.create(CreateRequest(name=base.name_from_uid(uid), uid=uid, namespace="bench",
                                                    proxy_name=f"p{i}", port=lo + i), Deadline.after(30))
             made.append(pid_id)
             squids.append(("127.0.0.1", lo + i))
-            r.hset(keys.PX_ENDPOINTS, f"bench/p{i}", json.dumps({"uid": uid, "ip": "127.0.0.1", "port": lo + i,
-                                                                "provider": "bench", "region": "r", "zone": "z",
-                                                                "instance": pid_id}))
+            endpoints[f"bench/p{i}"] = {"uid": uid, "ip": "127.0.0.1", "port": lo + i, "provider": "bench",
+                                        "region": "r", "zone": "z", "instance": pid_id}
+            r.hset(keys.PX_ENDPOINTS, f"bench/p{i}", json.dumps(endpoints[f"bench/p{i}"]))
         deadline = time.monotonic() + 30
         for s in squids:
             while True:
@@ -530,6 +650,11 @@ def main() -> int:
             pids[name] = gw.pid
             if intercepts:
                 intercepting[name] = ("127.0.0.1", port)
+        extra: dict[str, Opener] = {}
+        if args.upstream:
+            extra = start_upstream(work, env=env, bought=bought, procs=procs, rport=rport,
+                                   ports=(lo + args.squids, lo + args.squids + 1), target=f"127.0.0.1:{oport}",
+                                   squid=("bench/p0", endpoints["bench/p0"]))
         if args.proxypy:
             pp = start_proxypy(pport, squids, work, args.proxypy_acceptors)
             procs.append(pp)
@@ -545,7 +670,7 @@ def main() -> int:
         # The origin by name, not 127.0.0.1: proxy.py's pool plugin sends a private-IP target straight to it
         # and not through the pool (before_upstream_connection), which would measure no Squid at all.
         res = asyncio.run(run(args, proxies, squids, f"localhost:{oport}", pids,
-                              ("127.0.0.1", sport) if args.socks else None))
+                              ("127.0.0.1", sport) if args.socks else None, extra))
         if intercepting:
             wait_port(tport, "the origin's TLS listener", work / "origin.log")
             # the certificates name 127.0.0.1 (the origin's, and the leaf the gateway makes for the CONNECT's host)
@@ -555,6 +680,7 @@ def main() -> int:
         load1 = os.getloadavg()
     finally:
         stop(procs)
+        bought.close()
         if provider is not None:
             for pid_id in made:
                 with contextlib.suppress(Exception):
@@ -612,6 +738,8 @@ def main() -> int:
         print("HTTPS CPU ms per MB     " + " | ".join(
             f"{'squid' if c == 'direct' else c} {res[f'tls_body_{c}'][1] * 1000:.2f}" for c in cols)
               + "  (the gateway process; directly: the Squid)")
+    if args.upstream:
+        print_upstream(res, args.tunnels)
     print(f"load average             before {' '.join(f'{x:.2f}' for x in load0)}, after "
           f"{' '.join(f'{x:.2f}' for x in load1)} (1, 5, 15 min), {os.cpu_count()} cores")
     if "proxy.py" in proxies:

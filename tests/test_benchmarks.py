@@ -28,3 +28,19 @@ def test_a_benchmark_imports_no_test_module(path):
 
 def test_the_benchmarks_are_found():
     assert len(BENCHMARKS) > 5
+
+
+@pytest.mark.parametrize("scheme", ["http", "socks5"])
+def test_the_gateway_benchmark_writes_a_bought_member_as_the_reconciler_does(tmp_path, scheme):
+    """benchmarks/gateway.py --upstream: the member's endpoint has the dial hook's kind and credentials reference,
+    and the gateway's Credentials find the secret it wrote under that reference."""
+    from benchmarks import gateway as bench
+    from fleet.credentials import Credentials, member_url
+    from fleet.upstream import Auth
+
+    doc = bench.upstream_endpoint("vendor-x", f"{scheme}://127.0.0.1:3128", tmp_path)
+    assert {k: doc[k] for k in ("ip", "port", "scheme", "credentials", "provider")} == {
+        "ip": "127.0.0.1", "port": 3128, "scheme": scheme, "credentials": "vendor-x", "provider": "vendor-x"}
+    auth = Credentials(str(tmp_path)).get(doc["credentials"], member=member_url(doc["scheme"], doc["ip"], doc["port"]))
+    assert auth == Auth(bench.UPSTREAM_USER, bench.UPSTREAM_PASSWORD)
+    assert bench.UPSTREAM_PASSWORD not in repr(doc)  # a reference in Redis, never the secret

@@ -14,7 +14,7 @@ with the address it sees); then `curl -x` through `fleet gateway` twice at
 once (two proxies: two egress addresses) and twice with one session (the
 same one). One more Proxy is a bought one: an `upstream` provider in vendor
 mode whose endpoint is a real Squid asking for a password and leaving from
-a new loopback address per session (fleet.testing.vendor stands in for a
+a new loopback address per session (fleet.testing.upstreams stands in for a
 residential vendor); the gateway reaches the origin through it with
 `-provider-resi`, the credentials read from files the demo wrote, never
 from Redis. Then it removes the manifests, waits for the Squid processes to
@@ -45,7 +45,7 @@ from fleet.testing.http import LoopbackServer, Quiet  # noqa: E402
 from fleet.testing.kvmlab import TEST_POOL, TEST_URI, missing_binaries, running_lab  # noqa: E402
 from fleet.testing.procs import free_port  # noqa: E402
 from fleet.testing.redis import RedisServer  # noqa: E402
-from fleet.testing.vendor import Missing, vendor_squid  # noqa: E402
+from fleet.testing.upstreams import squid_binary, vendor_squid  # noqa: E402
 
 EGRESS_RANGE = "127.0.1.0/24"  # each Squid its own outgoing address (docs/local-provider.md)
 VENDOR_EXITS = ("127.0.2.1", "127.0.2.2", "127.0.2.3")  # the stand-in vendor's exits, one per new session
@@ -145,12 +145,11 @@ def through_gateway(gateway: str, token: str, origin_url: str, bought: bool) -> 
 def buy(stack: contextlib.ExitStack, tmp_path: Path, origin_url: str) -> dict | None:
     """The stand-in vendor started and the `upstream` provider block naming it (vendor mode: each member a session
     of the account), its credentials in files only this run can read; None (said why) without Squid."""
-    password = secrets.token_urlsafe(12)
-    try:
-        port = stack.enter_context(vendor_squid(f"{VENDOR_USER}-country-us", password, exits=VENDOR_EXITS))
-    except Missing as exc:
-        print(f"(no bought member: {exc})")
+    if squid_binary() is None:
+        print("(no bought member: squid with basic_ncsa_auth is not installed)")
         return None
+    password = secrets.token_urlsafe(12)
+    port = stack.enter_context(vendor_squid(f"{VENDOR_USER}-country-us", password, exits=VENDOR_EXITS))
     creds = tmp_path / "resi"
     creds.mkdir(mode=0o700)
     (creds / "username").write_text(VENDOR_USER + "\n")

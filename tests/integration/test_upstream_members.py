@@ -18,7 +18,6 @@ import base64
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,19 +31,12 @@ import redis
 import yaml
 
 from fleet.store import keys
+from fleet.testing import upstreams
 from fleet.testing.http import LoopbackServer
 from fleet.testing.procs import die_with_parent, free_port, wait_for
 from tests.integration.test_prober import _Echo
 from tests.providers.local.conftest import ORIGIN_BODY, kill_all, origin, port_window, squid_binary, state_dir  # noqa: F401
-from tests.providers.upstream.conftest import (  # noqa: F401
-    PASSWORD,
-    USER,
-    VENDOR_USER,
-    listening,
-    microsocks,
-    squid_vendor,
-    vendor_exits,
-)
+from tests.providers.upstream.conftest import PASSWORD, USER, VENDOR_USER, microsocks, squid_vendor, vendor_exits  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -258,18 +250,11 @@ def test_a_vendor_member_is_one_exit_and_its_rotation_a_new_one(tmp_path, redis_
 @contextlib.contextmanager
 def own_microsocks() -> Iterator[tuple[int, subprocess.Popen]]:
     """An authenticated microsocks this test may kill (the module's fixture is shared)."""
-    binary = shutil.which("microsocks")
-    if binary is None:
+    if upstreams.microsocks_binary() is None:
         pytest.skip("microsocks is not installed (apt-get install microsocks; `make test` installs it)")
     port = free_port()
-    proc = subprocess.Popen([binary, "-i", "127.0.0.1", "-p", str(port), "-u", USER, "-P", PASSWORD],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_for(lambda: listening(port), 15, "microsocks to listen")
+    with upstreams.microsocks(port, USER, PASSWORD) as proc:
         yield port, proc
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 def test_a_pool_of_own_and_bought_members_serves_through_both_front_ends_and_skips_the_bad_ones(

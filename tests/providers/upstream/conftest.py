@@ -1,11 +1,14 @@
 """upstream provider fixtures: real upstreams on loopback and scripted ones.
 
-- `squid_vendor`: a Squid asking Basic proxy auth (fleet.testing.vendor),
+- `squid_vendor`: a Squid asking Basic proxy auth through basic_ncsa_auth
+  (an htpasswd made with `openssl passwd -apr1`); its helper drops the
+  `-session-<id>` part of the username first, as a vendor's gateway takes
   any session of one account: `fleet-session-<any>-country-us` / PASSWORD.
 - `vendor_exits`: the same, standing in for a residential vendor: each new
   `-session-<id>` leaves from the next of EXITS, and a session keeps its
   exit; yields (port, EXITS).
 - `microsocks`: `microsocks -u USER -P PASSWORD`, an authenticated SOCKS5 server.
+  (All started by fleet.testing.upstreams, as benchmarks/gateway.py and `make demo` start them.)
 - `scripted`: a TCP server that answers each connection with a script
   (garbage, a 502, a close, nothing at all).
 - `origin`: what a tunnel connects to (checkURL).
@@ -14,26 +17,18 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from fleet.testing import vendor
-from fleet.testing.procs import free_port, wait_for
+from fleet.testing import upstreams
+from fleet.testing.procs import free_port
 
 USER = "fleet"
 PASSWORD = "s3cret-upstream-pass"
 VENDOR_USER = "fleet-country-us"  # what the helper sees once the session is dropped
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +57,11 @@ def origin() -> Iterator[int]:
 EXITS = ("127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14")  # the vendor stand-in's exits, in session order
 
 
-def _vendor(exits: tuple[str, ...] = (), name: str = "vendor") -> Iterator[int]:
-    try:
-        with vendor.vendor_squid(VENDOR_USER, PASSWORD, exits=exits, name=name) as port:
-            yield port
-    except vendor.Missing as exc:
-        pytest.skip(str(exc))
+def _vendor(exits: tuple[str, ...] = ()) -> Iterator[int]:
+    if upstreams.squid_binary() is None:
+        pytest.skip("squid with basic_ncsa_auth is not installed (apt-get install squid; `make test` installs it)")
+    with upstreams.vendor_squid(VENDOR_USER, PASSWORD, exits=exits) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
@@ -77,25 +71,17 @@ def squid_vendor() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def vendor_exits() -> Iterator[tuple[int, tuple[str, ...]]]:
-    for port in _vendor(EXITS, "exits"):
+    for port in _vendor(EXITS):
         yield port, EXITS
 
 
 @pytest.fixture(scope="module")
 def microsocks() -> Iterator[int]:
-    binary = shutil.which("microsocks")
-    if binary is None:
+    if upstreams.microsocks_binary() is None:
         pytest.skip("microsocks is not installed (apt-get install microsocks; `make test` installs it)")
     port = free_port()
-    proc = subprocess.Popen([binary, "-i", "127.0.0.1", "-p", str(port), "-u", USER, "-P", PASSWORD],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_for(lambda: listening(port) or proc.poll() is not None, 15, "microsocks to listen")
-        assert proc.poll() is None, "microsocks exited"
+    with upstreams.microsocks(port, USER, PASSWORD):
         yield port
-    finally:
-        proc.kill()
-        proc.wait(10)
 
 
 Script = Callable[[socket.socket], None]
