@@ -9,7 +9,7 @@ from a new loopback exit for each new session (tests/providers/upstream/conftest
   it, and the pool's rotation (`maxAgeSeconds`) makes a member on a new session that leaves from another.
 - A ProxyPool mixes two own Squids (local provider) and two bought members; one bought member's password is wrong:
   the crawler, through the HTTP and the SOCKS5 front-ends, never sees an error, the prober marks that member
-  unhealthy, `fleet check` says Unauthorized, and when the SOCKS5 upstream dies mid-crawl the requests go elsewhere.
+  unhealthy, its ProviderHealth says Unauthorized, and when the SOCKS5 upstream dies mid-crawl the requests go elsewhere.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Up:
         clients = tmp_path / "clients.yaml"
         clients.write_text(yaml.safe_dump({"clients": {"demo": {"token": TOKEN, "ports": "*"}}}))
         self.port, self.socks, self.metrics = free_port(), free_port(), free_port()
-        self.redis = redis.Redis.from_url(redis_url)
+        self.url, self.redis = redis_url, redis.Redis.from_url(redis_url)
         environ = {**os.environ, "FLEET_BROKER_URL": redis_url, "FLEET_METRICS_BIND_ADDRESS": "0",
                    "FLEET_PROXIES": str(manifests), "FLEET_PROXY_POLL_INTERVAL": "1s",
                    "FLEET_PROVIDER_CHECK_INTERVAL": "0", "FLEET_GATEWAY_CLIENTS_FILE": str(clients),
@@ -119,6 +119,12 @@ class Up:
 
     def verdicts(self) -> dict[str, dict]:
         return {k.decode(): json.loads(v) for k, v in self.redis.hgetall(keys.PROBE_VERDICTS).items()}
+
+    def health(self) -> list[dict]:
+        """`fleet get ph -o json`: each provider's health as the controller last wrote it."""
+        out = subprocess.run([sys.executable, "-m", "fleet.cli", "get", "ph", "-o", "json"], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "FLEET_BROKER_URL": self.url})
+        return json.loads(out.stdout) if out.returncode == 0 else []
 
     def state(self) -> str:
         """How the lease state stood, for a failure's message."""
@@ -282,7 +288,7 @@ def test_a_pool_of_own_and_bought_members_serves_through_both_front_ends_and_ski
                                                  {"provider": "dc", "weight": 2}]))
         try:
             with up(tmp_path, redis_server.url, providers, {"pool.yaml": pool}, FLEET_PROBE_TARGET=f"{echo}/ip",
-                    FLEET_PROBE_INTERVAL="500ms") as stack:
+                    FLEET_PROBE_INTERVAL="500ms", FLEET_PROVIDER_CHECK_INTERVAL="10s") as stack:
                 wait_for(lambda: len(stack.endpoints()) == 4, 90, "the pool's 4 members Running")
                 by_provider = {ep["provider"]: k for k, ep in stack.endpoints().items() if ep["provider"] != "dc"}
                 bought = {ep.get("scheme"): k for k, ep in stack.endpoints().items() if ep["provider"] == "dc"}
@@ -300,9 +306,11 @@ def test_a_pool_of_own_and_bought_members_serves_through_both_front_ends_and_ski
                 assert "407" in bad["message"], bad
                 for _ in range(3):
                     assert json.loads(stack.socks_get(f"{echo}/ip"))["origin"] in ("127.0.0.1", "127.0.0.2", "127.0.0.3")
-                checked = subprocess.run([sys.executable, "-m", "fleet.cli", "check", "-c", str(tmp_path / "providers.yaml"),
-                                          "-p", "dc", "-o", "json"], capture_output=True, text=True, timeout=60)
-                assert "Unauthorized" in checked.stdout and PASSWORD not in checked.stdout + checked.stderr
+                # the provider's check dials the list's first entry: its ProviderHealth says the vendor refused us
+                health = wait_for(lambda: next((r for r in stack.health() if r["provider"] == "dc" and
+                                                r["targets"] and r["targets"][0]["reason"] == "Unauthorized"), None),
+                                  30, "dc's ProviderHealth to say Unauthorized")
+                assert health["ready"] == "False" and PASSWORD not in json.dumps(health)
                 socks_proc.kill()  # the SOCKS5 upstream dies mid-crawl: its requests go to the others
                 socks_proc.wait(10)
                 for _ in range(20):
