@@ -17,25 +17,21 @@ on it would let two callers in); striping by hash keeps their number bounded.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import tempfile
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import base, marks, names
+from providers import base, filelock, marks, names
 from providers.base import Deadline
 from providers.local.errors import BadRequest, Busy, CorruptRecord, DeadlineError, RecordMissing
 
 FORMAT = 1
 ID_PREFIX = "local/"
 # A DNS-1123 label: what name_from_uid makes, safe as a file name and in squid.conf.
-LOCK_POLL = 0.02
 FIELD_TYPES: dict[str, type] = {
     "name": str, "uid": str, "port": int, "bindAddress": str, "service": str, "createdAt": str,
     "namespace": str, "proxyName": str, "pid": int, "startTicks": int, "deleting": bool, "labels": dict, "egressAddress": str,
@@ -219,20 +215,5 @@ class Store:
         except (Busy, DeadlineError):
             return True
 
-    @contextlib.contextmanager
-    def _lock(self, path: str, deadline: Deadline, what: str) -> Iterator[None]:
-        """flock (per open file, so threads of one process exclude each other
-        too), polled until the deadline; released when the holder dies."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if deadline.expired:
-                        raise Busy(f"another create or delete holds {what}; try again") from None
-                    time.sleep(min(LOCK_POLL, deadline.remaining()))
-            yield
-        finally:
-            os.close(fd)  # releases the lock
+    def _lock(self, path: str, deadline: Deadline, what: str) -> contextlib.AbstractContextManager[None]:
+        return filelock.held(path, deadline, lambda: Busy(f"another create or delete holds {what}; try again"))

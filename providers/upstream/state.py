@@ -13,23 +13,20 @@ the reconciler makes a new member (a new session, or the same free entry).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import marks
+from providers import filelock, marks
 from providers.base import CreateRequest, Deadline
 from providers.upstream.errors import Busy, CorruptState
 
 FORMAT = 1
 FILE = "members.json"
 LOCK = ".lock"
-POLL = 0.02
 MAX_BYTES = 64 << 20
 FIELDS: dict[str, type] = {"id": str, "uid": str, "createdAt": str, "namespace": str, "proxyName": str, "labels": dict}
 
@@ -56,23 +53,13 @@ class Store:
         elif not os.path.isdir(self.root):
             yield {}
             return
-        fd = os.open(os.path.join(self.root, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if deadline.expired:
-                        raise Busy("another call holds the state file's lock; try again") from None
-                    time.sleep(min(POLL, deadline.remaining()))
+        with filelock.held(os.path.join(self.root, LOCK), deadline,
+                           lambda: Busy("another call holds the state file's lock; try again")):
             members = self._read()
             before = json.dumps(members, sort_keys=True)
             yield members
             if json.dumps(members, sort_keys=True) != before:
                 self._write(members)
-        finally:
-            os.close(fd)
 
     def _read(self) -> dict[str, dict[str, Any]]:
         try:
