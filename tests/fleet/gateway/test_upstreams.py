@@ -18,7 +18,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,15 +26,11 @@ from fleet.gateway import decide
 from fleet.gateway.config import GatewayConfig
 from fleet.gateway.decide import Target
 from fleet.gateway.dialers import Auth, Channel, Credentials, DialError, Dialers, Upstream
+from fleet.testing import upstreams
 from fleet.testing.http import LoopbackServer, Quiet
 from fleet.testing.procs import free_port, wait_for
 from tests.fleet.gateway.harness import FakeLeases, Running, auth, status_of
 
-SQUID = shutil.which("squid") or "/usr/sbin/squid"
-NCSA = "/usr/lib/squid/basic_ncsa_auth"
-MICROSOCKS = shutil.which("microsocks")
-SETPRIV = shutil.which("setpriv")
-OPENSSL = shutil.which("openssl")
 NC = shutil.which("nc")
 USER = "buyer"
 SENTINEL = "s3ntinel-Pa55-do-not-log"  # the right password: must never be seen
@@ -46,9 +41,10 @@ SECRETS = [SENTINEL, WRONG, base64.b64encode(f"{USER}:{SENTINEL}".encode()).deco
 TIMEOUT = 1.0
 
 pytestmark = [
-    pytest.mark.skipif(not os.path.exists(SQUID) or not os.path.exists(NCSA) or OPENSSL is None,
-                       reason="squid with basic_ncsa_auth and openssl are needed (apt-get install squid openssl)"),
-    pytest.mark.skipif(MICROSOCKS is None, reason="microsocks is not installed (apt-get install microsocks)"),
+    pytest.mark.skipif(upstreams.squid_binary() is None,
+                       reason="squid with basic_ncsa_auth is needed (apt-get install squid)"),
+    pytest.mark.skipif(upstreams.microsocks_binary() is None,
+                       reason="microsocks is not installed (apt-get install microsocks)"),
 ]
 
 
@@ -63,83 +59,22 @@ def origin() -> Iterator[int]:
         yield int(server.url.rsplit(":", 1)[1])
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
-def _as_nobody(argv: list[str]) -> list[str]:
-    """Squid refuses to run its helpers as root: as a plain uid when the test is root."""
-    if os.geteuid() != 0:
-        return argv
-    if SETPRIV is None:
-        pytest.skip("running as root without setpriv")
-    return [SETPRIV, "--reuid=13", "--regid=13", "--clear-groups", *argv]
-
-
-@contextmanager
-def _process(argv: list[str], port: int, log: Path) -> Iterator[int]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: proc.poll() is not None or _listening(port), 30, f"{argv[0]} to listen")
-        assert proc.poll() is None, log.read_text(errors="replace")
-        yield port
-    finally:
-        proc.kill()
-        proc.wait(10)
-
-
 @pytest.fixture(scope="module")
 def squid_auth() -> Iterator[int]:
     """A Squid that forwards only for USER with SENTINEL (an Apache MD5 password file)."""
     with tempfile.TemporaryDirectory(prefix="fleet-squid-auth-") as d:
         os.chmod(d, 0o755)
-        work = Path(d)
-        hashed = subprocess.run([OPENSSL, "passwd", "-apr1", "-stdin"], input=SENTINEL.encode(), check=True,
-                                capture_output=True).stdout.decode().strip()
-        (work / "htpasswd").write_text(f"{USER}:{hashed}\n")
-        (work / "htpasswd").chmod(0o644)
-        for sub in ("run", "spool"):
-            (work / sub).mkdir()
-            (work / sub).chmod(0o777)
         port = free_port()
-        (work / "squid.conf").write_text("\n".join([
-            f"http_port 127.0.0.1:{port}",
-            f"auth_param basic program {NCSA} {work / 'htpasswd'}",
-            "auth_param basic realm fleet-test",
-            "acl buyers proxy_auth REQUIRED",
-            "http_access deny !buyers",
-            "http_access allow buyers",
-            "cache deny all",
-            "cache_mem 8 MB",
-            "access_log none",
-            "cache_log /dev/stderr",
-            "cache_store_log none",
-            f"pid_filename {work / 'run' / 'squid.pid'}",
-            f"coredump_dir {work / 'spool'}",
-            "netdb_filename none",
-            "pinger_enable off",
-            "shutdown_lifetime 0 seconds",
-            "",
-        ]))
-        (work / "squid.conf").chmod(0o644)
-        with _process(_as_nobody([SQUID, "-N", "-f", str(work / "squid.conf")]), port, work / "out.log") as p:
-            yield p
+        with upstreams.auth_squid(os.path.join(d, "squid"), port, USER, SENTINEL):
+            yield port
 
 
 @pytest.fixture(scope="module")
 def socks() -> Iterator[int]:
     """microsocks asking USER / SENTINEL of every client (RFC 1929)."""
-    assert MICROSOCKS is not None
-    with tempfile.TemporaryDirectory(prefix="fleet-microsocks-") as d:
-        port = free_port()
-        with _process([MICROSOCKS, "-i", "127.0.0.1", "-p", str(port), "-u", USER, "-P", SENTINEL], port,
-                      Path(d) / "out.log") as p:
-            yield p
+    port = free_port()
+    with upstreams.microsocks(port, USER, SENTINEL):
+        yield port
 
 
 @pytest.fixture
