@@ -184,6 +184,9 @@ def test_a_crawler_asking_one_at_a_time_reaches_the_origin_through_each_bought_m
         assert by_scheme["http"]["port"] == squid_vendor and by_scheme["socks5"]["port"] == microsocks
         assert {ep["credentials"] for ep in by_scheme.values()} == {"dc"}
         assert stack.socks_get(origin) == ORIGIN_BODY
+        wide = subprocess.run([sys.executable, "-m", "fleet.cli", "get", "px", "-o", "wide"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "FLEET_BROKER_URL": stack.url}).stdout
+        assert "upstream/http" in wide and "upstream/socks5" in wide, wide  # the MEMBER column
         stack.assert_no_secret()
         auth = {"Authorization": "Basic " + base64.b64encode(b"ops:flower-pass").decode()}
 
