@@ -21,15 +21,19 @@ import pytest
 from fleet.testing.procs import free_port
 from fleet.testing.tls import https_server, self_signed
 from tests.integration.test_gateway import (  # noqa: F401
+    IDLE_FLOOD,
     OTHER_TOKEN,
     TOKEN,
     _Origin,
+    _room_for_the_flood,
+    flood_idle,
     lab,
     origin,
     origin_hostport,
     plain,
     wait_for,
 )
+from tests.integration.test_gateway import IDLE_LIMIT as FLOOD_LIMIT
 from tests.providers.local.conftest import make_provider, port_window, squid_binary, state_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -274,3 +278,20 @@ def test_hostile_socks_clients_end_in_a_reply_or_a_close_and_hold_up_nobody(lab,
     finally:
         for c in idle:
             c.close()
+
+
+def test_ten_thousand_idle_socks_clients_are_evicted_oldest_first_and_memory_stays_bounded(lab, origin):  # noqa: F811
+    _room_for_the_flood()
+    lab.squid("crawl/a")
+    gw = socks_gateway(lab, FLEET_GATEWAY_MAX_CONNECTIONS=str(FLOOD_LIMIT),
+                       FLEET_GATEWAY_MAX_CONNECTIONS_PER_CLIENT=str(IDLE_FLOOD + 100), FLEET_GATEWAY_IDLE_TIMEOUT="120s")
+    _, port = origin_hostport(origin)
+    base = gw.rss_mib()
+
+    def served() -> None:
+        sock, code = socks_open(gw, "localhost", port, timeout=10)
+        assert code == 0 and get(sock, "localhost", "/ok").endswith(b"/ok\n")
+        sock.close()
+
+    flood_idle(gw, gw.socks_port, served, base)
+
