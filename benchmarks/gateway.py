@@ -339,8 +339,10 @@ async def run_floor(args: argparse.Namespace, cols: dict[str, tuple[Opener, int 
     direct) in ROUNDS rounds, each column in turn within a round (gateway, haproxy, ...: a drift of the machine's load
     falls on both), each turn: `--connects`/ROUNDS new tunnels (each then one GET), `--seconds`/ROUNDS of GET / in a
     loop through `--tunnels` keep-alive tunnels (opened once, before the first round) with the CPU seconds over
-    them, and `--bodies`/ROUNDS 1 MiB bodies through a new tunnel. Per column, every round's figures: `floor_NAME`."""
-    out = {name: {"connect": [], "connect_p50": [], "rps": [], "cpu_us": [], "mbps": []} for name in cols}
+    them, and `--bodies`/ROUNDS 1 MiB bodies through a new tunnel (MB/s; the CPU seconds and MB summed over the
+    rounds). Per column, every round's figures: `floor_NAME`."""
+    out = {name: {"connect": [], "connect_p50": [], "rps": [], "cpu_us": [], "mbps": [], "body_cpu_s": 0.0,
+                  "body_mb": 0.0} for name in cols}
     for opener, _ in cols.values():  # a warm-up tunnel each
         r, w, _ = await opener(0)
         await get(r, w, host)
@@ -375,10 +377,13 @@ async def run_floor(args: argparse.Namespace, cols: dict[str, tuple[Opener, int 
             if pid:
                 fig["cpu_us"].append((tree_cpu_s(pid) - c0) / count * 1e6)
             r, w, _ = await opener(0)
-            total, t0 = 0, time.perf_counter()
+            total, c0, t0 = 0, tree_cpu_s(pid) if pid else 0.0, time.perf_counter()
             for _ in range(max(1, args.bodies // ROUNDS)):
                 total += await get(r, w, host, "/big")
             fig["mbps"].append(total / 1e6 / (time.perf_counter() - t0))
+            if pid:  # summed over the rounds: a round's bodies take a few of /proc's 10 ms ticks
+                fig["body_cpu_s"] += tree_cpu_s(pid) - c0
+                fig["body_mb"] += total / 1e6
             w.close()
     for conns in held.values():
         for _, w, _ in conns:
@@ -398,6 +403,9 @@ def print_floor(res: dict, names: list[str], load: tuple[tuple[float, ...], tupl
     def spread(key: str, fmt: Callable[[float], str], cols: list[str]) -> str:
         return ", ".join(f"{n} {fmt(min(fl[n][key]))}–{fmt(max(fl[n][key]))}" for n in cols if fl[n][key])
 
+    def cpu_mb(n: str) -> float:
+        return fl[n]["body_cpu_s"] * 1000 / max(fl[n]["body_mb"], 1e-9)
+
     relays = [n for n in names if n != "direct"]
     print(f"HAProxy {haproxy_version()} as the relay's floor: mode tcp, nbthread 1 (beside the gateway's one process), "
           f"roundrobin over {squids} Squids; {ROUNDS} rounds alternating {', '.join(names)}; load average before "
@@ -414,7 +422,8 @@ def print_floor(res: dict, names: list[str], load: tuple[tuple[float, ...], tupl
         print(f"keep-alive req/s, {tunnels} tunnels: {n}/haproxy {total(n, 'rps') / total('haproxy', 'rps'):.2f}× "
               f"(rounds {spread('rps', lambda x: f'{x / 1000:.1f}k', [n, 'haproxy', 'direct'])})")
         print(f"1 MiB bodies MB/s: {n}/haproxy {total(n, 'mbps') / total('haproxy', 'mbps'):.2f}× "
-              f"(rounds {spread('mbps', lambda x: f'{x:.0f}', [n, 'haproxy', 'direct'])})")
+              f"(rounds {spread('mbps', lambda x: f'{x:.0f}', [n, 'haproxy', 'direct'])}); CPU ms per MB {n} "
+              f"{cpu_mb(n):.2f}, haproxy {cpu_mb('haproxy'):.2f} (all rounds)")
         print(f"CPU µs per relayed request (the relay's process tree; the Squids' not counted): {n}/haproxy "
               f"{total(n, 'cpu_us') / total('haproxy', 'cpu_us'):.2f}× "
               f"(rounds {spread('cpu_us', lambda x: f'{x:.0f}', [n, 'haproxy'])})")
