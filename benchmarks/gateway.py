@@ -51,6 +51,14 @@ leaf cached, and keeps >= 0.7x a plain tunnel's throughput) is printed beside th
 columns); an older one gets the clients file without `spy` and is left out of it. The load average before and
 after the run is printed last.
 
+With `--haproxy` (the default when the `haproxy` binary is installed: Debian's package, ci/apt-packages.txt) the
+relay's floor: HAProxy in TCP mode (`nbthread 1`, beside the gateway's one process; roundrobin over the same Squids;
+it relays bytes and parses nothing, the client's CONNECT answered by the Squid behind it), started as a child
+(`-db`), measured against the gateway in `ROUNDS` alternating rounds (gateway, haproxy, [socks5,] direct; then
+again), each round a share of `--connects`, `--seconds` and `--bodies`: CONNECT latency to the 200, keep-alive
+requests/s through `--tunnels` tunnels, 1 MiB bodies MB/s, and the CPU of the relay's process tree per request.
+Printed: gateway/haproxy ratios, each column's spread between rounds (min-max), and the load average.
+
 With `--proxypy` (the default when proxy.py is installed: `pip install -e '.[bench]'`) a third column: proxy.py
 in its own process (threadless, `--proxypy-acceptors`, its ProxyPoolPlugin over the same Squids, basic auth),
 measured by the same client code; its CPU and RSS are summed over its processes. It does no leases, Redis,
@@ -61,6 +69,7 @@ retries or ban detection: the floor of a plugin-based proxy, not a like-for-like
     python benchmarks/gateway.py --tunnels 50 --open 300 --seconds 5
     python benchmarks/gateway.py --intercept-connects 500 --intercept-bodies 200   # more HTTPS samples
     python benchmarks/gateway.py --no-intercept --no-proxypy --plain 0 --seconds 3   # mostly the tunnel columns
+    python benchmarks/gateway.py --no-intercept --no-proxypy --no-upstream --plain 0 --seconds 5   # + HAProxy
     git worktree add /tmp/old HEAD~10 && python benchmarks/gateway.py --against /tmp/old --no-proxypy
 """
 
@@ -73,6 +82,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import socket
 import ssl
@@ -324,6 +334,136 @@ async def run(args: argparse.Namespace, proxies: dict[str, tuple[str, int] | Non
     return out
 
 
+async def run_floor(args: argparse.Namespace, cols: dict[str, tuple[Opener, int | None]], host: str) -> dict:
+    """The relay against its floor: `cols` (name -> its opener and the pid whose process tree's CPU counts, None for
+    direct) in ROUNDS rounds, each column in turn within a round (gateway, haproxy, ...: a drift of the machine's load
+    falls on both), each turn: `--connects`/ROUNDS new tunnels (each then one GET), `--seconds`/ROUNDS of GET / in a
+    loop through `--tunnels` keep-alive tunnels (opened once, before the first round) with the CPU seconds over
+    them, and `--bodies`/ROUNDS 1 MiB bodies through a new tunnel (MB/s; the CPU seconds and MB summed over the
+    rounds). Per column, every round's figures: `floor_NAME`."""
+    out = {name: {"connect": [], "connect_p50": [], "rps": [], "cpu_us": [], "mbps": [], "body_cpu_s": 0.0,
+                  "body_mb": 0.0} for name in cols}
+    for opener, _ in cols.values():  # a warm-up tunnel each
+        r, w, _ = await opener(0)
+        await get(r, w, host)
+        w.close()
+    held = {name: [await opener(i) for i in range(args.tunnels)] for name, (opener, _) in cols.items()}
+    per_round = max(1, args.connects // ROUNDS)
+    for _ in range(ROUNDS):
+        for name, (opener, pid) in cols.items():
+            fig = out[name]
+            lat = []
+            for i in range(per_round):
+                r, w, dt = await opener(i)
+                lat.append(dt * 1000)
+                await get(r, w, host)
+                w.close()
+            fig["connect"] += lat
+            fig["connect_p50"].append(statistics.median(lat))
+            await asyncio.sleep(0.2)  # the gateway's releases
+            count = 0
+            end = time.perf_counter() + args.seconds / ROUNDS
+
+            async def loop(r: asyncio.StreamReader, w: asyncio.StreamWriter, end: float = end) -> None:
+                nonlocal count
+                while time.perf_counter() < end:
+                    await get(r, w, host)
+                    count += 1
+
+            c0, t0 = tree_cpu_s(pid) if pid else 0.0, time.perf_counter()
+            await asyncio.gather(*(loop(r, w) for r, w, _ in held[name]))
+            dt = time.perf_counter() - t0
+            fig["rps"].append(count / dt)
+            if pid:
+                fig["cpu_us"].append((tree_cpu_s(pid) - c0) / count * 1e6)
+            r, w, _ = await opener(0)
+            total, c0, t0 = 0, tree_cpu_s(pid) if pid else 0.0, time.perf_counter()
+            for _ in range(max(1, args.bodies // ROUNDS)):
+                total += await get(r, w, host, "/big")
+            fig["mbps"].append(total / 1e6 / (time.perf_counter() - t0))
+            if pid:  # summed over the rounds: a round's bodies take a few of /proc's 10 ms ticks
+                fig["body_cpu_s"] += tree_cpu_s(pid) - c0
+                fig["body_mb"] += total / 1e6
+            w.close()
+    for conns in held.values():
+        for _, w, _ in conns:
+            w.close()
+    return {f"floor_{name}": fig for name, fig in out.items()}
+
+
+def print_floor(res: dict, names: list[str], load: tuple[tuple[float, ...], tuple[float, ...]], squids: int,
+                tunnels: int) -> None:
+    """The gateway (and its SOCKS5 listener) against HAProxy: the ratio of the figures over all rounds, and each
+    column's spread between rounds (min-max of the per-round figures)."""
+    fl = {n: res[f"floor_{n}"] for n in names}
+
+    def total(n: str, key: str) -> float:  # the rounds are of equal length (time, or bodies)
+        return statistics.mean(fl[n][key])
+
+    def spread(key: str, fmt: Callable[[float], str], cols: list[str]) -> str:
+        return ", ".join(f"{n} {fmt(min(fl[n][key]))}–{fmt(max(fl[n][key]))}" for n in cols if fl[n][key])
+
+    def cpu_mb(n: str) -> float:
+        return fl[n]["body_cpu_s"] * 1000 / max(fl[n]["body_mb"], 1e-9)
+
+    relays = [n for n in names if n != "direct"]
+    print(f"HAProxy {haproxy_version()} as the relay's floor: mode tcp, nbthread 1 (beside the gateway's one process), "
+          f"roundrobin over {squids} Squids; {ROUNDS} rounds alternating {', '.join(names)}; load average before "
+          f"{load[0][0]:.2f}, after {load[1][0]:.2f} (1 min), {os.cpu_count()} cores")
+    print("vs haproxy, CONNECT ms  " + " | ".join(
+        f"{n} p50 {statistics.median(fl[n]['connect']):.2f} p99 {pct(fl[n]['connect'], 0.99):.2f}" for n in names))
+    h50, h99 = statistics.median(fl["haproxy"]["connect"]), pct(fl["haproxy"]["connect"], 0.99)
+    for n in relays:
+        if n == "haproxy":
+            continue
+        g50, g99 = statistics.median(fl[n]["connect"]), pct(fl[n]["connect"], 0.99)
+        print(f"CONNECT to the 200: {n}/haproxy p50 {g50 / h50:.2f}× ({g50 - h50:+.2f} ms), p99 {g99 / h99:.2f}× "
+              f"({g99 - h99:+.2f} ms) (rounds' p50 {spread('connect_p50', lambda x: f'{x:.2f}', [n, 'haproxy'])} ms)")
+        print(f"keep-alive req/s, {tunnels} tunnels: {n}/haproxy {total(n, 'rps') / total('haproxy', 'rps'):.2f}× "
+              f"(rounds {spread('rps', lambda x: f'{x / 1000:.1f}k', [n, 'haproxy', 'direct'])})")
+        print(f"1 MiB bodies MB/s: {n}/haproxy {total(n, 'mbps') / total('haproxy', 'mbps'):.2f}× "
+              f"(rounds {spread('mbps', lambda x: f'{x:.0f}', [n, 'haproxy', 'direct'])}); CPU ms per MB {n} "
+              f"{cpu_mb(n):.2f}, haproxy {cpu_mb('haproxy'):.2f} (all rounds)")
+        print(f"CPU µs per relayed request (the relay's process tree; the Squids' not counted): {n}/haproxy "
+              f"{total(n, 'cpu_us') / total('haproxy', 'cpu_us'):.2f}× "
+              f"(rounds {spread('cpu_us', lambda x: f'{x:.0f}', [n, 'haproxy'])})")
+
+
+def haproxy_config(port: int, squids: list[tuple[str, int]], maxconn: int) -> str:
+    """HAProxy as the relay's floor: TCP mode (bytes relayed, nothing parsed: the client's CONNECT is answered by the
+    Squid behind it), one thread (beside the gateway's one process), roundrobin over the same Squids, `maxconn` within
+    the file-descriptor limit, timeouts longer than any run, no logs."""
+    servers = "".join(f"    server squid{i} {host}:{sport}\n" for i, (host, sport) in enumerate(squids))
+    return (f"global\n    nbthread 1\n    maxconn {maxconn}\n\n"
+            f"defaults\n    mode tcp\n    maxconn {maxconn}\n    timeout connect 10s\n    timeout client 600s\n"
+            "    timeout server 600s\n\n"
+            f"frontend relay\n    bind 127.0.0.1:{port}\n    default_backend squids\n\n"
+            f"backend squids\n    balance roundrobin\n{servers}")
+
+
+def haproxy_maxconn() -> int:
+    """Two descriptors a relayed connection (client and server side), less a margin for listeners and the like."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(100, min(100000, soft // 2 - 200))
+
+
+def haproxy_binary() -> str | None:
+    """Debian's package puts it in /usr/sbin, not on a user's PATH."""
+    return shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
+
+
+def haproxy_version() -> str:
+    out = subprocess.run([haproxy_binary() or "haproxy", "-v"], capture_output=True, text=True, timeout=10).stdout.split()
+    return out[2] if len(out) > 2 else "?"
+
+
+def start_haproxy(port: int, squids: list[tuple[str, int]], work: Path) -> subprocess.Popen[bytes]:
+    cfg = work / "haproxy.cfg"
+    cfg.write_text(haproxy_config(port, squids, haproxy_maxconn()))
+    with open(work / "haproxy.log", "ab") as log:
+        return subprocess.Popen([haproxy_binary() or "haproxy", "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT, cwd=work)
+
+
 async def https(proxy: tuple[str, int], target: str, header: str | None,
                 trust: ssl.SSLContext) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, float]:
     """A new connection: CONNECT `target` through `proxy` (`header`: its Proxy-Authorization, None for a Squid),
@@ -533,6 +673,9 @@ def main() -> int:
                    help="a third column: proxy.py chaining to the same Squids (default: when it is installed, "
                         "pip install -e '.[bench]')")
     p.add_argument("--proxypy-acceptors", type=int, default=1, help="proxy.py's --num-acceptors (its default: cores)")
+    p.add_argument("--haproxy", action=argparse.BooleanOptionalAction, default=None,
+                   help="the relay's floor: HAProxy (mode tcp, nbthread 1) in front of the same Squids, in rounds "
+                        "alternating with the gateway (default: when the haproxy binary is installed)")
     p.add_argument("--socks", action=argparse.BooleanOptionalAction, default=True,
                    help="a SOCKS5 column (the gateway's --gateway-socks-bind-address) in the CONNECT latency and "
                         "keep-alive requests/s")
@@ -549,6 +692,13 @@ def main() -> int:
     p.add_argument("--against", type=Path, help="a checkout of another commit (git worktree add DIR REV): its "
                                                  "`fleet gateway` measured too, as a column of the same run")
     args = p.parse_args()
+    if args.haproxy is None:
+        args.haproxy = haproxy_binary() is not None
+        if not args.haproxy:
+            print("haproxy is not installed: the HAProxy column is left out (apt-get install haproxy; "
+                  "ci/apt-packages.txt)", file=sys.stderr)
+    elif args.haproxy and not haproxy_binary():
+        raise SystemExit("--haproxy: haproxy is not installed (apt-get install haproxy; ci/apt-packages.txt)")
     load0 = os.getloadavg()
     binary = shutil.which("redis-server")
     if not binary:
@@ -661,6 +811,12 @@ def main() -> int:
             wait_port(pport, "proxy.py", work / "proxypy.log")
             proxies["proxy.py"] = ("127.0.0.1", pport)
             pids["proxy.py"] = pp.pid
+        hport = free_port()
+        if args.haproxy:
+            haproxy = start_haproxy(hport, squids, work)
+            procs.append(haproxy)
+            wait_port(hport, "haproxy", work / "haproxy.log")
+            pids["haproxy"] = haproxy.pid
         try:
             import uvloop
 
@@ -671,6 +827,17 @@ def main() -> int:
         # and not through the pool (before_upstream_connection), which would measure no Squid at all.
         res = asyncio.run(run(args, proxies, squids, f"localhost:{oport}", pids,
                               ("127.0.0.1", sport) if args.socks else None, extra))
+        if args.haproxy:
+            target = f"localhost:{oport}"
+            floor: dict[str, tuple[Opener, int | None]] = {
+                "gateway": (lambda i: tunnel(("127.0.0.1", gport), target, True), pids["gateway"]),
+                "haproxy": (lambda i: tunnel(("127.0.0.1", hport), target, False), pids["haproxy"])}
+            if args.socks:
+                floor["socks5"] = (lambda i: tunnel(("127.0.0.1", sport), target, "socks5"), pids["gateway"])
+            floor["direct"] = (lambda i: tunnel(squids[i % len(squids)], target, False), None)
+            floor_load0 = os.getloadavg()
+            res |= asyncio.run(run_floor(args, floor, "localhost"))
+            floor_load = (floor_load0, os.getloadavg())
         if intercepting:
             wait_port(tport, "the origin's TLS listener", work / "origin.log")
             # the certificates name 127.0.0.1 (the origin's, and the leaf the gateway makes for the CONNECT's host)
@@ -740,6 +907,9 @@ def main() -> int:
               + "  (the gateway process; directly: the Squid)")
     if args.upstream:
         print_upstream(res, args.tunnels)
+    if args.haproxy:
+        print_floor(res, [n for n in ("gateway", "haproxy", "socks5", "direct") if f"floor_{n}" in res], floor_load,
+                    len(squids), args.tunnels)
     print(f"load average             before {' '.join(f'{x:.2f}' for x in load0)}, after "
           f"{' '.join(f'{x:.2f}' for x in load1)} (1, 5, 15 min), {os.cpu_count()} cores")
     if "proxy.py" in proxies:

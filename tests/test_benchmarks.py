@@ -4,6 +4,7 @@ checkout or an installed tree that has no tests package, and a test's fixture is
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,23 @@ def test_the_gateway_benchmark_writes_a_bought_member_as_the_reconciler_does(tmp
     auth = Credentials(str(tmp_path)).get(doc["credentials"], member=member_url(doc["scheme"], doc["ip"], doc["port"]))
     assert auth == Auth(bench.UPSTREAM_USER, bench.UPSTREAM_PASSWORD)
     assert bench.UPSTREAM_PASSWORD not in repr(doc)  # a reference in Redis, never the secret
+
+
+def test_the_gateway_benchmarks_haproxy_config_is_valid(tmp_path):
+    """benchmarks/gateway.py --haproxy: the relay's floor is HAProxy in TCP mode with one thread, in front of the
+    same Squids, and `haproxy -c` accepts the configuration the benchmark writes."""
+    from benchmarks import gateway as bench
+
+    binary = bench.haproxy_binary()
+    if binary is None:
+        pytest.fail("haproxy not found (on PATH or at /usr/sbin/haproxy). It comes from the Debian package `haproxy`, "
+                    "listed in ci/apt-packages.txt: run `make deps` or `apt-get install haproxy`.")
+    text = bench.haproxy_config(8080, [("127.0.0.1", 3128), ("127.0.0.1", 3129)], bench.haproxy_maxconn())
+    lines = [line.strip() for line in text.splitlines()]
+    assert {"nbthread 1", "mode tcp", "balance roundrobin", "bind 127.0.0.1:8080"} <= set(lines)
+    assert [line for line in lines if line.startswith("server ")] == [
+        "server squid0 127.0.0.1:3128", "server squid1 127.0.0.1:3129"]
+    (tmp_path / "haproxy.cfg").write_text(text)
+    checked = subprocess.run([binary, "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True,
+                             timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
